@@ -1,0 +1,50 @@
+# attnkit — every target installs what it needs into .venv on first use.
+PYTHON   ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.installed
+SUBMITTED ?= examples/submitted
+OUT      ?= graded
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+ASSIGNMENT := ch19-attention
+# nbgrader's Gradebook runs `alembic`, which must be on PATH.
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: help install grade test release check student-zip bench gradescope clean
+
+help:
+	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
+	@echo "make test                                   run the whole test suite"
+	@echo "make release                                regenerate assignments/ from solutions/"
+	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite"
+	@echo "make student-zip                            build dist/ch19-attention-student.zip"
+	@echo "make bench                                  benchmark against nbgrader autograde"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e .
+	touch $(STAMP)
+
+grade: $(STAMP)
+	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+release: $(STAMP)
+	$(BIN)/python -m attnkit.release
+
+check: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make check NB=path/to/attention.ipynb"; exit 2; }
+	$(BIN)/attnkit check $(NB)
+
+student-zip: $(STAMP)
+	$(BIN)/python -m attnkit.release --zip dist/$(ASSIGNMENT)-student.zip
+
+bench: $(STAMP)
+	$(BIN)/python -m attnkit.bench
+
+clean:
+	rm -rf $(OUT) dist

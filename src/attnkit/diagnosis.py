@@ -1,0 +1,80 @@
+"""Name the student's misconception: replay a failed test's calls on the catalogue of mistakes.
+
+A mistake is diagnosed for a failed test when its implementation, given exactly the inputs the
+student's code was given, reproduces every one of the student's outcomes (same exception type,
+or results equal within tolerance), while differing from the reference somewhere. NaN in the
+mistake's result means "undefined here" (a softmax over nothing) and matches any student value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import torch
+
+from attnkit.proxy import Call, Outcome, run_in_namespace
+
+# Mistakes run in float32 like most tests; these tolerances sit well above float32 rounding
+# (~1e-6 relative) and well below the differences the catalogue's mistakes make (>= 1e-2).
+RTOL = 1e-3
+ATOL = 1e-4
+
+
+def values_match(student: object, candidate: object) -> bool:
+    """Do two decoded values agree (tensors within tolerance, NaN in ``candidate`` = wildcard)?"""
+    if isinstance(candidate, torch.Tensor) or isinstance(student, torch.Tensor):
+        if not (isinstance(candidate, torch.Tensor) and isinstance(student, torch.Tensor)):
+            return False
+        if tuple(student.shape) != tuple(candidate.shape):
+            return False
+        if candidate.dtype == torch.bool or student.dtype == torch.bool:
+            return candidate.dtype == student.dtype and torch.equal(candidate, student)
+        expected = candidate.to(torch.float64)
+        got = student.to(torch.float64)
+        defined = ~torch.isnan(expected)
+        expected, got = expected[defined], got[defined]
+        return bool(torch.allclose(got, expected, rtol=RTOL, atol=ATOL))
+    if isinstance(candidate, (list, tuple)) and isinstance(student, (list, tuple)):
+        return len(candidate) == len(student) and all(values_match(s, c) for s, c in zip(student, candidate))
+    if isinstance(candidate, dict) and isinstance(student, dict):
+        return candidate.keys() == student.keys() and all(values_match(student[k], candidate[k]) for k in candidate)
+    return type(student) is type(candidate) and student == candidate
+
+
+def outcomes_match(student: Outcome, candidate: Outcome) -> bool:
+    if student.raised or candidate.raised:
+        return student.error_type == candidate.error_type
+    return values_match(student.value, candidate.value)
+
+
+def _diagnosable(calls: Iterable[Call]) -> list[Call]:
+    relevant = [call for call in calls if not call.is_variable]
+    # An unfinished stub or a crash is not a misconception.
+    if any(call.outcome.error_type in ("NotImplementedError", "__timeout__", "__missing__", "__crashed__") for call in relevant):
+        return []
+    return relevant
+
+
+def diagnose(
+    calls: Iterable[Call], reference: dict, mistakes: Mapping[str, dict]
+) -> list[str]:
+    """Ids of the mistakes whose implementations reproduce all of ``calls``' outcomes."""
+    relevant = _diagnosable(calls)
+    if not relevant:
+        return []
+
+    def replay(namespace: dict, call: Call) -> Outcome:
+        # Each replay gets fresh copies: an implementation must not see another's in-place edits.
+        args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in call.args)
+        kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in call.kwargs.items()}
+        return run_in_namespace(namespace, call.name, args, kwargs)
+
+    expected = [replay(reference, call) for call in relevant]
+    found = []
+    for mistake_id, namespace in mistakes.items():
+        outcomes = [replay(namespace, call) for call in relevant]
+        reproduces_student = all(outcomes_match(call.outcome, got) for call, got in zip(relevant, outcomes))
+        differs_from_reference = any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected))
+        if reproduces_student and differs_from_reference:
+            found.append(mistake_id)
+    return found

@@ -1,0 +1,205 @@
+"""pytest plugin: the ``student`` fixture, per-test points, curated messages and diagnoses.
+
+The hidden tests mark each test with ``@pytest.mark.points(n)`` and
+``@pytest.mark.grade_id("check_...")`` (module-level ``pytestmark`` works too) and call the
+submission only through the ``student`` fixture. One pytest session can grade many submissions:
+the fixture is parametrised over the provider's submission ids with session scope, so pytest runs
+every test for one submission, tears its sandbox down, then moves to the next.
+
+Development use (trusted code only, runs in-process)::
+
+    pytest -p attnkit.plugin autograder --attnkit-source solutions/ch19-attention/attention.ipynb
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+import pytest
+
+from attnkit.proxy import (
+    LocalBackend,
+    SandboxCrashed,
+    Student,
+    StudentMissing,
+    StudentRaised,
+    StudentTimeout,
+)
+
+
+class Provider(Protocol):
+    """Where the ``student`` fixture's submissions come from."""
+
+    def submission_ids(self) -> list[str]: ...
+    def open(self, submission_id: str) -> Student: ...
+    def close(self, submission_id: str) -> None: ...
+
+
+@dataclass
+class TestResult:
+    """One hidden test's result for one submission."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    name: str
+    nodeid: str
+    grade_id: str
+    max_score: float
+    score: float
+    status: str  # "passed" | "failed"
+    output: str = ""
+    diagnoses: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def points_of(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("points")
+    return float(marker.args[0]) if marker else 0.0
+
+
+def grade_id_of(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("grade_id")
+    return str(marker.args[0]) if marker else ""
+
+
+def title_of(item: pytest.Item) -> str:
+    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+    first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
+    return first or item.name
+
+
+def failure_message(error: BaseException) -> str:
+    """What the student reads about a failure: curated text, never the test's source."""
+    if isinstance(error, StudentTimeout):
+        return f"运行超时：{error}"
+    if isinstance(error, StudentMissing):
+        return f"{error}。请确认名称与题目一致，并且定义它的单元格能运行。"
+    if isinstance(error, SandboxCrashed):
+        return f"运行你的代码的进程意外结束：{error}"
+    if isinstance(error, StudentRaised):
+        if error.type_name == "NotImplementedError":
+            return f"{error.function} 还没有完成（仍是 raise NotImplementedError()）。"
+        return f"你的 {error.function} 抛出了 {error.type_name}：{error}"
+    if isinstance(error, AssertionError):
+        return str(error) or "检查未通过。"
+    # The student's value had an unexpected structure, so a check could not even be computed.
+    return f"无法检查你的返回值（{type(error).__name__}：{error}）。请核对返回值的类型与结构。"
+
+
+class GradingPlugin:
+    """Collects per-submission results; registered once per pytest session."""
+
+    def __init__(self, provider: Provider, catalogue_module: str = "catalogue") -> None:
+        self.provider = provider
+        self.catalogue_module = catalogue_module
+        self.results: dict[str, list[TestResult]] = {}
+        self._catalogue: Any = None
+
+    # -- the fixture ---------------------------------------------------------------------------
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "student" in metafunc.fixturenames:
+            ids = self.provider.submission_ids()
+            metafunc.parametrize("student", ids, ids=ids, indirect=True, scope="session")
+
+    @pytest.fixture(scope="session")
+    def student(self, request: pytest.FixtureRequest) -> Iterator[Student]:
+        submission_id = request.param
+        proxy = self.provider.open(submission_id)
+        proxy.submission_id = submission_id  # type: ignore[attr-defined]
+        try:
+            yield proxy
+        finally:
+            self.provider.close(submission_id)
+
+    # -- results -------------------------------------------------------------------------------
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.addinivalue_line("markers", "points(n): points this hidden test is worth")
+        config.addinivalue_line("markers", "grade_id(name): the notebook grade cell it belongs to")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        proxy = item.funcargs.get("student")
+        if isinstance(proxy, Student):
+            proxy.calls = []
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        submission_id = getattr(item, "callspec", None) and item.callspec.params.get("student")
+        if submission_id is None:
+            return
+        setup_failed = report.when == "setup" and report.failed
+        if report.when != "call" and not setup_failed:
+            return
+        points = points_of(item)
+        result = TestResult(
+            name=title_of(item),
+            nodeid=item.nodeid.split("[")[0],
+            grade_id=grade_id_of(item),
+            max_score=points,
+            score=points if report.passed else 0.0,
+            status="passed" if report.passed else "failed",
+        )
+        if not report.passed and call.excinfo is not None:
+            result.output = failure_message(call.excinfo.value)
+            proxy = item.funcargs.get("student")
+            if isinstance(proxy, Student) and not setup_failed:
+                result.diagnoses = self.diagnose(proxy)
+        self.results.setdefault(str(submission_id), []).append(result)
+
+    def diagnose(self, proxy: Student) -> list[str]:
+        from attnkit.diagnosis import diagnose
+
+        if self._catalogue is None:
+            self._catalogue = importlib.import_module(self.catalogue_module)
+        return diagnose(proxy.calls, self._catalogue.reference_namespace(), self._catalogue.mistake_namespaces())
+
+
+# -- development mode: ``-p attnkit.plugin --attnkit-source FILE`` -------------------------------
+def notebook_source(path: Path) -> list[str]:
+    """The code cells of a notebook (or the whole of a .py file), in order."""
+    if path.suffix == ".py":
+        return [path.read_text(encoding="utf-8")]
+    import json
+
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells if c.get("cell_type") == "code"]
+
+
+class LocalProvider:
+    """One trusted source file run in this process. Never use it on a submission."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def submission_ids(self) -> list[str]:
+        return [self.path.stem]
+
+    def open(self, submission_id: str) -> Student:
+        namespace: dict = {"__name__": "__main__"}
+        for cell in notebook_source(self.path):
+            try:
+                exec(compile(cell, str(self.path), "exec"), namespace)
+            except Exception:  # noqa: BLE001 - a failing cell is recorded by the sandbox; here it is skipped
+                pass
+        return Student(LocalBackend(namespace))
+
+    def close(self, submission_id: str) -> None:
+        pass
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--attnkit-source", default=None, help="trusted .py/.ipynb to run the hidden tests against in-process")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    source = config.getoption("--attnkit-source", default=None)
+    if source and not config.pluginmanager.has_plugin("attnkit-grading"):
+        config.pluginmanager.register(GradingPlugin(LocalProvider(Path(source))), "attnkit-grading")

@@ -1,0 +1,191 @@
+"""The wire protocol between the trusted grader and an untrusted sandbox.
+
+Only plain data crosses: None, bools, ints, floats, strings, lists, tuples, str-keyed dicts and
+CPU tensors of a few dtypes. A frame is a JSON header followed by raw tensor bytes; decoding uses
+``json`` and ``torch.frombuffer`` only, so nothing the sandbox writes can run code on our side
+(no pickle, no ``torch.load``). Sizes are bounded so a hostile peer cannot exhaust our memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import struct
+from typing import Any
+
+import torch
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+MAX_DEPTH = 16
+MAX_ITEMS = 100_000
+MAX_STRING = 100_000
+
+DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+_LENGTH = struct.Struct("!II")  # header bytes, payload bytes
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a valid frame (or went away)."""
+
+
+class Unsupported(TypeError):
+    """A value of a kind the protocol refuses to carry."""
+
+
+def _plain_tensor(value: torch.Tensor) -> torch.Tensor:
+    # A subclass could override anything (``__eq__``, ``tolist``...); strip it to a base tensor.
+    tensor = torch.Tensor.as_subclass(value, torch.Tensor)
+    if tensor.is_sparse or tensor.layout != torch.strided:
+        tensor = tensor.to_dense()
+    return tensor.detach().cpu().contiguous()
+
+
+def encode(value: Any) -> bytes:
+    """Serialise ``value`` into one frame (header + tensor blobs)."""
+    blobs: list[bytes] = []
+
+    def walk(item: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise Unsupported("嵌套层数过多")
+        if item is None or type(item) in (bool, str):
+            if type(item) is str and len(item) > MAX_STRING:
+                return item[:MAX_STRING]
+            return item
+        if type(item) is int:
+            return item if abs(item) < 2**63 else {"__float__": float(item)}
+        if type(item) is float:
+            return item if math.isfinite(item) else {"__float__": repr(item)}
+        if isinstance(item, torch.Tensor):
+            tensor = _plain_tensor(item)
+            if tensor.dtype not in DTYPE_NAMES:
+                raise Unsupported(f"不支持的张量类型 {tensor.dtype}")
+            data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            blobs.append(data)
+            return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
+        if type(item) in (list, tuple):
+            if len(item) > MAX_ITEMS:
+                raise Unsupported("列表过长")
+            items = [walk(element, depth + 1) for element in item]
+            return {"__tuple__": items} if type(item) is tuple else items
+        if type(item) is dict:
+            if not all(type(key) is str for key in item):
+                raise Unsupported("字典的键必须是字符串")
+            return {"__dict__": {key: walk(val, depth + 1) for key, val in item.items()}}
+        # numpy scalars are common in answers; carry their plain value only.
+        if type(item).__module__ == "numpy" and hasattr(item, "item"):
+            plain = item.item()
+            if type(plain) in (bool, int, float):
+                return walk(plain, depth)
+        raise Unsupported(f"不支持的值类型 {type(item).__name__}")
+
+    header = json.dumps(walk(value, 0), ensure_ascii=False, allow_nan=False).encode()
+    payload = b"".join(blobs)
+    sizes = json.dumps([len(blob) for blob in blobs]).encode()
+    body = struct.pack("!I", len(sizes)) + sizes + header
+    if len(body) + len(payload) > MAX_FRAME_BYTES:
+        raise Unsupported("返回的数据过大")
+    return _LENGTH.pack(len(body), len(payload)) + body + payload
+
+
+def decode(frame: bytes) -> Any:
+    """Rebuild a value from one frame, without running any code from it."""
+    if len(frame) < _LENGTH.size:
+        raise ProtocolError("frame too short")
+    body_length, payload_length = _LENGTH.unpack_from(frame)
+    if _LENGTH.size + body_length + payload_length != len(frame):
+        raise ProtocolError("frame length mismatch")
+    body = frame[_LENGTH.size : _LENGTH.size + body_length]
+    payload = memoryview(frame)[_LENGTH.size + body_length :]
+    (sizes_length,) = struct.unpack_from("!I", body)
+    try:
+        sizes = json.loads(body[4 : 4 + sizes_length])
+        tree = json.loads(body[4 + sizes_length :])
+    except ValueError as error:
+        raise ProtocolError(f"bad header: {error}") from None
+    if not isinstance(sizes, list) or not all(type(size) is int and size >= 0 for size in sizes):
+        raise ProtocolError("bad blob table")
+    offsets = [0]
+    for size in sizes:
+        offsets.append(offsets[-1] + size)
+    if offsets[-1] != len(payload):
+        raise ProtocolError("blob sizes do not add up")
+
+    def build(item: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH + 2:
+            raise ProtocolError("too deep")
+        if item is None or type(item) in (bool, int, float, str):
+            return item
+        if type(item) is list:
+            return [build(element, depth + 1) for element in item]
+        if type(item) is dict:
+            if "__tuple__" in item:
+                return tuple(build(element, depth + 1) for element in _field(item, "__tuple__", list))
+            if "__dict__" in item:
+                return {str(k): build(v, depth + 1) for k, v in _field(item, "__dict__", dict).items()}
+            if "__float__" in item:
+                return float(_field(item, "__float__", (str, float)))
+            if "__tensor__" in item:
+                return _tensor(item)
+        raise ProtocolError("unknown node")
+
+    def _tensor(node: dict) -> torch.Tensor:
+        index = _field(node, "__tensor__", int)
+        dtype = DTYPES.get(_field(node, "dtype", str))
+        shape = _field(node, "shape", list)
+        if dtype is None or not 0 <= index < len(sizes) or not all(type(n) is int and n >= 0 for n in shape):
+            raise ProtocolError("bad tensor node")
+        numel = math.prod(shape)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if numel * itemsize != sizes[index]:
+            raise ProtocolError("tensor size mismatch")
+        raw = bytearray(payload[offsets[index] : offsets[index + 1]])
+        if not raw:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape).clone()
+
+    return build(tree, 0)
+
+
+def _field(node: dict, name: str, kind: type | tuple[type, ...]) -> Any:
+    value = node.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise ProtocolError(f"bad field {name}")
+    return value
+
+
+def send(sock: socket.socket, value: Any) -> None:
+    """Send one value as a frame."""
+    sock.sendall(encode(value))
+
+
+def receive(sock: socket.socket) -> Any:
+    """Read exactly one frame and decode it. Raises ProtocolError on EOF or garbage."""
+    head = _read_exactly(sock, _LENGTH.size)
+    body_length, payload_length = _LENGTH.unpack(head)
+    if body_length + payload_length > MAX_FRAME_BYTES:
+        raise ProtocolError("frame too large")
+    return decode(head + _read_exactly(sock, body_length + payload_length))
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(min(size - len(chunks), 1 << 20))
+        if not chunk:
+            raise ProtocolError("peer closed the connection")
+        chunks += chunk
+    return bytes(chunks)

@@ -1,0 +1,177 @@
+"""The ``student`` object the hidden tests call: a recording proxy to one submission.
+
+Tests write ``student.scaled_attention(q, k, v)`` and get back plain data (tensors, numbers,
+tuples). Where the student's code actually runs is the backend's business: in a sandboxed child
+process for grading (``attnkit.sandbox``), or in this process for development. Every call and
+its outcome is recorded so that, when a test fails, the diagnosis can replay the same calls on
+the catalogue of known mistakes.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from attnkit import protocol
+
+API_FUNCTIONS = (
+    "scaled_attention",
+    "causal_allowed",
+    "padding_allowed",
+    "split_heads",
+    "merge_heads",
+    "multi_head_attention",
+)
+
+
+class StudentRaised(Exception):
+    """Mixin on every exception that a student's function raised (re-created on our side)."""
+
+    type_name: str = "Exception"
+    function: str = ""
+
+
+class StudentTimeout(Exception):
+    """The student's call did not return within its time limit."""
+
+
+class StudentMissing(Exception):
+    """The submission does not define the function or variable."""
+
+
+class SandboxCrashed(Exception):
+    """The process running the student's code died (exit, kill, memory)."""
+
+
+# Built-in exception types the tests may want to catch (``pytest.raises(ValueError)``). The class
+# is chosen from this trusted table by name; nothing of the student's exception object crosses.
+_MIRRORED = (
+    "ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "AssertionError",
+    "NotImplementedError", "ZeroDivisionError", "AttributeError", "NameError", "ArithmeticError",
+    "LookupError", "MemoryError", "RecursionError", "OverflowError", "UnboundLocalError",
+)
+_MIRROR_CLASSES: dict[str, type[Exception]] = {
+    name: type(f"Student{name}", (getattr(builtins, name), StudentRaised), {}) for name in _MIRRORED
+}
+
+
+def student_exception(function: str, type_name: str, message: str) -> Exception:
+    """Re-create the student's exception as a trusted class with the same builtin base."""
+    cls = _MIRROR_CLASSES.get(type_name, type("StudentException", (StudentRaised,), {}))
+    error = cls(message)
+    error.type_name = type_name
+    error.function = function
+    return error
+
+
+@dataclass
+class Outcome:
+    """What one call did: returned ``value``, or raised ``error_type`` with ``message``."""
+
+    value: Any = None
+    error_type: str | None = None
+    message: str = ""
+
+    @property
+    def raised(self) -> bool:
+        return self.error_type is not None
+
+
+@dataclass
+class Call:
+    """One recorded call to the submission (inputs exactly as sent, outcome as received)."""
+
+    name: str
+    args: tuple
+    kwargs: dict
+    outcome: Outcome
+    is_variable: bool = False
+
+
+class Backend(Protocol):
+    def call(self, name: str, args: tuple, kwargs: dict) -> Outcome: ...
+    def variable(self, name: str) -> Outcome: ...
+
+
+@dataclass
+class Student:
+    """Proxy to one submission. Attribute access on an API name returns a callable."""
+
+    backend: Backend
+    calls: list[Call] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in API_FUNCTIONS:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the student's function ``name``; raise what it raised, as a mirrored class."""
+        # Send (and record) exactly the bytes' worth the sandbox will see.
+        args, kwargs = protocol.decode(protocol.encode((args, kwargs)))
+        outcome = self.backend.call(name, args, kwargs)
+        self.calls.append(Call(name, args, kwargs, outcome))
+        return self._result(name, outcome)
+
+    def get(self, name: str) -> Any:
+        """The value of a top-level variable of the submission (an answer cell)."""
+        outcome = self.backend.variable(name)
+        self.calls.append(Call(name, (), {}, outcome, is_variable=True))
+        return self._result(name, outcome)
+
+    @staticmethod
+    def _result(name: str, outcome: Outcome) -> Any:
+        if not outcome.raised:
+            return outcome.value
+        if outcome.error_type == "__timeout__":
+            raise StudentTimeout(outcome.message)
+        if outcome.error_type == "__missing__":
+            raise StudentMissing(outcome.message)
+        if outcome.error_type == "__crashed__":
+            raise SandboxCrashed(outcome.message)
+        raise student_exception(name, outcome.error_type, outcome.message)
+
+
+def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict) -> Outcome:
+    """Call ``namespace[name]`` and turn its result into plain data (shared by every backend)."""
+    function = namespace.get(name)
+    if not callable(function):
+        return Outcome(error_type="__missing__", message=f"没有找到函数 {name}")
+    try:
+        result = function(*args, **kwargs)
+        return Outcome(value=protocol.decode(protocol.encode(result)))
+    except protocol.Unsupported as error:
+        return Outcome(error_type="TypeError", message=f"{name} 的返回值无法读取：{error}")
+    except Exception as error:  # the student's own exception, reported by name and message
+        return Outcome(error_type=type(error).__name__, message=str(error)[:2000])
+
+
+def read_variable(namespace: dict, name: str) -> Outcome:
+    """Read a top-level variable as plain data."""
+    if name not in namespace:
+        return Outcome(error_type="__missing__", message=f"没有找到变量 {name}")
+    try:
+        return Outcome(value=protocol.decode(protocol.encode(namespace[name])))
+    except protocol.Unsupported as error:
+        return Outcome(error_type="TypeError", message=f"变量 {name} 的值无法读取：{error}")
+
+
+@dataclass
+class LocalBackend:
+    """Runs the code in *this* process. For trusted code only: the catalogue, the reference,
+    and development of the hidden tests. Never for grading submissions."""
+
+    namespace: dict
+
+    @classmethod
+    def from_source(cls, source: str) -> "LocalBackend":
+        namespace: dict = {"__name__": "__submission__"}
+        exec(compile(source, "<submission>", "exec"), namespace)
+        return cls(namespace)
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        return run_in_namespace(self.namespace, name, args, kwargs)
+
+    def variable(self, name: str) -> Outcome:
+        return read_variable(self.namespace, name)

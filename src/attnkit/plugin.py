@@ -70,7 +70,7 @@ def grade_id_of(item: pytest.Item) -> str:
 def title_of(item: pytest.Item) -> str:
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
-    return first or item.name
+    return first or getattr(item, "originalname", item.name)
 
 
 def failure_message(error: BaseException) -> str:

@@ -1,0 +1,222 @@
+"""The trusted side of the sandbox: start the zygote, run a submission's cells, call its functions.
+
+A :class:`Submission` session owns one sandbox process at a time. Every request has a wall-clock
+limit; when a cell or call hangs or kills its process, the session kills the sandbox, starts a new
+one, re-runs the cells that worked (skipping the one that hung) and carries on, so one bad cell
+costs only what depends on it. After a few restarts it gives up and every later call fails fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnkit import protocol
+from attnkit.notebook import CodeCell
+from attnkit.proxy import Outcome
+
+
+@dataclass
+class Limits:
+    cell_seconds: float = 10.0
+    call_seconds: float = 10.0
+    notebook_seconds: float = 60.0
+    memory_mb: int = 2048
+    cpu_seconds: int = 120
+    restarts: int = 3
+
+
+@dataclass
+class CellRun:
+    index: int
+    grade_id: str
+    ok: bool
+    error_type: str = ""
+    message: str = ""
+    output: str = ""
+    seconds: float = 0.0
+
+
+class Zygote:
+    """A pre-forking process that has imported torch and IPython once."""
+
+    def __init__(self, hide: list[str] | None = None) -> None:
+        self.hide = [str(Path(p).resolve()) for p in (hide or [])]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd="/",
+        )
+        theirs.close()
+        self.control = ours
+        ready = protocol.receive(self.control)
+        if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
+            raise RuntimeError(f"zygote failed to start: {ready!r}")
+
+    def spawn(self, limits: Limits) -> tuple[socket.socket, int]:
+        """A new sandbox: our end of its channel, and its pid."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        settings = {"hide": self.hide, "memory_mb": limits.memory_mb, "cpu_seconds": limits.cpu_seconds}
+        socket.send_fds(self.control, [json.dumps(settings).encode()], [theirs.fileno()])
+        theirs.close()
+        reply = protocol.receive(self.control)
+        pid = reply.get("pid") if isinstance(reply, dict) else None
+        if not isinstance(pid, int):
+            ours.close()
+            raise RuntimeError("zygote could not start a sandbox")
+        return ours, pid
+
+    def close(self) -> None:
+        self.control.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class SandboxDied(Exception):
+    """The sandbox process is gone or not answering."""
+
+
+@dataclass
+class Submission:
+    """One submission's code, run in a sandbox; implements the proxy's Backend protocol."""
+
+    zygote: Zygote
+    cells: list[CodeCell]
+    limits: Limits = field(default_factory=Limits)
+    runs: list[CellRun] = field(default_factory=list)
+    isolation: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    restarts: int = 0
+    _channel: socket.socket | None = None
+    _pid: int | None = None
+    _given_up: bool = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start a sandbox and run every code cell in order (visible check cells excepted)."""
+        self._boot()
+        deadline = time.monotonic() + self.limits.notebook_seconds
+        for cell in self.cells:
+            if cell.is_check or not cell.source.strip():
+                continue
+            if time.monotonic() > deadline:
+                self.runs.append(CellRun(cell.index, cell.grade_id, False, "__timeout__", "整本笔记本的运行时间超过上限，此单元格未运行"))
+                continue
+            self.runs.append(self._run_cell(cell))
+
+    def close(self) -> None:
+        if self._channel is not None:
+            try:
+                self._channel.settimeout(0.5)
+                protocol.send(self._channel, {"op": "bye"})
+            except (OSError, protocol.ProtocolError):
+                pass
+            self._channel.close()
+            self._channel = None
+        if self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._pid = None
+
+    def _boot(self) -> None:
+        self.close()
+        self._channel, self._pid = self.zygote.spawn(self.limits)
+        self._channel.settimeout(30)
+        ready = protocol.receive(self._channel)
+        if not (isinstance(ready, dict) and ready.get("ready")):
+            raise SandboxDied(f"沙箱未能启动：{ready.get('error') if isinstance(ready, dict) else ready}")
+        self.isolation = [str(item) for item in ready.get("isolation", [])]
+
+    def _request(self, message: dict, seconds: float) -> dict:
+        if self._channel is None:
+            raise SandboxDied("沙箱未运行")
+        try:
+            self._channel.settimeout(seconds)
+            protocol.send(self._channel, message)
+            reply = protocol.receive(self._channel)
+        except socket.timeout:
+            self.close()
+            raise TimeoutError from None
+        except (OSError, protocol.ProtocolError) as error:
+            self.close()
+            raise SandboxDied(str(error)) from None
+        if not isinstance(reply, dict):
+            self.close()
+            raise SandboxDied("沙箱返回了无法识别的数据")
+        return reply
+
+    def _run_cell(self, cell: CodeCell) -> CellRun:
+        try:
+            reply = self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
+        except (TimeoutError, SandboxDied) as error:
+            hung = isinstance(error, TimeoutError)
+            message = f"单元格运行超过 {self.limits.cell_seconds:g} 秒，已被终止" if hung else "单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"
+            self._recover()
+            return CellRun(cell.index, cell.grade_id, False, "__timeout__" if hung else "__crashed__", message)
+        return CellRun(
+            cell.index, cell.grade_id, bool(reply.get("ok")), str(reply.get("error_type") or ""),
+            str(reply.get("message") or ""), str(reply.get("output") or ""), float(reply.get("seconds") or 0.0),
+        )
+
+    def _recover(self) -> None:
+        """A fresh sandbox with every cell that worked before re-run, or give up."""
+        self.close()
+        if self.restarts >= self.limits.restarts:
+            self._given_up = True
+            return
+        self.restarts += 1
+        try:
+            self._boot()
+            survived = {run.index for run in self.runs if run.error_type not in ("__timeout__", "__crashed__")}
+            for cell in self.cells:
+                if cell.index in survived:
+                    self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
+        except (TimeoutError, SandboxDied):
+            self._given_up = True
+            self.close()
+
+    # -- Backend -------------------------------------------------------------------------------
+    def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        return self._ask({"op": "call", "name": name, "args": list(args), "kwargs": kwargs}, name)
+
+    def variable(self, name: str) -> Outcome:
+        return self._ask({"op": "get", "name": name}, name)
+
+    def _ask(self, message: dict, name: str) -> Outcome:
+        if self._given_up or self._channel is None:
+            return Outcome(error_type="__crashed__", message="你的代码使运行环境多次崩溃或超时，后面的检查无法进行")
+        try:
+            reply = self._request(message, self.limits.call_seconds)
+        except TimeoutError:
+            self._recover()
+            return Outcome(error_type="__timeout__", message=f"{name} 超过 {self.limits.call_seconds:g} 秒没有返回")
+        except SandboxDied:
+            self._recover()
+            return Outcome(error_type="__crashed__", message=f"调用 {name} 时进程意外退出")
+        error_type = reply.get("error_type")
+        return Outcome(
+            value=reply.get("value"),
+            error_type=str(error_type) if error_type is not None else None,
+            message=str(reply.get("message") or ""),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"isolation": self.isolation, "restarts": self.restarts}

@@ -1,0 +1,331 @@
+"""The untrusted side: a zygote that forks one locked-down sandbox per submission.
+
+The zygote imports torch, numpy, matplotlib and IPython once and never runs student code; it
+forks a sandbox on request, so a sandbox starts in milliseconds instead of the seconds a Jupyter
+kernel takes. It never imports the hidden tests or the reference solutions, so a sandbox cannot
+find them in memory either.
+
+Run as ``python -I -m attnkit.zygote FD`` where FD is a unix socket to the trusted grader. Each
+request on it carries one end of a fresh socketpair (SCM_RIGHTS) and the sandbox settings; the
+reply gives the sandbox's pid, which the grader kills when it is done or out of time.
+
+Inside a sandbox (``Sandbox.serve``): a new session; where the OS allows (root), new PID, network
+and mount namespaces: a private /proc and /tmp, the grader's folders hidden under empty tmpfs
+mounts, then a drop to an unprivileged user; resource limits on memory, CPU, files and processes;
+stdout/stderr bounded. Requests are then served one at a time: run a cell, call a function, read a
+variable. Only data goes back (``attnkit.protocol``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import tempfile
+import time
+from typing import Any
+
+# Imported here, before any fork, so every sandbox shares them and a sandbox never needs to read
+# the (possibly hidden) project files again.
+os.environ.setdefault("MPLBACKEND", "Agg")
+import math  # noqa: E402,F401  (student code may import it: keep it warm)
+
+import numpy  # noqa: E402,F401
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # before any op: a forked child of a multi-threaded libgomp can deadlock
+torch.set_num_interop_threads(1)
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot  # noqa: E402,F401
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
+from attnkit import protocol  # noqa: E402
+from attnkit.proxy import Outcome, read_variable, run_in_namespace  # noqa: E402
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x2000, 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+NOBODY = 65534
+OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(
+        _libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags, data.encode() if data else None),
+        f"mount {target}",
+    )
+
+
+def _private_ancestor(path: str) -> str | None:
+    """The outermost ancestor of ``path`` that other users cannot enter, if any."""
+    parts = path.strip("/").split("/")
+    for depth in range(1, len(parts)):
+        ancestor = "/" + "/".join(parts[:depth])
+        if not os.stat(ancestor).st_mode & 0o001:
+            return ancestor
+    return None
+
+
+class BoundedWriter(io.TextIOBase):
+    """A stdout/stderr that keeps the first ``limit`` characters and counts the rest."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.kept = 0
+        self.dropped = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        text = str(text)
+        room = self.limit - self.kept
+        if room > 0:
+            self.parts.append(text[:room])
+            self.kept += min(room, len(text))
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def take(self) -> str:
+        text = "".join(self.parts)
+        if self.dropped:
+            text += f"\n…（另有 {self.dropped} 个字符的输出被截断）"
+        self.parts, self.kept, self.dropped = [], 0, 0
+        return text
+
+
+def _new_shell() -> InteractiveShell:
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Plain"
+    return InteractiveShell.instance(config=config)
+
+
+class Sandbox:
+    """One submission's process: lock down, then serve requests until told to stop."""
+
+    def __init__(self, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell) -> None:
+        self.channel = channel
+        self.settings = settings
+        self.shell = shell
+        self.isolation: list[str] = []
+        self.output = BoundedWriter()
+
+    # -- lock down -----------------------------------------------------------------------------
+    def lock_down(self, namespaces: bool) -> None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if namespaces:
+            self._private_filesystem()
+        workdir = tempfile.mkdtemp(prefix="sandbox-", dir="/tmp")
+        if namespaces:
+            os.chown(workdir, NOBODY, NOBODY)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            self.isolation.append("unprivileged-user")
+        os.chdir(workdir)
+        os.environ.update(HOME=workdir, MPLCONFIGDIR=workdir, IPYTHONDIR=workdir, TMPDIR=workdir)
+        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        self._limits()
+        self._redirect_output(workdir)
+        # Our own modules stay loaded (we run on them) but not importable by name: their source
+        # folder is hidden, and student code should not find them in sys.modules either.
+        for name in [name for name in sys.modules if name == "attnkit" or name.startswith("attnkit.")]:
+            del sys.modules[name]
+
+    def _private_filesystem(self) -> None:
+        _mount("none", "/", None, MS_REC | MS_PRIVATE)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+        self._expose_python()
+        hidden = 0
+        for path in self.settings.get("hide", []):
+            if os.path.isdir(path):
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
+                hidden += 1
+        self.isolation += ["pid-namespace", "no-network", "private-proc-and-tmp", f"hidden-dirs:{hidden}"]
+
+    def _expose_python(self) -> None:
+        """Keep the interpreter's own files readable after the drop to an unprivileged user.
+
+        Python often lives under a private home (``/root/.pyenv``). Inside our mount namespace we
+        lay an empty, traversable tmpfs over that home and bind the Python tree back into it, so
+        the sandbox can import the standard library while the rest of the home stays invisible.
+        """
+        for tree in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}):
+            private = _private_ancestor(tree)
+            if private is None:
+                continue
+            stage = tempfile.mkdtemp(prefix="stage-", dir="/tmp")
+            _mount(tree, stage, None, MS_BIND | MS_REC)
+            _mount("tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+            os.makedirs(tree, exist_ok=True)
+            _mount(stage, tree, None, MS_MOVE)
+            self.isolation.append(f"private-home-hidden:{private}")
+
+    def _limits(self) -> None:
+        vm_bytes = 0
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    vm_bytes = int(line.split()[1]) * 1024
+        memory = vm_bytes + int(self.settings.get("memory_mb", 2048)) * 1024 * 1024
+        cpu = int(self.settings.get("cpu_seconds", 120))
+        for limit, value in (
+            (resource.RLIMIT_AS, memory),
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_NOFILE, 64),
+            (resource.RLIMIT_NPROC, int(self.settings.get("max_processes", 64))),
+            (resource.RLIMIT_FSIZE, 8 * 1024 * 1024),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            try:
+                resource.setrlimit(limit, (value, value))
+            except (ValueError, OSError):
+                pass
+        self.isolation.append("resource-limits")
+
+    def _redirect_output(self, workdir: str) -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a huge write fails instead of killing us
+        sink = os.open(os.path.join(workdir, ".output"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(sink, 1)
+        os.dup2(sink, 2)
+        os.close(sink)
+        os.close(null)
+        sys.stdin = io.StringIO()
+        sys.stdout = sys.stderr = self.output
+
+    # -- serve ---------------------------------------------------------------------------------
+    def serve(self) -> None:
+        protocol.send(self.channel, {"ready": True, "isolation": self.isolation, "pid": os.getpid()})
+        while True:
+            try:
+                request = protocol.receive(self.channel)
+            except protocol.ProtocolError:
+                return
+            if not isinstance(request, dict) or request.get("op") == "bye":
+                return
+            try:
+                reply = self.handle(request)
+            except BaseException as error:  # SystemExit, KeyboardInterrupt... from a student call
+                reply = {"error_type": type(error).__name__, "message": str(error)[:2000]}
+            try:
+                protocol.send(self.channel, reply)
+            except protocol.Unsupported as error:
+                protocol.send(self.channel, {"error_type": "TypeError", "message": str(error)})
+
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        namespace = self.shell.user_ns
+        if op == "cell":
+            return self.run_cell(str(request.get("source", "")))
+        if op == "call":
+            outcome = run_in_namespace(namespace, str(request["name"]), tuple(request["args"]), dict(request["kwargs"]))
+        elif op == "get":
+            outcome = read_variable(namespace, str(request["name"]))
+        else:
+            outcome = Outcome(error_type="__protocol__", message=f"unknown op {op!r}")
+        reply = {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
+        output = self.output.take()
+        if output:
+            reply["output"] = output
+        return reply
+
+    def run_cell(self, source: str) -> dict:
+        started = time.perf_counter()
+        result = self.shell.run_cell(source, store_history=False, silent=False)
+        error = result.error_before_exec or result.error_in_exec
+        reply: dict[str, Any] = {"ok": error is None, "seconds": time.perf_counter() - started}
+        if error is not None:
+            reply["error_type"] = type(error).__name__
+            reply["message"] = str(error)[:2000]
+        reply["output"] = self.output.take()
+        return reply
+
+
+def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, report: int) -> None:
+    """In the zygote's fresh child: isolate, report the sandbox pid on ``report``, serve."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    namespaces = os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) == 0
+    if namespaces:
+        # The next fork is PID 1 of the new namespace: when it dies, every process it left dies.
+        pid = os.fork()
+        if pid:
+            channel.close()
+            os.write(report, f"{pid}\n".encode())
+            os.close(report)
+            os.waitpid(pid, 0)
+            os._exit(0)
+    else:
+        os.write(report, f"{os.getpid()}\n".encode())
+    os.close(report)
+    sandbox = Sandbox(channel, settings, shell)
+    try:
+        sandbox.lock_down(namespaces)
+        sandbox.serve()
+    except BaseException as error:  # noqa: BLE001 - report set-up failures, then die quietly
+        try:
+            protocol.send(channel, {"ready": False, "error": f"{type(error).__name__}: {error}"})
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(0)
+
+
+def serve_forever(control: socket.socket) -> None:
+    """The zygote loop: one request per sandbox, one reply with its pid."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps our children
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    shell = _new_shell()
+    torch.ones(2, 2).softmax(-1)  # warm the op dispatch once, single-threaded
+    protocol.send(control, {"zygote": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 1)
+        except OSError:
+            return
+        if not message:
+            return
+        settings = json.loads(message)
+        if not fds:
+            continue
+        channel = socket.socket(fileno=fds[0])
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            os.close(read_end)
+            start_sandbox(channel, settings, shell, write_end)
+        channel.close()
+        os.close(write_end)
+        with os.fdopen(read_end) as report:
+            sandbox_pid = report.readline().strip()
+        protocol.send(control, {"pid": int(sandbox_pid) if sandbox_pid.isdigit() else None})
+
+
+if __name__ == "__main__":
+    serve_forever(socket.socket(fileno=int(sys.argv[1])))

@@ -1,0 +1,215 @@
+"""``attnkit grade | check | merge``: the command line of design.md's contract."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from attnkit.engine import (
+    DEFAULT_AUTOGRADER,
+    PROJECT_ROOT,
+    GradingError,
+    Job,
+    atomic_write,
+    find_jobs,
+    grade_jobs,
+    grader_digest,
+    is_current,
+    results_path,
+    shard_of,
+)
+from attnkit.feedback import feedback_html, load_catalogue, report_html
+from attnkit.sandbox import Limits
+from attnkit.scoring import PARTS, results_json
+
+console = Console(stderr=True)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("--shard takes i/n, e.g. 1/4") from None
+    if not 1 <= index <= count:
+        raise argparse.ArgumentTypeError("--shard i/n needs 1 <= i <= n")
+    return index, count
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnkit", description="Grade the attention chapter's notebooks in sandboxes.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    grade = commands.add_parser("grade", help="grade a class in nbgrader's layout")
+    grade.add_argument("--submitted", type=Path, required=True, help="DIR/<student_id>/<assignment>/<notebook>.ipynb")
+    grade.add_argument("--out", type=Path, required=True, help="where grades.csv, report.html and per-student results go")
+    grade.add_argument("--jobs", type=int, default=None, help="parallel workers (default: number of cores)")
+    grade.add_argument("--assignment", default=None, help="only this assignment folder")
+    grade.add_argument("--force", action="store_true", help="regrade even unchanged submissions")
+    grade.add_argument("--shard", type=parse_shard, default=None, help="grade only slice i/n (merge later)")
+    grade.add_argument("--gradebook", type=Path, default=None, help="also record scores in this nbgrader gradebook.db")
+    grade.add_argument("--autograder", type=Path, default=DEFAULT_AUTOGRADER, help=argparse.SUPPRESS)
+    grade.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
+    grade.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
+    grade.add_argument("--memory-mb", type=int, default=2048, help="memory per sandbox beyond the libraries")
+    grade.add_argument("--quiet", action="store_true", help="no progress bar or table")
+
+    check = commands.add_parser("check", help="grade one notebook (self-study) and print the feedback")
+    check.add_argument("notebook", type=Path)
+    check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
+
+    merge = commands.add_parser("merge", help="combine shard outputs into one grades.csv and report")
+    merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
+    merge.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def hidden_paths(*extra: Path) -> list[str]:
+    """What a sandbox must not see: the grader's code and tests, the solutions, all submissions."""
+    names = ("autograder", "src", "solutions", "tests", "examples", ".git", "gradescope")
+    return [str(PROJECT_ROOT / name) for name in names] + [str(path.resolve()) for path in extra]
+
+
+def write_record(out: Path, record: dict[str, Any], catalogue: dict) -> dict[str, Any]:
+    results = results_json(record)
+    folder = results_path(out, record).parent
+    atomic_write(folder / "results.json", json.dumps(results, ensure_ascii=False, indent=1))
+    atomic_write(folder / "feedback.html", feedback_html(results, catalogue))
+    return results
+
+
+def collect(out: Path, jobs: list[Job] | None = None) -> list[dict[str, Any]]:
+    """Every results.json under ``out`` (or just those of ``jobs``)."""
+    paths = [results_path(out, job) for job in jobs] if jobs is not None else sorted(out.glob("*/*/results.json"))
+    collected = []
+    for path in paths:
+        try:
+            collected.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return collected
+
+
+def grades_csv(all_results: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS])
+    for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
+        writer.writerow([r["student_id"], r["assignment"], f"{r['score']:g}", f"{r['max_score']:g}",
+                         *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)])
+    return buffer.getvalue()
+
+
+def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float) -> None:
+    atomic_write(out / "grades.csv", grades_csv(all_results))
+    atomic_write(out / "report.html", report_html(all_results, catalogue, seconds))
+
+
+def summary_table(all_results: list[dict[str, Any]]) -> Table:
+    table = Table(title="评分结果")
+    for column in ("学生", "分数", "诊断", "问题"):
+        table.add_column(column)
+    for r in sorted(all_results, key=lambda r: r["student_id"]):
+        table.add_row(r["student_id"], f"{r['score']:g}/{r['max_score']:g}", ", ".join(r["diagnoses"]) or "-", "；".join(r["problems"])[:60] or "-")
+    return table
+
+
+def command_grade(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    if not (args.autograder / "catalogue.py").is_file():
+        raise GradingError(f"hidden test suite not found at {args.autograder}")
+    digest = grader_digest(args.autograder)
+    jobs = shard_of(find_jobs(args.submitted, args.assignment, digest), args.shard)
+    todo = [job for job in jobs if args.force or not is_current(args.out, job)]
+    catalogue = load_catalogue(args.autograder)
+    limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
+    workers = args.jobs or len(__import__("os").sched_getaffinity(0))
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.quiet:
+        console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
+    with Progress(TextColumn("评分"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet) as progress:
+        task = progress.add_task("grade", total=len(todo))
+
+        def on_record(record: dict[str, Any]) -> None:
+            write_record(args.out, record, catalogue)
+            progress.advance(task)
+
+        grade_jobs(todo, args.autograder, workers, limits, hidden_paths(args.submitted, args.out), on_record)
+    all_results = collect(args.out, jobs)
+    write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started)
+    if args.gradebook is not None:
+        from attnkit.gradebook import record_grades
+
+        record_grades(args.gradebook, all_results)
+    if not args.quiet:
+        console.print(summary_table(all_results))
+        console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")
+    return 0
+
+
+def command_check(args: argparse.Namespace) -> int:
+    if not args.notebook.is_file():
+        raise GradingError(f"no such notebook: {args.notebook}")
+    with tempfile.TemporaryDirectory(prefix="attnkit-check-") as scratch:
+        submitted = Path(scratch) / "submitted" / "me" / "ch19-attention"
+        submitted.mkdir(parents=True)
+        shutil.copy(args.notebook, submitted / args.notebook.name)
+        out = args.out or Path(scratch) / "out"
+        grade_args = build_parser().parse_args(["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force"])
+        command_grade(grade_args)
+        results = collect(out)[0]
+        for part, title in PARTS.items():
+            scores = results["parts"].get(part, {})
+            print(f"{title:<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+        for test in results["tests"]:
+            if test["status"] != "passed":
+                print(f"  ✘ {test['name']}：{test['output']}")
+        catalogue = load_catalogue(DEFAULT_AUTOGRADER)
+        for mistake in results["diagnoses"]:
+            info = catalogue.get(mistake, {})
+            print(f"诊断 {mistake}（{info.get('section', '')}）：{info.get('zh', '')}")
+        print(f"总分 {results['score']:g}/{results['max_score']:g}")
+        if args.out:
+            print(f"反馈页面：{out / 'me' / 'ch19-attention' / 'feedback.html'}")
+    return 0
+
+
+def command_merge(args: argparse.Namespace) -> int:
+    all_results: dict[tuple[str, str], dict[str, Any]] = {}
+    for shard in args.shards:
+        for results in collect(shard):
+            key = (results["student_id"], results["assignment"])
+            all_results[key] = results
+            source = shard / key[0] / key[1]
+            target = args.out / key[0] / key[1]
+            if source.resolve() != target.resolve():
+                target.mkdir(parents=True, exist_ok=True)
+                for name in ("results.json", "feedback.html"):
+                    if (source / name).is_file():
+                        atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
+    write_class_outputs(args.out, list(all_results.values()), load_catalogue(DEFAULT_AUTOGRADER), 0.0)
+    console.print(f"合并了 {len(all_results)} 份结果，写入 {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"grade": command_grade, "check": command_check, "merge": command_merge}[args.command](args)
+    except GradingError as error:
+        console.print(f"[red]无法评分：{error}[/red]")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

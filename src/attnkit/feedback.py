@@ -1,0 +1,95 @@
+"""HTML pages: each student's feedback and the TA's class report (jinja2 templates)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from attnkit.scoring import PARTS
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("attnkit", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def load_catalogue(autograder: Path) -> dict[str, dict[str, str]]:
+    """Mistake id -> {section, zh, en, function}, read from the hidden suite's catalogue."""
+    spec = importlib.util.spec_from_file_location("attnkit_hidden_catalogue", autograder / "catalogue.py")
+    if spec is None or spec.loader is None:
+        return {}
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    sys.path.insert(0, str(autograder))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(autograder))
+    return {m.id: {"section": m.section, "zh": m.zh, "en": m.en, "function": m.function} for m in module.MISTAKES}
+
+
+def heat(value: float | None) -> str:
+    """A background colour for a weight in [0, 1]."""
+    if value is None or value != value:
+        return "#eeeeee"
+    level = max(0.0, min(1.0, float(value)))
+    return f"rgba(37, 99, 235, {0.08 + 0.8 * level:.3f})"
+
+
+def _weights_differ(panel: dict[str, Any]) -> bool:
+    student, expected = panel.get("student"), panel.get("expected")
+    if student is None:
+        return True
+    return any(abs(s - e) > 1e-4 for srow, erow in zip(student, expected) for s, e in zip(srow, erow))
+
+
+def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) -> str:
+    parts = []
+    for grade_id, title in list(PARTS.items()) + [("other", "其他")]:
+        tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
+        if tests:
+            parts.append({"id": grade_id, "title": title, "tests": tests, **results["parts"].get(grade_id, {})})
+    evidence = results.get("evidence") or {}
+    show_heatmaps = any(_weights_differ(panel) for panel in evidence.values()) if evidence else False
+    return _ENV.get_template("feedback.html.j2").render(
+        r=results,
+        parts=parts,
+        catalogue=catalogue,
+        evidence=evidence,
+        show_heatmaps=show_heatmaps,
+        heat=heat,
+    )
+
+
+def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str, str]], seconds: float) -> str:
+    scores = [r["score"] for r in all_results]
+    bins = [0] * 10
+    for score, maximum in ((r["score"], r["max_score"] or 100) for r in all_results):
+        bins[min(9, int(10 * score / maximum))] += 1
+    tests: dict[str, dict[str, Any]] = {}
+    for r in all_results:
+        for t in r["tests"]:
+            entry = tests.setdefault(t["name"], {"name": t["name"], "grade_id": t["grade_id"], "passed": 0, "total": 0})
+            entry["total"] += 1
+            entry["passed"] += t["status"] == "passed"
+    diagnoses = Counter(d for r in all_results for d in r["diagnoses"])
+    broken = [r for r in all_results if r["problems"] or any(c.get("error_type") in ("__timeout__", "__crashed__") for c in r["cells"])]
+    return _ENV.get_template("report.html.j2").render(
+        results=sorted(all_results, key=lambda r: r["student_id"]),
+        count=len(all_results),
+        mean=sum(scores) / len(scores) if scores else 0.0,
+        bins=bins,
+        top=max(bins) or 1,
+        tests=sorted(tests.values(), key=lambda t: t["passed"] / t["total"]),
+        diagnoses=diagnoses.most_common(),
+        catalogue=catalogue,
+        broken=broken,
+        seconds=seconds,
+    )

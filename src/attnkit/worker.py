@@ -1,0 +1,196 @@
+"""A grading worker: one zygote, one trusted pytest session per chunk of submissions.
+
+Runs in its own process (``multiprocessing`` spawn). It never writes outputs: each finished
+submission goes back to the parent as a plain dict over a queue, and the parent is the only writer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from attnkit.notebook import CodeCell, read_notebook
+from attnkit.proxy import Outcome, Student
+from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote
+
+
+@dataclass
+class Job:
+    """One student's submission of one assignment."""
+
+    student_id: str
+    assignment: str
+    notebooks: list[str]  # paths, in the order they run
+    fingerprint: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.student_id}/{self.assignment}"
+
+
+@dataclass
+class Failed:
+    """A backend for a submission that could not run at all: every request fails with why."""
+
+    reason: str
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        return Outcome(error_type="__crashed__", message=self.reason)
+
+    def variable(self, name: str) -> Outcome:
+        return Outcome(error_type="__crashed__", message=self.reason)
+
+
+@dataclass
+class Opened:
+    job: Job
+    student: Student
+    session: Submission | None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+
+class SandboxProvider:
+    """The ``student`` fixture's source in a worker: a sandbox per submission, from the zygote."""
+
+    def __init__(self, zygote: Zygote, jobs: list[Job], limits: Limits, finished: Callable[[Opened], None]) -> None:
+        self.zygote = zygote
+        self.jobs = {job.key: job for job in jobs}
+        self.limits = limits
+        self.finished = finished
+        self.open_now: dict[str, Opened] = {}
+
+    def submission_ids(self) -> list[str]:
+        return list(self.jobs)
+
+    def open(self, submission_id: str) -> Student:
+        job = self.jobs[submission_id]
+        cells: list[CodeCell] = []
+        problems: list[str] = []
+        notes: list[str] = []
+        offset = 0
+        for path in job.notebooks:
+            notebook = read_notebook(Path(path))
+            name = Path(path).name
+            if not notebook.readable:
+                problems.append(f"{name}：{notebook.problem}")
+                continue
+            notes += [f"{name}：{note}" for note in notebook.notes]
+            for cell in notebook.cells:
+                cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check))
+            offset += 10_000
+        if not job.notebooks:
+            problems.append("没有找到任何 .ipynb 笔记本")
+        session: Submission | None = None
+        if cells:
+            session = Submission(self.zygote, cells, self.limits)
+            try:
+                session.start()
+                backend: Any = session
+            except (SandboxDied, OSError, RuntimeError) as error:
+                problems.append(f"无法运行这份提交：{error}")
+                backend = Failed(problems[-1])
+        else:
+            backend = Failed(problems[-1] if problems else "笔记本中没有任何代码")
+        opened = Opened(job, Student(backend), session, problems, notes)
+        self.open_now[submission_id] = opened
+        return opened.student
+
+    def close(self, submission_id: str) -> None:
+        opened = self.open_now.pop(submission_id)
+        try:
+            self.finished(opened)
+        finally:
+            if opened.session is not None:
+                opened.session.close()
+
+
+def evidence(student: Student, reference: dict) -> dict[str, Any]:
+    """The student's and the expected weights on the chapter's three-position example (section 7),
+    for the feedback page's heatmaps. Empty when the student's function cannot produce them."""
+    import torch
+
+    query = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.float64)[None, None]  # (1, 1, 3, 2)
+    value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    shown: dict[str, Any] = {}
+    for label, allowed in (("full", None), ("causal", causal)):
+        _, expected = reference["scaled_attention"](query, query.clone(), value, allowed)
+        shown[label] = {"expected": expected[0, 0].tolist(), "student": None}
+        try:
+            calls_before = len(student.calls)
+            result = student.scaled_attention(query, query.clone(), value, allowed)
+            del student.calls[calls_before:]
+            weights = result[1] if isinstance(result, (tuple, list)) and len(result) == 2 else None
+            if isinstance(weights, torch.Tensor) and weights.numel() == 9:
+                shown[label]["student"] = weights.reshape(3, 3).to(torch.float64).tolist()
+        except Exception:  # noqa: BLE001 - whatever the student's code does, the page just shows less
+            pass
+    return shown
+
+
+def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote, emit: Callable[[dict], None]) -> None:
+    """Grade ``jobs`` in one pytest session, emitting each submission's record when it is done."""
+    import pytest
+
+    from attnkit.plugin import GradingPlugin
+
+    plugin: GradingPlugin
+
+    def finished(opened: Opened) -> None:
+        catalogue = importlib.import_module("catalogue")
+        tests = [result.to_dict() for result in plugin.results.pop(opened.job.key, [])]
+        record = {
+            "student_id": opened.job.student_id,
+            "assignment": opened.job.assignment,
+            "fingerprint": opened.job.fingerprint,
+            "tests": tests,
+            "problems": opened.problems,
+            "notes": opened.notes,
+            "cells": [asdict(run) for run in opened.session.runs] if opened.session else [],
+            "sandbox": opened.session.describe() if opened.session else {},
+            "evidence": evidence(opened.student, catalogue.reference_namespace()) if opened.session else {},
+            "seconds": time.perf_counter() - opened.started,
+        }
+        emit(record)
+
+    provider = SandboxProvider(zygote, jobs, limits, finished)
+    plugin = GradingPlugin(provider)
+    args = [
+        str(autograder), "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
+        "-p", "no:warnings", "-c", os.devnull, "--rootdir", str(autograder), "-o", "addopts=",
+    ]
+    code = pytest.main(args, plugins=[plugin])
+    if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the suite itself broke
+        raise RuntimeError(f"the hidden test suite could not run (pytest exit code {int(code)})")
+
+
+def worker_main(tasks: Any, results: Any, autograder: str, limits: Limits, hide: list[str]) -> None:
+    """Process entry point: take chunks from ``tasks`` until ``None``; put records on ``results``."""
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        zygote = Zygote(hide=hide)
+    except Exception as error:  # noqa: BLE001
+        results.put({"fatal": f"could not start the sandbox zygote: {error}"})
+        return
+    try:
+        while (chunk := tasks.get()) is not None:
+            try:
+                run_chunk(chunk, Path(autograder), limits, zygote, results.put)
+            except Exception as error:  # noqa: BLE001 - the parent reports it and stops
+                results.put({"fatal": f"{type(error).__name__}: {error}"})
+                return
+            finally:
+                sys.modules.pop("catalogue", None)
+    finally:
+        zygote.close()
+        results.put({"worker_done": os.getpid()})

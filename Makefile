@@ -5,6 +5,7 @@ BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
 SUBMITTED ?= examples/submitted
 OUT      ?= graded
+GRADEBOOK ?= gradebook.db
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 grade: $(STAMP)
-	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS)
+	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

@@ -1,0 +1,344 @@
+"""The catalogue of known mistakes (mutants) of the six API functions, for diagnosis.
+
+Each mistake is the reference with exactly one function replaced. ``mistake_namespaces()`` execs
+the reference source and then the mistake's ``def`` into one fresh namespace, so the reference
+functions that call the replaced one use the mistaken version: a later part that fails only
+because of an earlier function is diagnosed as that earlier mistake.
+
+Every ``source`` is self-contained (it imports what it uses), so it also works pasted into a
+student's notebook cell in place of the right answer.
+
+The ids are part of the results.json contract (design.md); more may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+REFERENCE_PATH = Path(__file__).with_name("reference.py")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    id: str
+    section: str
+    function: str
+    source: str
+    zh: str
+    en: str
+
+
+MISTAKES: tuple[Mistake, ...] = (
+    Mistake(
+        id="no_scale",
+        section="第 3 节",
+        function="scaled_attention",
+        source='''\
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="点积分数没有除以 √d_k。维数越大，分数波动越大，Softmax 会变得过于尖锐；缩放点积注意力要先把 QKᵀ 除以键维数的平方根。",
+        en="The dot-product scores are not divided by sqrt(d_k). Without the scaling the scores grow with the key width and the softmax becomes too peaked; scaled dot-product attention divides QKᵀ by the square root of the key dimension.",
+    ),
+    Mistake(
+        id="scale_by_dk",
+        section="第 3 节",
+        function="scaled_attention",
+        source='''\
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / query.shape[-1]
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="分数除以了 d_k 本身，而不是 √d_k。d_k 个独立乘积之和的方差是 d_k，要让方差回到 1，应除以它的平方根（标准差）。",
+        en="The scores are divided by d_k instead of sqrt(d_k). A sum of d_k independent unit-variance products has variance d_k; dividing by its square root (the standard deviation) brings the variance back to 1.",
+    ),
+    Mistake(
+        id="softmax_wrong_axis",
+        section="第 4 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-2)
+    return weights @ value, weights
+''',
+        zh="Softmax 沿错误的维度计算（对查询归一化）。Softmax 应沿每一行、也就是最后一维（键的维度）计算：固定一个查询，在它能访问的键之间分配权重，每行之和为 1。",
+        en="The softmax runs over the wrong axis (normalising over queries). It must run along each row, the last (key) dimension: for a fixed query, the weights over the keys it may see sum to 1.",
+    ),
+    Mistake(
+        id="mask_by_multiplying",
+        section="第 5 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores * allowed
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="用乘零来“屏蔽”分数。分数为 0 时 exp(0)=1，被屏蔽的位置照样分到概率；应在 Softmax 之前把不允许的位置的分数设为 -∞。",
+        en="The mask multiplies the scores by zero. A score of 0 still gets exp(0) = 1 and a share of the probability; disallowed scores must be set to -inf before the softmax.",
+    ),
+    Mistake(
+        id="mask_after_softmax",
+        section="第 5 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    weights = scores.softmax(dim=-1)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        weights = weights * allowed
+    return weights @ value, weights
+''',
+        zh="Softmax 之后才把不允许位置的权重清零，却没有重新归一化：每行之和不再是 1，而且被屏蔽位置的分数仍然影响了分母，未来的信息会漏进来。",
+        en="The weights are zeroed after the softmax without renormalising: rows no longer sum to 1, and the masked scores still sit in the softmax's denominator, so information from masked (future) positions leaks in.",
+    ),
+    Mistake(
+        id="mask_inverted",
+        section="第 5 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="掩码的含义用反了。本章的 allowed=True 表示“允许访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反），应屏蔽的是 allowed 为 False 的位置。",
+        en="The mask's meaning is inverted. In this chapter allowed=True means 'may attend' (as in PyTorch's scaled_dot_product_attention, the opposite of nn.MultiheadAttention); the positions to block are those where allowed is False.",
+    ),
+    Mistake(
+        id="mask_not_applied",
+        section="第 5 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="掩码没有起作用：例如调用了 scores.masked_fill(...) 却没有把结果赋回 scores（masked_fill 不会原地修改）。结果与不加掩码完全相同，查询仍能访问被屏蔽的位置。",
+        en="The mask has no effect, e.g. scores.masked_fill(...) is called but its result is not assigned back (masked_fill is not in-place). The result equals unmasked attention, so queries still see blocked positions.",
+    ),
+    Mistake(
+        id="no_empty_row_error",
+        section="第 5 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="某个查询整行都被屏蔽时没有报错。整行都是 -∞ 时 Softmax 的归一化没有定义，结果是 NaN；本章的实现约定此时抛出 ValueError，而不是等 NaN 出现后再猜。",
+        en="No error when a query has no allowed key. A row of all -inf has no defined softmax (the result is NaN); the chapter's implementation raises ValueError instead of letting NaN appear.",
+    ),
+    Mistake(
+        id="causal_excludes_diagonal",
+        section="第 5 节",
+        function="causal_allowed",
+        source='''\
+import torch
+
+
+def causal_allowed(size):
+    return torch.ones(size, size, dtype=torch.bool).tril(diagonal=-1)
+''',
+        zh="因果掩码把对角线也屏蔽了。允许访问的条件是 j ≤ i：当前位置的输入属于已知前文，可以访问；否则第一个位置没有任何可访问的键。",
+        en="The causal mask also blocks the diagonal. The condition is j <= i: a position's own input is already known and may be attended to; otherwise the first position has no key at all.",
+    ),
+    Mistake(
+        id="causal_upper_triangle",
+        section="第 5 节",
+        function="causal_allowed",
+        source='''\
+import torch
+
+
+def causal_allowed(size):
+    return torch.ones(size, size, dtype=torch.bool).triu()
+''',
+        zh="因果掩码取成了上三角（j ≥ i）：每个位置能看到自己之后的位置，恰好允许了偷看未来。行是查询位置 i、列是键位置 j，应允许 j ≤ i，即下三角。",
+        en="The causal mask is the upper triangle (j >= i): every position sees the ones after it, which is exactly the leak to prevent. Rows are query positions i, columns key positions j; allow j <= i, the lower triangle.",
+    ),
+    Mistake(
+        id="padding_on_queries",
+        section="第 5 节",
+        function="padding_allowed",
+        source='''\
+import torch
+
+
+def padding_allowed(lengths, size):
+    lengths = torch.as_tensor(lengths)
+    allowed = torch.arange(size) < lengths[:, None]
+    return allowed[:, None, :, None]
+''',
+        zh="填充掩码屏蔽的是查询而不是键。要屏蔽的是 PAD 对应的键（最后一维），形状应为 (B, 1, 1, T)，以便对所有头和所有查询广播；屏蔽查询会让 PAD 查询整行无键可用。",
+        en="The padding mask blocks queries instead of keys. It must block the PAD keys (the last dimension), shape (B, 1, 1, T), broadcasting over heads and queries; masking queries leaves PAD queries with no key at all.",
+    ),
+    Mistake(
+        id="split_without_transpose",
+        section="第 6 节",
+        function="split_heads",
+        source='''\
+import torch
+
+
+def split_heads(x, num_heads):
+    batch, length, width = x.shape
+    if width % num_heads != 0:
+        raise ValueError(f"宽度 {width} 不能被头数 {num_heads} 整除")
+    return x.reshape(batch, num_heads, length, width // num_heads)
+''',
+        zh="拆头时直接 reshape 成 (B, h, T, d)，没有先拆成 (B, T, h, d) 再交换维度。这样各个头拿到的是按内存顺序切开的片段，混进了别的位置，而不是每个位置特征的一部分；头拆分的是特征，不是序列。",
+        en="split_heads reshapes straight to (B, h, T, d) instead of (B, T, h, d) followed by a transpose. Each head then gets consecutive chunks of memory, mixing positions, rather than a slice of every position's features: heads split the features, not the sequence.",
+    ),
+    Mistake(
+        id="merge_without_transpose",
+        section="第 6 节",
+        function="merge_heads",
+        source='''\
+import torch
+
+
+def merge_heads(x):
+    batch, heads, length, size = x.shape
+    return x.reshape(batch, length, heads * size)
+''',
+        zh="拼回多头时直接 reshape 成 (B, T, h·d)，没有先把维度换回 (B, T, h, d)。这样每个位置拿到的是同一个头里相邻几个位置的结果，而不是各个头在这个位置的结果。",
+        en="merge_heads reshapes straight to (B, T, h*d) without first transposing back to (B, T, h, d). Each position then receives several positions of one head instead of every head's result for that position.",
+    ),
+    Mistake(
+        id="missing_output_projection",
+        section="第 6 节",
+        function="multi_head_attention",
+        source='''\
+import torch
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    heads, weights = scaled_attention(query, key, value, allowed)
+    return merge_heads(heads), weights
+''',
+        zh="拼接各头之后漏了输出投影 W_O。多头注意力的输出是 Concat(O_1, …, O_h) W_O，投影让各头的结果混合起来。",
+        en="The output projection W_O is missing after concatenating the heads. Multi-head attention returns Concat(O_1, ..., O_h) W_O; the projection mixes the heads' results.",
+    ),
+    Mistake(
+        id="no_divisibility_check",
+        section="第 6 节",
+        function="split_heads",
+        source='''\
+import torch
+
+
+def split_heads(x, num_heads):
+    batch, length, width = x.shape
+    return x.reshape(batch, length, num_heads, width // num_heads).transpose(1, 2)
+''',
+        zh="拆头前没有检查宽度能否被头数整除。D 不能被 h 整除时每个头分不到相同的维数，应明确抛出 ValueError 说明原因，而不是让 reshape 报出难懂的错误（或悄悄丢掉特征）。",
+        en="split_heads does not check that the width is divisible by the number of heads. When it is not, the heads cannot get equal widths; raise a ValueError saying so instead of an obscure reshape error (or silently dropping features).",
+    ),
+)
+
+_BY_ID = {mistake.id: mistake for mistake in MISTAKES}
+
+
+def by_id(mistake_id: str) -> Mistake:
+    return _BY_ID[mistake_id]
+
+
+def reference_source() -> str:
+    return REFERENCE_PATH.read_text(encoding="utf-8")
+
+
+def _exec(*sources: str) -> dict:
+    namespace: dict = {"__name__": "__attnkit_catalogue__"}
+    for index, source in enumerate(sources):
+        exec(compile(source, f"<catalogue {index}>", "exec"), namespace)
+    return namespace
+
+
+@lru_cache(maxsize=1)
+def reference_namespace() -> dict:
+    """The six reference functions, in a fresh namespace (built once)."""
+    return _exec(reference_source())
+
+
+@lru_cache(maxsize=1)
+def mistake_namespaces() -> dict[str, dict]:
+    """id -> the reference with that one mistake's function replaced (built once)."""
+    source = reference_source()
+    return {mistake.id: _exec(source, mistake.source) for mistake in MISTAKES}

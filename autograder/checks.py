@@ -1,0 +1,233 @@
+"""Curated checks for the hidden tests: every failure says, in Chinese, what was checked and what
+went wrong (shapes, the largest error and where, the first wrong row), never the test's code.
+
+The plugin runs pytest with ``--assert=plain``, so the text of the AssertionError raised here is
+exactly what the student reads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from attnkit.proxy import StudentRaised
+
+# Tolerances by dtype, for results compared with a float64 expectation.
+# float32: machine epsilon ~1.2e-7; a softmax over <= 8 keys and a matmul over <= 8 terms of O(1)
+#   values stay within a few 1e-6, so 1e-5 absolute + 1e-4 relative leaves ~10x headroom for other
+#   correct styles (einsum, -1e9, a hand-written softmax, renormalising after softmax), while every
+#   catalogued mistake moves some value by >= 1e-2.
+# float64: epsilon ~2.2e-16; those styles agree to ~1e-14, so 1e-10 / 1e-9 is generous and still
+#   eight orders of magnitude below any real mistake.
+TOLERANCE = {
+    torch.float32: (1e-5, 1e-4),
+    torch.float64: (1e-10, 1e-9),
+}
+
+_MAX_SHOWN = 8
+
+
+def fmt_number(x: float) -> str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    text = f"{x:.4f}"
+    return "0.0000" if text == "-0.0000" else text
+
+
+def fmt_row(row: torch.Tensor) -> str:
+    values = row.reshape(-1).tolist()
+    shown = [fmt_number(float(v)) if not isinstance(v, bool) else str(v) for v in values[:_MAX_SHOWN]]
+    more = "，…" if len(values) > _MAX_SHOWN else ""
+    return "[" + ", ".join(shown) + more + "]"
+
+
+def fmt_shape(shape: Any) -> str:
+    shape = tuple(shape)
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def fmt_index(index: tuple[int, ...]) -> str:
+    return fmt_shape(index)
+
+
+def fail(message: str) -> None:
+    raise AssertionError(message)
+
+
+def assert_tensor(got: Any, what: str) -> torch.Tensor:
+    if not isinstance(got, torch.Tensor):
+        fail(f"{what}应是一个 torch.Tensor，实际得到的是 {type(got).__name__}。")
+    return got
+
+
+def assert_shape(got: Any, expected: Any, what: str) -> torch.Tensor:
+    got = assert_tensor(got, what)
+    if tuple(got.shape) != tuple(expected):
+        fail(f"{what}的形状应为 {fmt_shape(expected)}，实际为 {fmt_shape(got.shape)}。")
+    return got
+
+
+def assert_dtype(got: torch.Tensor, expected: torch.dtype, what: str) -> None:
+    if got.dtype != expected:
+        fail(f"{what}的数据类型应与输入一致（{expected}），实际为 {got.dtype}。")
+
+
+def unpack_pair(result: Any, function: str) -> tuple[Any, Any]:
+    """``(output, weights)`` from a function that must return a pair."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        kind = type(result).__name__
+        size = f"长度为 {len(result)} 的 {kind}" if isinstance(result, (tuple, list)) else kind
+        fail(f"{function} 应返回 (输出, 权重) 两个张量，实际返回了 {size}。")
+    return result[0], result[1]
+
+
+def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None = None, rtol: float | None = None) -> None:
+    """Shape, dtype-independent values within ``atol + rtol * |expected|``; names the worst element."""
+    got = assert_shape(got, expected.shape, what)
+    if not got.is_floating_point():
+        fail(f"{what}应是浮点张量，实际数据类型为 {got.dtype}。")
+    default_atol, default_rtol = TOLERANCE.get(got.dtype, TOLERANCE[torch.float32])
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    if got.numel() == 0:
+        return
+    g = got.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    bad_value = ~torch.isfinite(g) & torch.isfinite(e)
+    if bad_value.any():
+        index = _first(bad_value)
+        fail(
+            f"{what}中出现了 {fmt_number(float(g[index]))}（第一处在位置 {fmt_index(index)}），"
+            f"期望是有限的数。{_row_text(g, e, index)}"
+        )
+    excess = (g - e).abs() - (atol + rtol * e.abs())
+    excess = torch.where(torch.isnan(excess), torch.zeros_like(excess), excess)
+    if excess.max() > 0:
+        index = tuple(int(i) for i in torch.unravel_index(torch.argmax(excess), excess.shape))
+        error = float((g - e).abs()[index])
+        fail(f"{what}与期望不符：最大误差 {error:.4g}，出现在位置 {fmt_index(index)}。{_row_text(g, e, index)}")
+
+
+def _first(mask: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in mask.nonzero()[0])
+
+
+def _row_text(got: torch.Tensor, expected: torch.Tensor, index: tuple[int, ...]) -> str:
+    if got.dim() == 0:
+        return f"应为 {fmt_number(float(expected))}，实际为 {fmt_number(float(got))}。"
+    if got.dim() == 1:
+        return f"应为 {fmt_row(expected)}，实际为 {fmt_row(got)}。"
+    row = index[:-1]
+    return f"位置 {fmt_index(row)} 这一行应为 {fmt_row(expected[row])}，实际为 {fmt_row(got[row])}。"
+
+
+def assert_bool_equal(got: Any, expected: torch.Tensor, what: str) -> None:
+    """A bool mask: dtype bool, the exact shape, the exact values (names the first difference)."""
+    got = assert_tensor(got, what)
+    if got.dtype != torch.bool:
+        fail(f"{what}应是布尔张量（torch.bool），实际数据类型为 {got.dtype}。")
+    assert_shape(got, expected.shape, what)
+    different = got != expected
+    if different.any():
+        index = _first(different)
+        count = int(different.sum())
+        fail(
+            f"{what}有 {count} 处取值不对，第一处在位置 {fmt_index(index)}："
+            f"应为 {bool(expected[index])}，实际为 {bool(got[index])}。"
+        )
+
+
+def assert_equal_exactly(got: Any, expected: torch.Tensor, what: str) -> None:
+    """Pure data movement (reshape/transpose) must reproduce the elements exactly."""
+    got = assert_shape(got, expected.shape, what)
+    if got.dtype != expected.dtype:
+        fail(f"{what}的数据类型应为 {expected.dtype}，实际为 {got.dtype}。")
+    different = got != expected
+    if different.any():
+        index = _first(different)
+        fail(
+            f"{what}的元素放错了位置：第一处不同在位置 {fmt_index(index)}，"
+            f"应为 {fmt_number(float(expected[index]))}，实际为 {fmt_number(float(got[index]))}。"
+        )
+
+
+def max_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]]:
+    """Largest absolute difference between two same-shape tensors and where (NaN counts as a change)."""
+    diff = (a.to(torch.float64) - b.to(torch.float64)).abs()
+    both_nan = torch.isnan(a) & torch.isnan(b) if a.is_floating_point() else torch.zeros_like(diff, dtype=torch.bool)
+    diff = torch.where(torch.isnan(diff) & ~both_nan, torch.full_like(diff, math.inf), diff)
+    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    index = tuple(int(i) for i in torch.unravel_index(torch.argmax(diff), diff.shape))
+    return float(diff[index]), index
+
+
+def expect_value_error(call: Any, what: str) -> None:
+    """``call()`` must raise ValueError (a student's ValueError comes back as a ValueError subclass)."""
+    try:
+        result = call()
+    except ValueError:
+        return
+    except StudentRaised as error:
+        if error.type_name == "NotImplementedError":
+            raise  # the plugin says "not finished yet"
+        fail(f"{what}应抛出 ValueError，实际抛出了 {error.type_name}：{str(error)[:300]}")
+    detail = ""
+    if isinstance(result, (tuple, list)):
+        tensors = [item for item in result if isinstance(item, torch.Tensor)]
+        if any(t.is_floating_point() and torch.isnan(t).any() for t in tensors):
+            detail = "（返回值中出现了 NaN）"
+    fail(f"{what}应抛出 ValueError，但你的函数正常返回了{detail}。")
+
+
+# -- answer cells --------------------------------------------------------------------------------
+def _integral(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return None
+
+
+def answer_shape(value: Any, name: str) -> tuple[int, ...]:
+    """A shape answer: a tuple or list of integers (floats of integral value accepted)."""
+    if value is None:
+        fail(f"{name} 还没有填写。")
+    if isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_floating_point():
+        value = value.tolist()
+    if not isinstance(value, (tuple, list)):
+        fail(f"{name} 应是一个形状，写成整数元组，例如 (2, 3)；实际得到的是 {type(value).__name__}。")
+    numbers = [_integral(item) for item in value]
+    if any(n is None for n in numbers):
+        fail(f"{name} 的每一项都应是整数，实际为 {list(value)!r}。")
+    return tuple(numbers)  # type: ignore[arg-type]
+
+
+def answer_int(value: Any, name: str) -> int:
+    if value is None:
+        fail(f"{name} 还没有填写。")
+    number = _integral(value)
+    if number is None:
+        fail(f"{name} 应是一个整数（倍数），实际得到的是 {value!r}。")
+    return number  # type: ignore[return-value]
+
+
+def answer_bool(value: Any, name: str) -> bool:
+    if value is None:
+        fail(f"{name} 还没有填写。")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    fail(f"{name} 应是 True 或 False，实际得到的是 {value!r}。")
+    raise AssertionError  # unreachable
+
+
+def wrong_answers(names: list[str]) -> str:
+    """Say which answers are wrong without revealing the right ones."""
+    return "、".join(names)

@@ -1,0 +1,100 @@
+"""Grade cell check_masking (10 points): scaled_attention with an ``allowed`` mask.
+
+The masks are built here (trusted), so a wrong causal_allowed/padding_allowed costs nothing in
+this cell: masks and attention are graded independently. The masks are not symmetric and keep
+several keys per row, so multiplying by the mask, zeroing after the softmax, inverting the mask
+and ignoring it all give different numbers.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number, unpack_pair
+
+pytestmark = pytest.mark.grade_id("check_masking")
+
+CHAPTER_ATOL = 5e-5 + 2e-6
+
+_g = torch.Generator().manual_seed(1902)
+Q = torch.randn(2, 3, 4, 5, generator=_g, dtype=torch.float64)  # T_q=4, d_k=5
+K = torch.randn(2, 3, 6, 5, generator=_g, dtype=torch.float64)  # T_k=6
+V = torch.randn(2, 3, 6, 3, generator=_g, dtype=torch.float64)  # d_v=3
+
+# A 2-D (T_q, T_k) mask for 4-D inputs: every row keeps 1 to 5 of the 6 keys, no pattern.
+ALLOWED_2D = torch.tensor(
+    [
+        [1, 0, 0, 1, 0, 1],
+        [0, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0],
+        [0, 0, 0, 0, 1, 0],
+    ],
+    dtype=torch.bool,
+)
+# A padding mask (B, 1, 1, T_k): the second sequence has 3 real keys out of 6.
+PADDING = (torch.arange(6) < torch.tensor([6, 3])[:, None])[:, None, None, :]
+
+
+def trusted(query, key, value, allowed):
+    query, key, value = query.double(), key.double(), value.double()
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+    return output, weights
+
+
+def assert_blocked_zero(weights, allowed, what):
+    """Blocked keys must get weight exactly 0 (exp(-inf) = 0)."""
+    blocked = ~allowed.expand(weights.shape)
+    leaked = blocked & (weights != 0)
+    if leaked.any():
+        index = tuple(int(i) for i in leaked.nonzero()[0])
+        fail(
+            f"{what}：不允许访问的位置应得到 0 权重，但位置 {fmt_index(index)} 的权重为 "
+            f"{fmt_number(float(weights[index]))}（共 {int(leaked.sum())} 处不为 0）。"
+        )
+
+
+@pytest.mark.points(4)
+def test_section7_causal(student):
+    """第 7 节的三位置实验（因果掩码）：因果权重与因果输出是否与本章一致？"""
+    query = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.float64)[None, None]
+    value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]
+    allowed = torch.ones(3, 3, dtype=torch.bool).tril()
+    output, weights = unpack_pair(student.scaled_attention(query, query.clone(), value, allowed), "scaled_attention")
+    assert_shape(output, (1, 1, 3, 2), "第 7 节因果输出")
+    assert_shape(weights, (1, 1, 3, 3), "第 7 节因果权重")
+    assert_dtype(output, torch.float64, "第 7 节因果输出")
+    chapter_weights = torch.tensor([[1.0, 0.0, 0.0], [0.3302, 0.6698, 0.0], [0.2483, 0.2483, 0.5035]], dtype=torch.float64)
+    chapter_output = torch.tensor([[10.0, 0.0], [3.3024, 6.6976], [7.5174, 7.5174]], dtype=torch.float64)
+    assert_close(weights, chapter_weights[None, None], "第 7 节因果权重（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
+    assert_close(output, chapter_output[None, None], "第 7 节因果输出（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
+
+
+@pytest.mark.points(3)
+def test_2d_mask_broadcast(student):
+    """二维掩码 (T_q, T_k) 配四维输入（float32）：被屏蔽的键权重是否为 0、结果是否与 PyTorch 一致？"""
+    query, key, value = Q.float(), K.float(), V.float()
+    output, weights = unpack_pair(student.scaled_attention(query, key, value, ALLOWED_2D), "scaled_attention")
+    assert_shape(output, (2, 3, 4, 3), "加掩码后的输出")
+    assert_shape(weights, (2, 3, 4, 6), "加掩码后的权重")
+    assert_dtype(output, torch.float32, "加掩码后的输出")
+    assert_blocked_zero(weights, ALLOWED_2D, "加掩码后的权重")
+    expected_output, expected_weights = trusted(query, key, value, ALLOWED_2D)
+    assert_close(weights, expected_weights, "加掩码后的权重")
+    assert_close(output, expected_output, "加掩码后的输出")
+
+
+@pytest.mark.points(3)
+def test_padding_mask_broadcast(student):
+    """形状 (B, 1, 1, T_k) 的填充掩码（float64）：是否对所有头、所有查询广播，并屏蔽 PAD 键？"""
+    output, weights = unpack_pair(student.scaled_attention(Q, K, V, PADDING), "scaled_attention")
+    assert_shape(output, (2, 3, 4, 3), "加填充掩码后的输出")
+    assert_shape(weights, (2, 3, 4, 6), "加填充掩码后的权重")
+    assert_dtype(output, torch.float64, "加填充掩码后的输出")
+    assert_blocked_zero(weights, PADDING, "加填充掩码后的权重")
+    expected_output, expected_weights = trusted(Q, K, V, PADDING)
+    assert_close(weights, expected_weights, "加填充掩码后的权重")
+    assert_close(output, expected_output, "加填充掩码后的输出")

@@ -1,0 +1,67 @@
+"""Grade cell check_empty_row (10 points): a query with no allowed key is an error (the chapter's
+choice; PyTorch instead returns zeros or NaN). The masks are built here (trusted)."""
+
+import pytest
+import torch
+
+from checks import assert_shape, expect_value_error, fail, fmt_index, unpack_pair
+
+pytestmark = pytest.mark.grade_id("check_empty_row")
+
+_g = torch.Generator().manual_seed(1903)
+Q = torch.randn(2, 2, 3, 4, generator=_g)  # (B, h, T_q=3, d_k=4)
+K = torch.randn(2, 2, 5, 4, generator=_g)  # T_k=5
+V = torch.randn(2, 2, 5, 2, generator=_g)  # d_v=2
+
+
+@pytest.mark.points(3)
+def test_one_row_fully_masked(student):
+    """三个查询中第 2 个的 allowed 整行为 False（其余各行都有可访问的键）：是否抛出 ValueError？"""
+    allowed = torch.tensor(
+        [[1, 1, 0, 0, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool
+    )
+    expect_value_error(
+        lambda: student.scaled_attention(Q[0, 0], K[0, 0], V[0, 0], allowed),
+        "第 2 个查询没有任何允许访问的键时",
+    )
+
+
+@pytest.mark.points(3)
+def test_empty_row_inside_batch(student):
+    """批次中只有第 2 个序列的最后一个查询整行被屏蔽：是否仍能发现并抛出 ValueError？"""
+    allowed = torch.ones(2, 1, 3, 5, dtype=torch.bool).tril(diagonal=2)
+    allowed[1, 0, 2] = False
+    expect_value_error(
+        lambda: student.scaled_attention(Q, K, V, allowed),
+        "批次中第 2 个序列的第 3 个查询没有任何允许访问的键时",
+    )
+
+
+@pytest.mark.points(2)
+def test_zero_length_padding(student):
+    """填充掩码里有一个长度为 0 的序列（它的所有键都是 PAD）：是否抛出 ValueError？"""
+    allowed = (torch.arange(5) < torch.tensor([4, 0])[:, None])[:, None, None, :]
+    expect_value_error(
+        lambda: student.scaled_attention(Q, K, V, allowed),
+        "某个序列长度为 0、它的查询一个键也不能访问时",
+    )
+
+
+@pytest.mark.points(2)
+def test_no_error_when_every_row_keeps_a_key(student):
+    """每个查询都恰好只剩一个可访问的键时：是否正常返回、没有报错也没有 NaN？"""
+    allowed = torch.tensor(
+        [[0, 0, 0, 0, 1], [0, 0, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool
+    )
+    try:
+        result = student.scaled_attention(Q, K, V, allowed)
+    except ValueError as error:
+        fail(f"每个查询都还有一个可访问的键，不应报错，但你的函数抛出了 ValueError：{str(error)[:300]}")
+    output, weights = unpack_pair(result, "scaled_attention")
+    assert_shape(output, (2, 2, 3, 2), "输出")
+    assert_shape(weights, (2, 2, 3, 5), "权重")
+    for name, tensor in (("权重", weights), ("输出", output)):
+        broken = ~torch.isfinite(tensor)
+        if broken.any():
+            fail(f"{name}中出现了 NaN 或无穷大（第一处在位置 {fmt_index(tuple(int(i) for i in broken.nonzero()[0]))}），"
+                 "每个查询都有可访问的键时结果应是有限的数。")

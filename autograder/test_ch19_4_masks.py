@@ -1,0 +1,71 @@
+"""Grade cell check_masks (15 points): causal_allowed and padding_allowed, alone and combined.
+
+The combined check feeds the student's masks (joined with &) to the *reference* attention, so a
+mistake in scaled_attention costs nothing here."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import reference
+from checks import assert_bool_equal, assert_close, assert_tensor, fail, fmt_shape
+
+pytestmark = pytest.mark.grade_id("check_masks")
+
+
+def expected_causal(size):
+    rows = torch.arange(size)[:, None]
+    columns = torch.arange(size)[None, :]
+    return columns <= rows
+
+
+def expected_padding(lengths, size):
+    return (torch.arange(size)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+@pytest.mark.points(5)
+def test_causal_allowed(student):
+    """causal_allowed(size)：是否为 (size, size) 的布尔矩阵，且恰好在 j ≤ i（含对角线）处为 True？"""
+    for size in (1, 3, 6):
+        got = student.causal_allowed(size)
+        assert_bool_equal(got, expected_causal(size), f"causal_allowed({size})")
+
+
+@pytest.mark.points(5)
+def test_padding_allowed(student):
+    """padding_allowed(lengths, size)：形状是否为 (B, 1, 1, size)，且只在键位置小于序列长度处为 True？"""
+    lengths = torch.tensor([3, 5, 1])
+    got = student.padding_allowed(lengths, 5)
+    assert_bool_equal(got, expected_padding(lengths, 5), "padding_allowed(长度 [3, 5, 1], 5)")
+    lengths = torch.tensor([2, 4])
+    got = student.padding_allowed(lengths, 6)
+    assert_bool_equal(got, expected_padding(lengths, 6), "padding_allowed(长度 [2, 4], 6)")
+
+
+@pytest.mark.points(5)
+def test_causal_and_padding_combined(student):
+    """把你的因果掩码与填充掩码用 & 组合后做注意力（长度 4 与 2 的两个序列）：结果是否正确？"""
+    lengths = torch.tensor([4, 2])
+    causal = assert_tensor(student.causal_allowed(4), "causal_allowed(4)")
+    padding = assert_tensor(student.padding_allowed(lengths, 4), "padding_allowed(长度 [4, 2], 4)")
+    for name, mask in (("causal_allowed(4)", causal), ("padding_allowed(长度 [4, 2], 4)", padding)):
+        if mask.dtype != torch.bool:
+            fail(f"{name} 应是布尔张量（torch.bool），实际数据类型为 {mask.dtype}。")
+    try:
+        combined = causal & padding
+        combined.expand(2, 2, 4, 4)
+    except RuntimeError:
+        fail(
+            f"因果掩码 {fmt_shape(causal.shape)} 与填充掩码 {fmt_shape(padding.shape)} 用 & 组合后"
+            "无法广播到 (批次 2, 头数 2, 4 个查询, 4 把键)。"
+        )
+    expected_mask = expected_causal(4) & expected_padding(lengths, 4)
+    generator = torch.Generator().manual_seed(1904)
+    query, key, value = (torch.randn(2, 2, 4, size, generator=generator, dtype=torch.float64) for size in (3, 3, 2))
+    try:
+        output, _ = reference.scaled_attention(query, key, value, combined)
+    except ValueError:
+        fail("两个掩码组合后，有的查询一个键也不能访问（整行为 False）；"
+             "而正确的组合下每个查询至少能访问自己所在序列的第一个位置。")
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=expected_mask)
+    assert_close(output, expected, "用组合掩码算出的注意力输出")

@@ -1,0 +1,107 @@
+"""Grade cell check_future (10 points): the chapter's future-perturbation check (section 7) and
+section 8's question 7, on scaled_attention and on multi_head_attention.
+
+Change the third position's key and value (or input): the first two outputs must not move, and
+the third position's own output must (so an output that ignores its inputs cannot pass).
+
+Why not torch.equal, as the chapter prints? A -inf mask gives bit-identical earlier outputs, but
+masking after the softmax *with* renormalisation is also correct (design.md) and differs from run
+to run by float64 rounding (~1e-14). So the inputs are float64 and "unchanged" means within 1e-10:
+any real leak through the mask moves an earlier output by O(1) here.
+"""
+
+import pytest
+import torch
+
+from attnkit.proxy import StudentRaised
+from checks import assert_shape, fail, fmt_index, max_change, unpack_pair
+
+pytestmark = pytest.mark.grade_id("check_future")
+
+UNCHANGED = 1e-10  # float64 rounding of a correct implementation, see above
+CHANGED = 1e-6  # the changed position's own output moves by O(1)
+
+_g = torch.Generator().manual_seed(1905)
+T = 5
+Q = torch.randn(2, 2, T, 3, generator=_g, dtype=torch.float64)
+K = torch.randn(2, 2, T, 3, generator=_g, dtype=torch.float64)
+V = torch.randn(2, 2, T, 2, generator=_g, dtype=torch.float64)
+D, HEADS = 6, 2
+X = torch.randn(2, T, D, generator=_g, dtype=torch.float64)
+W_Q, W_K, W_V, W_O = (torch.randn(D, D, generator=_g, dtype=torch.float64) / D**0.5 for _ in range(4))
+NEW_ROW = torch.randn(2, D, generator=_g, dtype=torch.float64) * 3
+
+
+def causal(size):
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+def check_positions(before, after, changed, what, shape):
+    """Outputs before ``changed`` unchanged, output at ``changed`` changed (positions on dim -2)."""
+    assert_shape(before, shape, f"{what}（改动前）的输出")
+    assert_shape(after, shape, f"{what}（改动后）的输出")
+    moved, index = max_change(before[..., :changed, :], after[..., :changed, :])
+    if moved > UNCHANGED:
+        fail(
+            f"{what}：只改动了第 {changed + 1} 个位置，前 {changed} 个位置的输出却变了"
+            f"（最大变化 {moved:.4g}，在位置 {fmt_index(index)}）。它们不应有访问这个位置的通路。"
+        )
+    own, _ = max_change(before[..., changed, :], after[..., changed, :])
+    if not own > CHANGED:
+        fail(
+            f"{what}：改动第 {changed + 1} 个位置后，它自己的输出没有任何变化；"
+            "这个位置应能访问自己的信息，输出应随之改变。"
+        )
+
+
+@pytest.mark.points(3)
+def test_future_key_and_value_do_not_leak(student):
+    """本章的检查：加因果掩码后，改动第 3 个位置的键和值，前两个位置的输出是否保持不变（而第 3 个位置的输出改变）？"""
+    changed_key, changed_value = K.clone(), V.clone()
+    changed_key[..., 2, :] += 100
+    changed_value[..., 2, :] -= 100
+    before, _ = unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")
+    after, _ = unpack_pair(student.scaled_attention(Q, changed_key, changed_value, causal(T)), "scaled_attention")
+    check_positions(before, after, 2, "因果注意力（改动第 3 个位置的键和值）", (2, 2, T, 2))
+
+
+@pytest.mark.points(2)
+def test_later_query_does_not_change_earlier_outputs(student):
+    """第 8 节问题 7：不加掩码，只改动第 4 个查询，前 3 个输出是否不变（第 4 个输出改变）？"""
+    changed_query = Q.clone()
+    changed_query[..., 3, :] = -2 * changed_query[..., 3, :] + 1
+    before, _ = unpack_pair(student.scaled_attention(Q, K, V), "scaled_attention")
+    after, _ = unpack_pair(student.scaled_attention(changed_query, K, V), "scaled_attention")
+    check_positions(before, after, 3, "改动第 4 个查询", (2, 2, T, 2))
+
+
+def perturbed_input():
+    changed = X.clone()
+    changed[:, 2, :] = NEW_ROW
+    return changed
+
+
+@pytest.mark.points(3)
+def test_multi_head_future_with_your_causal_mask(student):
+    """多头注意力配你的 causal_allowed(5)：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
+    mask = student.causal_allowed(T)
+    try:
+        before = student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=mask)
+        after = student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=mask)
+    except StudentRaised as error:
+        if error.type_name == "NotImplementedError":
+            raise
+        fail(f"用你的 causal_allowed({T}) 作掩码调用 multi_head_attention 时出错（{error.type_name}：{str(error)[:300]}）。")
+    before, _ = unpack_pair(before, "multi_head_attention")
+    after, _ = unpack_pair(after, "multi_head_attention")
+    check_positions(before, after, 2, f"多头注意力 + 你的 causal_allowed({T})", (2, T, D))
+
+
+@pytest.mark.points(2)
+def test_multi_head_future_with_trusted_mask(student):
+    """多头注意力配正确的因果掩码：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
+    before, _ = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
+    after, _ = unpack_pair(
+        student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention"
+    )
+    check_positions(before, after, 2, "多头注意力 + 因果掩码", (2, T, D))

@@ -1,0 +1,88 @@
+"""Grade cell check_self_test (5 points): section 8's self-test, as answer variables.
+
+Where natural the expected answer is computed here with the reference functions rather than
+written as a literal. The feedback names a wrong answer but never shows the right one.
+"""
+
+import pytest
+import torch
+
+import reference
+from checks import answer_bool, answer_int, answer_shape, fail
+
+pytestmark = pytest.mark.grade_id("check_self_test")
+
+_g = torch.Generator().manual_seed(1909)
+
+
+def wrong(names):
+    fail(f"这个答案不对：{'、'.join(names)}。回到第 8 节对应的问题再想一想。")
+
+
+@pytest.mark.points(1)
+def test_output_and_weights_shapes(student):
+    """第 8 节问题 2：5 个查询、7 把键、值向量 3 维时，输出与权重的形状答对了吗？"""
+    query, key, value = torch.randn(5, 4, generator=_g), torch.randn(7, 4, generator=_g), torch.randn(7, 3, generator=_g)
+    output, weights = reference.scaled_attention(query, key, value)
+    answers = {
+        "answer_output_shape": tuple(output.shape),
+        "answer_weights_shape": tuple(weights.shape),
+    }
+    bad = [name for name, expected in answers.items() if answer_shape(student.get(name), name) != expected]
+    if bad:
+        wrong(bad)
+
+
+@pytest.mark.points(1)
+def test_causal_sees_current(student):
+    """第 8 节问题 4：因果注意力能否访问输入的当前位置，答对了吗？"""
+    expected = bool(reference.causal_allowed(4).diagonal().all())
+    if answer_bool(student.get("answer_causal_sees_current"), "answer_causal_sees_current") != expected:
+        wrong(["answer_causal_sees_current"])
+
+
+@pytest.mark.points(1)
+def test_heads_do_not_split_sequence(student):
+    """第 8 节问题 5：两个头是否分别处理序列的前半段和后半段，答对了吗？"""
+    x = torch.randn(1, 6, 4, generator=_g)
+    every_head_sees_every_position = reference.split_heads(x, 2).shape[-2] == x.shape[1]
+    expected = not every_head_sees_every_position
+    if answer_bool(student.get("answer_heads_split_sequence"), "answer_heads_split_sequence") != expected:
+        wrong(["answer_heads_split_sequence"])
+
+
+@pytest.mark.points(1)
+def test_values_times_two(student):
+    """第 8 节问题 6：只把所有值向量乘 2，权重与输出各变为原来的几倍，答对了吗？"""
+    query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
+    output, weights = reference.scaled_attention(query, key, value)
+    output2, weights2 = reference.scaled_attention(query, key, 2 * value)
+    answers = {
+        "answer_weights_factor": round(float((weights2 / weights).mean())),
+        "answer_output_factor": round(float((output2 / output).mean())),
+    }
+    bad = [name for name, expected in answers.items() if answer_int(student.get(name), name) != expected]
+    if bad:
+        wrong(bad)
+
+
+@pytest.mark.points(1)
+def test_earlier_outputs_and_growth(student):
+    """第 8 节问题 7–8：改动第三个查询时前两个输出会不会变、序列从 128 增至 512 时权重元素数增加几倍，答对了吗？"""
+    query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
+    changed = query.clone()
+    changed[2] += 1
+    before, _ = reference.scaled_attention(query, key, value)
+    after, _ = reference.scaled_attention(changed, key, value)
+    batch, heads = 2, 4
+    answers = {
+        "answer_earlier_outputs_change": not torch.equal(before[:2], after[:2]),
+        "answer_growth_factor": (batch * heads * 512 * 512) // (batch * heads * 128 * 128),
+    }
+    bad = []
+    if answer_bool(student.get("answer_earlier_outputs_change"), "answer_earlier_outputs_change") != answers["answer_earlier_outputs_change"]:
+        bad.append("answer_earlier_outputs_change")
+    if answer_int(student.get("answer_growth_factor"), "answer_growth_factor") != answers["answer_growth_factor"]:
+        bad.append("answer_growth_factor")
+    if bad:
+        wrong(bad)

@@ -51,7 +51,12 @@ def fmt_shape(shape: Any) -> str:
 
 
 def fmt_index(index: tuple[int, ...]) -> str:
-    return fmt_shape(index)
+    return "(" + ", ".join(str(int(i)) for i in index) + ")"
+
+
+def _w(label: str) -> str:
+    """A label followed by Chinese text: a space after Latin text or a closing bracket of code."""
+    return label + " " if label and (label[-1].isascii() and label[-1] not in "。，") else label
 
 
 def fail(message: str) -> None:
@@ -60,20 +65,20 @@ def fail(message: str) -> None:
 
 def assert_tensor(got: Any, what: str) -> torch.Tensor:
     if not isinstance(got, torch.Tensor):
-        fail(f"{what}应是一个 torch.Tensor，实际得到的是 {type(got).__name__}。")
+        fail(f"{_w(what)}应是一个 torch.Tensor，实际得到的是 {type(got).__name__}。")
     return got
 
 
 def assert_shape(got: Any, expected: Any, what: str) -> torch.Tensor:
     got = assert_tensor(got, what)
     if tuple(got.shape) != tuple(expected):
-        fail(f"{what}的形状应为 {fmt_shape(expected)}，实际为 {fmt_shape(got.shape)}。")
+        fail(f"{_w(what)}的形状应为 {fmt_shape(expected)}，实际为 {fmt_shape(got.shape)}。")
     return got
 
 
 def assert_dtype(got: torch.Tensor, expected: torch.dtype, what: str) -> None:
     if got.dtype != expected:
-        fail(f"{what}的数据类型应与输入一致（{expected}），实际为 {got.dtype}。")
+        fail(f"{_w(what)}的数据类型应与输入一致（{expected}），实际为 {got.dtype}。")
 
 
 def unpack_pair(result: Any, function: str) -> tuple[Any, Any]:
@@ -89,7 +94,7 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
     """Shape, dtype-independent values within ``atol + rtol * |expected|``; names the worst element."""
     got = assert_shape(got, expected.shape, what)
     if not got.is_floating_point():
-        fail(f"{what}应是浮点张量，实际数据类型为 {got.dtype}。")
+        fail(f"{_w(what)}应是浮点张量，实际数据类型为 {got.dtype}。")
     default_atol, default_rtol = TOLERANCE.get(got.dtype, TOLERANCE[torch.float32])
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
@@ -101,7 +106,7 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
     if bad_value.any():
         index = _first(bad_value)
         fail(
-            f"{what}中出现了 {fmt_number(float(g[index]))}（第一处在位置 {fmt_index(index)}），"
+            f"{_w(what)}中出现了 {fmt_number(float(g[index]))}（第一处在位置 {fmt_index(index)}），"
             f"期望是有限的数。{_row_text(g, e, index)}"
         )
     excess = (g - e).abs() - (atol + rtol * e.abs())
@@ -109,7 +114,7 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
     if excess.max() > 0:
         index = tuple(int(i) for i in torch.unravel_index(torch.argmax(excess), excess.shape))
         error = float((g - e).abs()[index])
-        fail(f"{what}与期望不符：最大误差 {error:.4g}，出现在位置 {fmt_index(index)}。{_row_text(g, e, index)}")
+        fail(f"{_w(what)}与期望不符：最大误差 {error:.4g}，出现在位置 {fmt_index(index)}。{_row_text(g, e, index)}")
 
 
 def _first(mask: torch.Tensor) -> tuple[int, ...]:
@@ -129,14 +134,14 @@ def assert_bool_equal(got: Any, expected: torch.Tensor, what: str) -> None:
     """A bool mask: dtype bool, the exact shape, the exact values (names the first difference)."""
     got = assert_tensor(got, what)
     if got.dtype != torch.bool:
-        fail(f"{what}应是布尔张量（torch.bool），实际数据类型为 {got.dtype}。")
+        fail(f"{_w(what)}应是布尔张量（torch.bool），实际数据类型为 {got.dtype}。")
     assert_shape(got, expected.shape, what)
     different = got != expected
     if different.any():
         index = _first(different)
         count = int(different.sum())
         fail(
-            f"{what}有 {count} 处取值不对，第一处在位置 {fmt_index(index)}："
+            f"{_w(what)}有 {count} 处取值不对，第一处在位置 {fmt_index(index)}："
             f"应为 {bool(expected[index])}，实际为 {bool(got[index])}。"
         )
 
@@ -145,12 +150,12 @@ def assert_equal_exactly(got: Any, expected: torch.Tensor, what: str) -> None:
     """Pure data movement (reshape/transpose) must reproduce the elements exactly."""
     got = assert_shape(got, expected.shape, what)
     if got.dtype != expected.dtype:
-        fail(f"{what}的数据类型应为 {expected.dtype}，实际为 {got.dtype}。")
+        fail(f"{_w(what)}的数据类型应为 {expected.dtype}，实际为 {got.dtype}。")
     different = got != expected
     if different.any():
         index = _first(different)
         fail(
-            f"{what}的元素放错了位置：第一处不同在位置 {fmt_index(index)}，"
+            f"{_w(what)}的元素放错了位置：第一处不同在位置 {fmt_index(index)}，"
             f"应为 {fmt_number(float(expected[index]))}，实际为 {fmt_number(float(got[index]))}。"
         )
 
@@ -174,13 +179,13 @@ def expect_value_error(call: Any, what: str) -> None:
     except StudentRaised as error:
         if error.type_name == "NotImplementedError":
             raise  # the plugin says "not finished yet"
-        fail(f"{what}应抛出 ValueError，实际抛出了 {error.type_name}：{str(error)[:300]}")
+        fail(f"{_w(what)}应抛出 ValueError，实际抛出了 {error.type_name}：{str(error)[:300]}")
     detail = ""
     if isinstance(result, (tuple, list)):
         tensors = [item for item in result if isinstance(item, torch.Tensor)]
         if any(t.is_floating_point() and torch.isnan(t).any() for t in tensors):
             detail = "（返回值中出现了 NaN）"
-    fail(f"{what}应抛出 ValueError，但你的函数正常返回了{detail}。")
+    fail(f"{_w(what)}应抛出 ValueError，但你的函数正常返回了{detail}。")
 
 
 # -- answer cells --------------------------------------------------------------------------------
@@ -228,6 +233,20 @@ def answer_bool(value: Any, name: str) -> bool:
     raise AssertionError  # unreachable
 
 
-def wrong_answers(names: list[str]) -> str:
-    """Say which answers are wrong without revealing the right ones."""
-    return "、".join(names)
+
+
+def judge_answers(student: Any, items: list[tuple[str, Any, Any]], hint: str) -> None:
+    """Check answer variables ``(name, parser, expected)``: name the wrong ones, never the right values."""
+    problems, wrong = [], []
+    for name, parse, expected in items:
+        try:
+            value = parse(student.get(name), name)
+        except AssertionError as problem:  # the answer's format, explained by the parser
+            problems.append(str(problem))
+            continue
+        if value != expected:
+            wrong.append(name)
+    if wrong:
+        problems.append(f"答案不对：{'、'.join(wrong)}。{hint}")
+    if problems:
+        fail("".join(problems))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import reference
-from checks import answer_shape, fail
+from checks import answer_shape, judge_answers
 
 pytestmark = pytest.mark.grade_id("check_shape_trace")
 
@@ -36,9 +36,8 @@ EXPECTED = traced_shapes()
 
 
 def check_answers(student, names):
-    wrong = [name for name in names if answer_shape(student.get(name), name) != EXPECTED[name]]
-    if wrong:
-        fail(f"这些形状不对：{'、'.join(wrong)}。对照第 6 节，按 (B, h, T, d) 等各维的含义重新推一遍。")
+    items = [(name, answer_shape, EXPECTED[name]) for name in names]
+    judge_answers(student, items, "对照第 6 节，按各维的含义重新推一遍。")
 
 
 @pytest.mark.points(2)

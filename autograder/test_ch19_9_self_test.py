@@ -8,15 +8,12 @@ import pytest
 import torch
 
 import reference
-from checks import answer_bool, answer_int, answer_shape, fail
+from checks import answer_bool, answer_int, answer_shape, judge_answers
 
 pytestmark = pytest.mark.grade_id("check_self_test")
 
+HINT = "回到第 8 节对应的问题再想一想。"
 _g = torch.Generator().manual_seed(1909)
-
-
-def wrong(names):
-    fail(f"这个答案不对：{'、'.join(names)}。回到第 8 节对应的问题再想一想。")
 
 
 @pytest.mark.points(1)
@@ -24,21 +21,17 @@ def test_output_and_weights_shapes(student):
     """第 8 节问题 2：5 个查询、7 把键、值向量 3 维时，输出与权重的形状答对了吗？"""
     query, key, value = torch.randn(5, 4, generator=_g), torch.randn(7, 4, generator=_g), torch.randn(7, 3, generator=_g)
     output, weights = reference.scaled_attention(query, key, value)
-    answers = {
-        "answer_output_shape": tuple(output.shape),
-        "answer_weights_shape": tuple(weights.shape),
-    }
-    bad = [name for name, expected in answers.items() if answer_shape(student.get(name), name) != expected]
-    if bad:
-        wrong(bad)
+    judge_answers(student, [
+        ("answer_output_shape", answer_shape, tuple(output.shape)),
+        ("answer_weights_shape", answer_shape, tuple(weights.shape)),
+    ], HINT)
 
 
 @pytest.mark.points(1)
 def test_causal_sees_current(student):
     """第 8 节问题 4：因果注意力能否访问输入的当前位置，答对了吗？"""
-    expected = bool(reference.causal_allowed(4).diagonal().all())
-    if answer_bool(student.get("answer_causal_sees_current"), "answer_causal_sees_current") != expected:
-        wrong(["answer_causal_sees_current"])
+    sees_current = bool(reference.causal_allowed(4).diagonal().all())
+    judge_answers(student, [("answer_causal_sees_current", answer_bool, sees_current)], HINT)
 
 
 @pytest.mark.points(1)
@@ -46,9 +39,7 @@ def test_heads_do_not_split_sequence(student):
     """第 8 节问题 5：两个头是否分别处理序列的前半段和后半段，答对了吗？"""
     x = torch.randn(1, 6, 4, generator=_g)
     every_head_sees_every_position = reference.split_heads(x, 2).shape[-2] == x.shape[1]
-    expected = not every_head_sees_every_position
-    if answer_bool(student.get("answer_heads_split_sequence"), "answer_heads_split_sequence") != expected:
-        wrong(["answer_heads_split_sequence"])
+    judge_answers(student, [("answer_heads_split_sequence", answer_bool, not every_head_sees_every_position)], HINT)
 
 
 @pytest.mark.points(1)
@@ -57,13 +48,10 @@ def test_values_times_two(student):
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
     output, weights = reference.scaled_attention(query, key, value)
     output2, weights2 = reference.scaled_attention(query, key, 2 * value)
-    answers = {
-        "answer_weights_factor": round(float((weights2 / weights).mean())),
-        "answer_output_factor": round(float((output2 / output).mean())),
-    }
-    bad = [name for name, expected in answers.items() if answer_int(student.get(name), name) != expected]
-    if bad:
-        wrong(bad)
+    judge_answers(student, [
+        ("answer_weights_factor", answer_int, round(float((weights2 / weights).mean()))),
+        ("answer_output_factor", answer_int, round(float((output2 / output).mean()))),
+    ], HINT)
 
 
 @pytest.mark.points(1)
@@ -74,15 +62,8 @@ def test_earlier_outputs_and_growth(student):
     changed[2] += 1
     before, _ = reference.scaled_attention(query, key, value)
     after, _ = reference.scaled_attention(changed, key, value)
-    batch, heads = 2, 4
-    answers = {
-        "answer_earlier_outputs_change": not torch.equal(before[:2], after[:2]),
-        "answer_growth_factor": (batch * heads * 512 * 512) // (batch * heads * 128 * 128),
-    }
-    bad = []
-    if answer_bool(student.get("answer_earlier_outputs_change"), "answer_earlier_outputs_change") != answers["answer_earlier_outputs_change"]:
-        bad.append("answer_earlier_outputs_change")
-    if answer_int(student.get("answer_growth_factor"), "answer_growth_factor") != answers["answer_growth_factor"]:
-        bad.append("answer_growth_factor")
-    if bad:
-        wrong(bad)
+    batch, heads = 2, 4  # any fixed batch and head count: the ratio of B*h*T*T
+    judge_answers(student, [
+        ("answer_earlier_outputs_change", answer_bool, not torch.equal(before[:2], after[:2])),
+        ("answer_growth_factor", answer_int, (batch * heads * 512 * 512) // (batch * heads * 128 * 128)),
+    ], HINT)

@@ -1,0 +1,365 @@
+"""Does the hidden autograder (autograder/) grade right, and diagnose every known mistake as itself?
+
+Everything runs in this process through real pytest sessions of the hidden suite (the
+development provider, trusted code only): one session grades every submission below, so the
+suite is collected once. No mocks.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit.plugin import GradingPlugin
+from attnkit.proxy import LocalBackend, Student
+
+ROOT = Path(__file__).resolve().parents[1]
+AUTOGRADER = ROOT / "autograder"
+SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipynb"))
+
+if str(AUTOGRADER) not in sys.path:
+    sys.path.insert(0, str(AUTOGRADER))
+import catalogue  # noqa: E402  (the hidden suite's own module, imported the way pytest imports it)
+
+# The contract with the notebook (design.md and the notebook's grade cells).
+GRADE_POINTS = {
+    "check_scaled_attention": 20,
+    "check_masking": 10,
+    "check_empty_row": 10,
+    "check_masks": 15,
+    "check_future": 10,
+    "check_heads": 10,
+    "check_multi_head": 15,
+    "check_shape_trace": 5,
+    "check_self_test": 5,
+}
+DESIGN_IDS = {
+    "no_scale", "scale_by_dk", "softmax_wrong_axis", "mask_by_multiplying", "mask_after_softmax",
+    "mask_inverted", "mask_not_applied", "no_empty_row_error", "causal_excludes_diagonal",
+    "causal_upper_triangle", "padding_on_queries", "split_without_transpose",
+    "merge_without_transpose", "missing_output_projection",
+}
+
+REFERENCE = catalogue.reference_source()
+
+STUBS = '''
+def scaled_attention(query, key, value, allowed=None):
+    raise NotImplementedError()
+
+def causal_allowed(size):
+    raise NotImplementedError()
+
+def padding_allowed(lengths, size):
+    raise NotImplementedError()
+
+def split_heads(x, num_heads):
+    raise NotImplementedError()
+
+def merge_heads(x):
+    raise NotImplementedError()
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    raise NotImplementedError()
+
+trace_projected = trace_split = trace_weights = trace_mixed = trace_merged = trace_output = None
+answer_output_shape = answer_weights_shape = answer_causal_sees_current = None
+answer_heads_split_sequence = answer_weights_factor = answer_output_factor = None
+answer_earlier_outputs_change = answer_growth_factor = None
+'''
+
+# Correct solutions in other styles: each replaces one or two reference functions.
+ALTERNATIVES = {
+    "einsum": '''
+import math
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = torch.einsum("...qd,...kd->...qk", query, key) / math.sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("a query has no allowed key")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kv->...qv", weights, value), weights
+''',
+    "minus_1e9": '''
+import math
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if allowed is not None:
+        if (~allowed).all(dim=-1).any():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(allowed.logical_not(), -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+''',
+    "manual_stable_softmax": '''
+import math
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = torch.matmul(query, key.transpose(-1, -2)) * (1.0 / math.sqrt(query.shape[-1]))
+    if allowed is not None:
+        if not bool(allowed.any(-1).all()):
+            raise ValueError("empty row")
+        scores = torch.where(allowed, scores, torch.full_like(scores, -math.inf))
+    shifted = scores - scores.max(dim=-1, keepdim=True).values
+    exps = shifted.exp()
+    weights = exps / exps.sum(dim=-1, keepdim=True)
+    return weights @ value, weights
+''',
+    "mask_after_softmax_renormalised": '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    weights = scores.softmax(dim=-1)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        weights = weights * allowed
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights @ value, weights
+''',
+    "view_permute": '''
+def split_heads(x, num_heads):
+    b, t, d = x.shape
+    if d % num_heads:
+        raise ValueError("width not divisible by heads")
+    return x.view(b, t, num_heads, d // num_heads).permute(0, 2, 1, 3)
+
+def merge_heads(x):
+    b, h, t, d = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(b, t, h * d)
+''',
+    "heads_in_a_loop": '''
+import torch
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    q, k, v = x @ w_q, source @ w_k, source @ w_v
+    size = q.shape[-1] // num_heads
+    outputs, all_weights = [], []
+    for r in range(num_heads):
+        part = slice(r * size, (r + 1) * size)
+        out, weights = scaled_attention(q[:, None, :, part], k[:, None, :, part], v[:, None, :, part], allowed)
+        outputs.append(out[:, 0])
+        all_weights.append(weights[:, 0])
+    return torch.cat(outputs, dim=-1) @ w_o, torch.stack(all_weights, dim=1)
+''',
+    "answer_forms": '''
+import numpy as np
+
+trace_projected = [2, 3, 8]
+trace_split = [2.0, 2.0, 3.0, 4.0]
+trace_weights = (np.int64(2), 2, 3, 3)
+trace_mixed = tuple(np.array([2, 2, 3, 4]).tolist())
+answer_weights_shape = [5, 7]
+answer_causal_sees_current = np.bool_(True)
+answer_heads_split_sequence = 0
+answer_weights_factor = 1.0
+answer_output_factor = np.int64(2)
+answer_growth_factor = 16.0
+''',
+    "prints_and_warns": '''
+import sys
+import warnings
+
+print("loading my solution", file=sys.stderr)
+_scaled_attention = scaled_attention
+
+def scaled_attention(query, key, value, allowed=None):
+    print("scaled_attention called with", tuple(query.shape))
+    print("debug: on stderr", file=sys.stderr)
+    warnings.warn("this is only a warning", UserWarning)
+    return _scaled_attention(query, key, value, allowed)
+
+_causal_allowed = causal_allowed
+
+def causal_allowed(size):
+    warnings.warn("deprecated-looking warning", DeprecationWarning)
+    print("causal", size, file=sys.stderr)
+    return _causal_allowed(size)
+''',
+}
+
+
+class SourceProvider:
+    """Several trusted sources graded in one pytest session (in this process)."""
+
+    def __init__(self, sources: dict[str, str]) -> None:
+        self.sources = sources
+
+    def submission_ids(self) -> list[str]:
+        return list(self.sources)
+
+    def open(self, submission_id: str) -> Student:
+        return Student(LocalBackend.from_source(self.sources[submission_id]))
+
+    def close(self, submission_id: str) -> None:
+        pass
+
+
+# Well-formed but wrong answers: the feedback must name them without giving the right values away.
+WRONG_ANSWERS = '''
+trace_projected = (2, 3, 4)
+trace_split = (2, 3, 2, 4)
+trace_weights = (2, 2, 3, 4)
+trace_mixed = (2, 2, 4, 3)
+trace_merged = (2, 8, 3)
+trace_output = (2, 3, 4)
+answer_output_shape = (3, 5)
+answer_weights_shape = (7, 5)
+answer_causal_sees_current = False
+answer_heads_split_sequence = True
+answer_weights_factor = 2
+answer_output_factor = 1
+answer_earlier_outputs_change = True
+answer_growth_factor = 4
+'''
+RIGHT_ANSWER_TEXTS = ("(2, 3, 8)", "(2, 2, 3, 4)", "(2, 2, 3, 3)", "(5, 3)", "(5, 7)", "16", "True", "False", "[2, 3, 8]")
+
+
+def submissions() -> dict[str, str]:
+    sources = {"reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS}
+    for name, source in ALTERNATIVES.items():
+        sources[f"alternative_{name}"] = REFERENCE + "\n" + source
+    for mistake in catalogue.MISTAKES:
+        sources[f"mistake_{mistake.id}"] = REFERENCE + "\n" + mistake.source
+    return sources
+
+
+@pytest.fixture(scope="module")
+def autograder_results() -> dict:
+    """Per submission id, the hidden suite's TestResults (one real pytest session for all)."""
+    plugin = GradingPlugin(SourceProvider(submissions()))
+    # As the engine does: tiny tensors run several times faster on one thread (and a busy machine
+    # makes OpenMP's thread pool far slower still).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = pytest.main(
+            ["-q", "--assert=plain", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestRemovedIn10Warning", str(AUTOGRADER)],
+            plugins=[plugin],
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"the hidden suite did not run: {code!r}"
+    return plugin.results
+
+
+def score(results: list) -> float:
+    return sum(result.score for result in results)
+
+
+def all_diagnoses(results: list) -> set[str]:
+    return {diagnosis for result in results for diagnosis in result.diagnoses}
+
+
+def summary(results: list) -> str:
+    return "\n".join(f"{r.nodeid}: {r.status} {r.diagnoses} {r.output[:200]}" for r in results if r.status != "passed")
+
+
+def test_reference_scores_full_marks_without_diagnosis(autograder_results):
+    """Does the reference solution score 100/100, with every test passing and no diagnosis?"""
+    results = autograder_results["reference"]
+    assert score(results) == 100, summary(results)
+    assert all(result.status == "passed" for result in results), summary(results)
+    assert all_diagnoses(results) == set()
+
+
+@pytest.mark.parametrize("submission", ["nothing", "stubs"])
+def test_empty_or_stub_submission_scores_zero_without_diagnosis(autograder_results, submission):
+    """Does a file that defines nothing, or only NotImplementedError stubs, score 0 with no diagnosis?"""
+    results = autograder_results[submission]
+    assert score(results) == 0
+    assert all_diagnoses(results) == set()
+    assert all(result.output for result in results), "every failed test should say why"
+
+
+def test_points_per_grade_cell_match_the_contract(autograder_results):
+    """Do the hidden tests' points, summed per grade_id, equal the fixed table (total 100)?"""
+    points: dict[str, float] = defaultdict(float)
+    for result in autograder_results["reference"]:
+        points[result.grade_id] += result.max_score
+    assert dict(points) == GRADE_POINTS
+    assert sum(points.values()) == 100
+
+
+@pytest.mark.skipif(not SOLUTION_NOTEBOOKS, reason="no solution notebook yet")
+def test_points_match_the_notebooks_grade_cells():
+    """Does every grade cell of the table exist in the solution notebook with the same points?"""
+    found: dict[str, float] = {}
+    for path in SOLUTION_NOTEBOOKS:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade") and meta.get("grade_id") in GRADE_POINTS:
+                assert meta["grade_id"] not in found, f"grade cell {meta['grade_id']} appears twice"
+                found[meta["grade_id"]] = float(meta.get("points", 0))
+    assert found == {grade_id: float(points) for grade_id, points in GRADE_POINTS.items()}
+
+
+def test_catalogue_covers_the_design_ids_and_each_mistake_replaces_one_function():
+    """Does the catalogue hold every id of design.md, each mistake defining exactly the one function it names?"""
+    ids = [mistake.id for mistake in catalogue.MISTAKES]
+    assert len(ids) == len(set(ids))
+    assert DESIGN_IDS <= set(ids)
+    api = {"scaled_attention", "causal_allowed", "padding_allowed", "split_heads", "merge_heads", "multi_head_attention"}
+    for mistake in catalogue.MISTAKES:
+        tree = ast.parse(mistake.source)
+        defined = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+        assert defined == [mistake.function] and mistake.function in api, mistake.id
+        assert mistake.section.startswith("第 ") and mistake.zh and mistake.en, mistake.id
+        assert catalogue.by_id(mistake.id) is mistake
+    # Built once: the plugin asks for them on every failed test.
+    assert catalogue.mistake_namespaces() is catalogue.mistake_namespaces()
+    assert set(catalogue.mistake_namespaces()) == set(ids)
+
+
+@pytest.mark.parametrize("mistake", catalogue.MISTAKES, ids=lambda mistake: mistake.id)
+def test_each_mistake_loses_points_and_is_diagnosed_as_itself(autograder_results, mistake):
+    """Does a full solution with exactly this one mistake lose points, and is every failed test diagnosed as this mistake and nothing else?"""
+    results = autograder_results[f"mistake_{mistake.id}"]
+    assert score(results) < 100
+    assert all_diagnoses(results) == {mistake.id}, summary(results)
+    for result in results:
+        if result.status != "passed":
+            assert result.diagnoses == [mistake.id], summary(results)
+
+
+@pytest.mark.parametrize("name", list(ALTERNATIVES))
+def test_correct_alternatives_score_full_marks(autograder_results, name):
+    """Does a correct solution in another style (einsum, -1e9, manual softmax, renormalising after softmax, view+permute, a loop over heads, answers as lists/floats/numpy, printing and warning) score 100 with no diagnosis?"""
+    results = autograder_results[f"alternative_{name}"]
+    assert score(results) == 100, summary(results)
+    assert all_diagnoses(results) == set()
+
+
+def test_wrong_answers_are_named_not_revealed(autograder_results):
+    """Does every answer test fail on wrong answers, naming the wrong variables without showing the right values?"""
+    results = autograder_results["wrong_answers"]
+    answer_cells = {"check_shape_trace", "check_self_test"}
+    assert score(results) == 100 - sum(GRADE_POINTS[cell] for cell in answer_cells)
+    for result in results:
+        if result.grade_id in answer_cells:
+            assert result.status == "failed" and ("trace_" in result.output or "answer_" in result.output), result.output
+            assert not any(text in result.output for text in RIGHT_ANSWER_TEXTS), result.output
+    assert all_diagnoses(results) == set()
+
+
+def test_feedback_never_shows_test_source(autograder_results):
+    """Is every failure message curated text, never a line of the hidden tests' code?"""
+    leaks = ("assert ", "student.", "def ", "lambda", "Traceback", "torch.equal", "autograder/", ".py")
+    messages = [result.output for results in autograder_results.values() for result in results if result.output]
+    assert messages, "some submissions must fail"
+    for message in messages:
+        assert not any(leak in message for leak in leaks), message

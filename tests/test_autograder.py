@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit.plugin import GradingPlugin
+from attnkit.plugin import GradingPlugin, LocalProvider
 from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADER = ROOT / "autograder"
 SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipynb"))
+SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
+RELEASE = ROOT / "assignments" / "ch19-attention" / "attention.ipynb"
 
 if str(AUTOGRADER) not in sys.path:
     sys.path.insert(0, str(AUTOGRADER))
@@ -194,16 +196,19 @@ def causal_allowed(size):
 
 
 class SourceProvider:
-    """Several trusted sources graded in one pytest session (in this process)."""
+    """Several trusted sources (or trusted notebooks, by path) graded in one pytest session."""
 
-    def __init__(self, sources: dict[str, str]) -> None:
+    def __init__(self, sources: dict[str, str | Path]) -> None:
         self.sources = sources
 
     def submission_ids(self) -> list[str]:
         return list(self.sources)
 
     def open(self, submission_id: str) -> Student:
-        return Student(LocalBackend.from_source(self.sources[submission_id]))
+        source = self.sources[submission_id]
+        if isinstance(source, Path):
+            return LocalProvider(source).open(submission_id)
+        return Student(LocalBackend.from_source(source))
 
     def close(self, submission_id: str) -> None:
         pass
@@ -229,8 +234,13 @@ answer_growth_factor = 4
 RIGHT_ANSWER_TEXTS = ("(2, 3, 8)", "(2, 2, 3, 4)", "(2, 2, 3, 3)", "(5, 3)", "(5, 7)", "16", "True", "False", "[2, 3, 8]")
 
 
-def submissions() -> dict[str, str]:
-    sources = {"reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS}
+def submissions() -> dict[str, str | Path]:
+    sources: dict[str, str | Path] = {
+        "reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS,
+    }
+    for name, path in (("solution_notebook", SOLUTION), ("release_notebook", RELEASE)):
+        if path.exists():
+            sources[name] = path
     for name, source in ALTERNATIVES.items():
         sources[f"alternative_{name}"] = REFERENCE + "\n" + source
     for mistake in catalogue.MISTAKES:
@@ -284,6 +294,14 @@ def test_empty_or_stub_submission_scores_zero_without_diagnosis(autograder_resul
     assert score(results) == 0
     assert all_diagnoses(results) == set()
     assert all(result.output for result in results), "every failed test should say why"
+
+
+@pytest.mark.skipif(not (SOLUTION.exists() and RELEASE.exists()), reason="no notebooks yet")
+def test_solution_notebook_scores_100_and_release_notebook_0(autograder_results):
+    """Does the model-answer notebook score 100/100 and the unfilled release notebook 0, neither with a diagnosis?"""
+    solution, release = autograder_results["solution_notebook"], autograder_results["release_notebook"]
+    assert score(solution) == 100 and all_diagnoses(solution) == set(), summary(solution)
+    assert score(release) == 0 and all_diagnoses(release) == set(), summary(release)
 
 
 def test_points_per_grade_cell_match_the_contract(autograder_results):

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+# Cell tag for instructor demo cells (figures, experiments) whose results nothing later uses.
+# Skipping them is most of a notebook's run time; a student who tags their own code only skips it.
+SKIP_TAG = "skip-grading"
 
 
 @dataclass
@@ -20,6 +23,7 @@ class CodeCell:
     source: str
     grade_id: str = ""
     is_check: bool = False  # a visible nbgrader test cell: the hidden suite replaces it
+    skip: bool = False  # tagged by the instructor as a demo (a plot, an experiment) grading needs not run
 
 
 @dataclass
@@ -71,7 +75,8 @@ def read_notebook(path: Path) -> Notebook:
             notebook.notes.append(f"单元格 {grade_id} 出现了不止一次（按顺序全部运行，后定义的生效）")
         seen_ids.add(grade_id)
         is_check = bool(nbgrader.get("grade")) and not nbgrader.get("solution")
-        notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check))
+        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check, SKIP_TAG in tags))
     if not any(cell.source.strip() for cell in notebook.cells):
         notebook.problem = "笔记本中没有任何代码"
     elif not seen_ids - {""}:

@@ -113,7 +113,7 @@ class Submission:
         self._boot()
         deadline = time.monotonic() + self.limits.notebook_seconds
         for cell in self.cells:
-            if cell.is_check or not cell.source.strip():
+            if cell.is_check or cell.skip or not cell.source.strip():
                 continue
             if time.monotonic() > deadline:
                 self.runs.append(CellRun(cell.index, cell.grade_id, False, "__timeout__", "整本笔记本的运行时间超过上限，此单元格未运行"))

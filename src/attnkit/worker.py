@@ -83,7 +83,7 @@ class SandboxProvider:
                 continue
             notes += [f"{name}：{note}" for note in notebook.notes]
             for cell in notebook.cells:
-                cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check))
+                cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check, cell.skip))
             offset += 10_000
         if not job.notebooks:
             problems.append("没有找到任何 .ipynb 笔记本")

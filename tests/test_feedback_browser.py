@@ -1,0 +1,66 @@
+"""A student's feedback page, looked at in a real browser (headless Chromium from Debian)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DEMO = ROOT / "examples" / "submitted"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Without these, Chromium tries to reach Google's services, which this network refuses.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The feedback page of the demo student who multiplied future scores by zero."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
+    base = tmp_path_factory.mktemp("browser")
+    submitted = base / "submitted"
+    shutil.copytree(DEMO / "wangfang", submitted / "wangfang")
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
+                   check=True, env=env, timeout=300)
+    return base / "out" / "wangfang" / "ch19-attention" / "feedback.html"
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_rendered_page_names_the_mistake_in_chinese(page: Path, tmp_path: Path) -> None:
+    """Does the page, as the browser builds it, show the diagnosis, its chapter section and both heatmaps?"""
+    dom = chromium("--dump-dom", page.as_uri(), profile=tmp_path / "profile").stdout
+    results = json.loads((page.parent / "results.json").read_text(encoding="utf-8"))
+    assert results["diagnoses"] == ["mask_by_multiplying"]
+    assert 'data-diagnosis="mask_by_multiplying"' in dom
+    assert "乘" in dom and "第 5 节" in dom, "the diagnosis is explained in Chinese with its section"
+    for heatmap in ("causal-student", "causal-expected", "full-student", "full-expected"):
+        assert f'data-heatmap="{heatmap}"' in dom
+    # The student's causal weights leak into the future: row 0 is not (1, 0, 0).
+    assert "0.4011" in dom and "1.0000" in dom
+
+
+def test_screenshot_shows_the_heatmaps(page: Path, tmp_path: Path) -> None:
+    """Does a screenshot of the page show the blue heatmap cells and dark (rendered) text?"""
+    shot = tmp_path / "feedback.png"
+    chromium(f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri(), profile=tmp_path / "profile")
+    assert shot.is_file(), "Chromium wrote no screenshot"
+    shutil.copy(shot, ROOT / "tests" / "artifacts" / "feedback.png") if (ROOT / "tests" / "artifacts").is_dir() else None
+    image = Image.open(shot).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20) or []
+    blue = sum(count for count, (r, g, b) in colours if b > 150 and b - r > 60 and b - g > 30)
+    dark = sum(count for count, (r, g, b) in colours if r < 80 and g < 80 and b < 80)
+    assert blue > 2000, f"heatmap cells not visible ({blue} blue pixels)"
+    assert dark > 2000, f"hardly any text rendered ({dark} dark pixels)"

@@ -161,6 +161,8 @@ def test_the_gradebook_exports_the_class(graded: dict) -> None:
     assert float(rows["perfect"]["raw_score"]) == 100
     assert float(rows["invalid"]["raw_score"]) == 0
     assert len(rows) == 8
+    # formgrader reads the notebooks it shows for manual grading from autograded/.
+    assert (graded["base"] / "autograded" / "perfect" / ASSIGNMENT / "attention.ipynb").is_file()
 
 
 def test_a_rerun_regrades_only_what_changed(graded: dict) -> None:

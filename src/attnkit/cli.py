@@ -150,7 +150,7 @@ def command_grade(args: argparse.Namespace) -> int:
     if args.gradebook is not None:
         from attnkit.gradebook import record_grades
 
-        record_grades(args.gradebook, all_results)
+        record_grades(args.gradebook, all_results, args.submitted)
     if not args.quiet:
         console.print(summary_table(all_results))
         console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")

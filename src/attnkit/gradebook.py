@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from attnkit.engine import PROJECT_ROOT
+from attnkit.engine import PROJECT_ROOT, atomic_write
 
 SOURCE = PROJECT_ROOT / "solutions"
 
@@ -30,8 +30,12 @@ def grade_cells(notebook: Path) -> list[dict[str, Any]]:
     return found
 
 
-def record_grades(database: Path, all_results: list[dict[str, Any]], source: Path = SOURCE) -> None:
-    """Create assignments, notebooks and grade cells, then each student's submission and scores."""
+def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: Path | None = None, source: Path = SOURCE) -> None:
+    """Create assignments, notebooks and grade cells, then each student's submission and scores.
+
+    With ``submitted``, the graded notebooks are also copied to ``autograded/`` beside the
+    database, where formgrader looks for them when a TA grades the free-text answers.
+    """
     # nbgrader's Gradebook runs `alembic` on a new database: the venv's bin/ must be on PATH.
     os.environ["PATH"] = f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     import warnings
@@ -66,3 +70,10 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], source: Pat
                     grade = gradebook.find_grade(cell["name"], notebook.stem, assignment, results["student_id"])
                     grade.auto_score = part["score"]
         gradebook.db.commit()
+    if submitted is not None:
+        for results in all_results:
+            folder = submitted / results["student_id"] / results["assignment"]
+            target = database.parent / "autograded" / results["student_id"] / results["assignment"]
+            for notebook in sorted(folder.glob("*.ipynb")):
+                target.mkdir(parents=True, exist_ok=True)
+                atomic_write(target / notebook.name, notebook.read_text(encoding="utf-8", errors="replace"))

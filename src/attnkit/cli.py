@@ -126,6 +126,10 @@ def summary_table(all_results: list[dict[str, Any]]) -> Table:
 
 def command_grade(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    import torch
+
+    # Workers are forked from here: never let this process start an OpenMP thread pool.
+    torch.set_num_threads(1)
     if not (args.autograder / "catalogue.py").is_file():
         raise GradingError(f"hidden test suite not found at {args.autograder}")
     digest = grader_digest(args.autograder)
@@ -137,12 +141,14 @@ def command_grade(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.quiet:
         console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
-    with Progress(TextColumn("评分"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet) as progress:
+    # No refresh thread: workers are forked from this process, which must not run other threads.
+    with Progress(TextColumn("评分"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet, auto_refresh=False) as progress:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
             write_record(args.out, record, catalogue)
             progress.advance(task)
+            progress.refresh()
 
         grade_jobs(todo, args.autograder, workers, limits, hidden_paths(args.submitted, args.out), on_record)
     all_results = collect(args.out, jobs)

@@ -109,7 +109,9 @@ def grade_jobs(
     if not jobs:
         return
     workers = max(1, min(workers, len(jobs)))
-    context = multiprocessing.get_context("spawn")
+    # fork: workers start with torch already imported. Safe because this process has run no torch
+    # op (so no OpenMP thread pool exists to deadlock a child) and runs no other threads.
+    context = multiprocessing.get_context("fork")
     tasks = context.Queue()
     results = context.Queue()
     for chunk in chunks(jobs, workers):

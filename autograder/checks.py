@@ -189,7 +189,15 @@ def expect_value_error(call: Any, what: str) -> None:
 
 
 # -- answer cells --------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """A 0-d tensor answer (``(a == b).all()``, ``x.shape[0] * 2`` on a tensor) as a Python number."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value.item()
+    return value
+
+
 def _integral(value: Any) -> int | None:
+    value = _plain(value)
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -203,7 +211,7 @@ def answer_shape(value: Any, name: str) -> tuple[int, ...]:
     """A shape answer: a tuple or list of integers (floats of integral value accepted)."""
     if value is None:
         fail(f"{name} 还没有填写。")
-    if isinstance(value, torch.Tensor) and value.dim() == 1 and not value.is_floating_point():
+    if isinstance(value, torch.Tensor) and value.dim() == 1:
         value = value.tolist()
     if not isinstance(value, (tuple, list)):
         fail(f"{name} 应是一个形状，写成整数元组，例如 (2, 3)；实际得到的是 {type(value).__name__}。")
@@ -225,6 +233,7 @@ def answer_int(value: Any, name: str) -> int:
 def answer_bool(value: Any, name: str) -> bool:
     if value is None:
         fail(f"{name} 还没有填写。")
+    value = _plain(value)
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):

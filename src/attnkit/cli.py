@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def hidden_paths(*extra: Path) -> list[str]:
-    """What a sandbox must not see: the grader's code and tests, the solutions, all submissions."""
-    names = ("autograder", "src", "solutions", "tests", "examples", ".git", "gradescope")
-    return [str(PROJECT_ROOT / name) for name in names] + [str(path.resolve()) for path in extra]
+    """What a sandbox must not see: the whole project (grader, tests, solutions, gradebook), the
+    submissions and the outputs. The sandbox keeps its Python trees (the venv) visible itself."""
+    return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
 
 
 def write_record(out: Path, record: dict[str, Any], catalogue: dict) -> dict[str, Any]:

@@ -51,7 +51,8 @@ class Zygote:
     def __init__(self, hide: list[str] | None = None) -> None:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
+        # A minimal environment: student code must not find the grader's secrets or settings here.
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ")}
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno())],

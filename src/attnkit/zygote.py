@@ -84,6 +84,10 @@ def _private_ancestor(path: str) -> str | None:
     return None
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 class BoundedWriter(io.TextIOBase):
     """A stdout/stderr that keeps the first ``limit`` characters and counts the rest."""
 
@@ -154,34 +158,31 @@ class Sandbox:
             del sys.modules[name]
 
     def _private_filesystem(self) -> None:
+        """Private /proc and /tmp; the grader's folders (and any private home) under empty tmpfs.
+
+        The Python trees we run on (the interpreter and the venv) may lie inside a folder we hide
+        (the venv inside the project) or inside a private home (``/root/.pyenv``): they are bound
+        aside first and moved back on top of the empty tmpfs, so the sandbox can still import the
+        standard library and torch while everything else there stays invisible.
+        """
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
-        self._expose_python()
-        hidden = 0
-        for path in self.settings.get("hide", []):
-            if os.path.isdir(path):
-                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=755")
-                hidden += 1
-        self.isolation += ["pid-namespace", "no-network", "private-proc-and-tmp", f"hidden-dirs:{hidden}"]
-
-    def _expose_python(self) -> None:
-        """Keep the interpreter's own files readable after the drop to an unprivileged user.
-
-        Python often lives under a private home (``/root/.pyenv``). Inside our mount namespace we
-        lay an empty, traversable tmpfs over that home and bind the Python tree back into it, so
-        the sandbox can import the standard library while the rest of the home stays invisible.
-        """
-        for tree in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}):
-            private = _private_ancestor(tree)
-            if private is None:
-                continue
-            stage = tempfile.mkdtemp(prefix="stage-", dir="/tmp")
-            _mount(tree, stage, None, MS_BIND | MS_REC)
-            _mount("tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+        keep = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
+        covers = {os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isdir(p)}
+        covers |= {ancestor for tree in keep if (ancestor := _private_ancestor(tree))}
+        staged = []
+        for tree in keep:
+            if any(_inside(tree, cover) for cover in covers):
+                stage = tempfile.mkdtemp(prefix="stage-", dir="/tmp")
+                _mount(tree, stage, None, MS_BIND | MS_REC)
+                staged.append((tree, stage))
+        for cover in sorted(covers, key=len):  # outermost first
+            _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+        for tree, stage in staged:
             os.makedirs(tree, exist_ok=True)
             _mount(stage, tree, None, MS_MOVE)
-            self.isolation.append(f"private-home-hidden:{private}")
+        self.isolation += ["pid-namespace", "no-network", "private-proc-and-tmp", f"hidden-dirs:{len(covers)}"]
 
     def _limits(self) -> None:
         vm_bytes = 0

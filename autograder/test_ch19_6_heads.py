@@ -20,7 +20,10 @@ X = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6)  # (B=2, T=5, 
 def check_split(got, x, heads):
     batch, length, width = x.shape
     size = width // heads
-    assert_shape(got, (batch, heads, length, size), f"split_heads(x, {heads})（x 的形状为 (2, 5, 6)）")
+    what = f"split_heads(x, {heads})（x 的形状为 (2, 5, 6)）"
+    assert_shape(got, (batch, heads, length, size), what)
+    if got.dtype != x.dtype:
+        fail(f"{what}的数据类型应与输入一致（{x.dtype}），实际为 {got.dtype}。")
     for b in range(batch):
         for r in range(heads):
             for t in range(length):

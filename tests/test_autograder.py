@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit import plugin as plugin_module
 from attnkit.plugin import GradingPlugin, LocalProvider
 from attnkit.proxy import LocalBackend, Student
 
@@ -261,8 +262,8 @@ def autograder_results() -> dict:
     torch.set_num_threads(1)
     try:
         code = pytest.main(
-            ["-q", "--assert=plain", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestRemovedIn10Warning", str(AUTOGRADER)],
-            plugins=[plugin],
+            ["-q", "--assert=plain", "-p", "no:cacheprovider", "-W", "error::pytest.PytestRemovedIn10Warning", str(AUTOGRADER)],
+            plugins=[plugin_module, plugin],
         )
     finally:
         torch.set_num_threads(threads)

@@ -6,6 +6,9 @@ submission only through the ``student`` fixture. One pytest session can grade ma
 the fixture is parametrised over the provider's submission ids with session scope, so pytest runs
 every test for one submission, tears its sandbox down, then moves to the next.
 
+Register this module as a plugin (``-p attnkit.plugin``, or pass it in ``plugins=``) for the
+fixture, plus a :class:`GradingPlugin` instance for the submissions and the results.
+
 Development use (trusted code only, runs in-process)::
 
     pytest -p attnkit.plugin autograder --attnkit-source solutions/ch19-attention/attention.ipynb
@@ -106,15 +109,10 @@ class GradingPlugin:
             ids = self.provider.submission_ids()
             metafunc.parametrize("student", ids, ids=ids, indirect=True, scope="session")
 
-    @pytest.fixture(scope="session")
-    def student(self, request: pytest.FixtureRequest) -> Iterator[Student]:
-        submission_id = request.param
+    def open(self, submission_id: str) -> Student:
         proxy = self.provider.open(submission_id)
         proxy.submission_id = submission_id  # type: ignore[attr-defined]
-        try:
-            yield proxy
-        finally:
-            self.provider.close(submission_id)
+        return proxy
 
     # -- results -------------------------------------------------------------------------------
     def pytest_configure(self, config: pytest.Config) -> None:
@@ -160,6 +158,17 @@ class GradingPlugin:
         if self._catalogue is None:
             self._catalogue = importlib.import_module(self.catalogue_module)
         return diagnose(proxy.calls, self._catalogue.reference_namespace(), self._catalogue.mistake_namespaces())
+
+
+@pytest.fixture(scope="session")
+def student(request: pytest.FixtureRequest) -> Iterator[Student]:
+    """The submission under test (parametrised by GradingPlugin over its provider's ids)."""
+    plugin = next(p for p in request.config.pluginmanager.get_plugins() if isinstance(p, GradingPlugin))
+    proxy = plugin.open(request.param)
+    try:
+        yield proxy
+    finally:
+        plugin.provider.close(request.param)
 
 
 # -- development mode: ``-p attnkit.plugin --attnkit-source FILE`` -------------------------------

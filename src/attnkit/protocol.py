@@ -76,11 +76,14 @@ def encode(value: Any) -> bytes:
             data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
             blobs.append(data)
             return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
-        if type(item) in (list, tuple):
+        if isinstance(item, (list, tuple)):
+            # Subclasses (torch.Size, namedtuples) travel as their plain base: a shape answer
+            # written as `q.shape` is a tuple of ints.
             if len(item) > MAX_ITEMS:
                 raise Unsupported("列表过长")
-            items = [walk(element, depth + 1) for element in item]
-            return {"__tuple__": items} if type(item) is tuple else items
+            elements = tuple.__iter__(item) if isinstance(item, tuple) else list.__iter__(item)
+            items = [walk(element, depth + 1) for element in elements]
+            return {"__tuple__": items} if isinstance(item, tuple) else items
         if type(item) is dict:
             if not all(type(key) is str for key in item):
                 raise Unsupported("字典的键必须是字符串")
@@ -103,6 +106,16 @@ def encode(value: Any) -> bytes:
 
 def decode(frame: bytes) -> Any:
     """Rebuild a value from one frame, without running any code from it."""
+    try:
+        return _decode(frame)
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError, RuntimeError) as error:
+        # Whatever a hostile peer sends, the caller sees one kind of error.
+        raise ProtocolError(f"malformed frame: {type(error).__name__}") from None
+
+
+def _decode(frame: bytes) -> Any:
     if len(frame) < _LENGTH.size:
         raise ProtocolError("frame too short")
     body_length, payload_length = _LENGTH.unpack_from(frame)

@@ -65,6 +65,7 @@ class SandboxProvider:
         self.limits = limits
         self.finished = finished
         self.open_now: dict[str, Opened] = {}
+        self.fatal = ""  # set when grading itself cannot go on
 
     def submission_ids(self) -> list[str]:
         return list(self.jobs)
@@ -90,12 +91,16 @@ class SandboxProvider:
         session: Submission | None = None
         if cells:
             session = Submission(self.zygote, cells, self.limits)
+            # A sandbox that cannot even boot is the grader's failure, not the student's: let it
+            # propagate so the run stops with an error instead of handing out zeros.
             try:
                 session.start()
-                backend: Any = session
             except (SandboxDied, OSError, RuntimeError) as error:
-                problems.append(f"无法运行这份提交：{error}")
-                backend = Failed(problems[-1])
+                import pytest
+
+                provider.fatal = f"the sandbox could not start: {error}"
+                pytest.exit(provider.fatal, returncode=3)
+            backend: Any = session
         else:
             backend = Failed(problems[-1] if problems else "笔记本中没有任何代码")
         opened = Opened(job, Student(backend), session, problems, notes)
@@ -139,6 +144,7 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
     """Grade ``jobs`` in one pytest session, emitting each submission's record when it is done."""
     import pytest
 
+    from attnkit import plugin as plugin_module
     from attnkit.plugin import GradingPlugin
 
     plugin: GradingPlugin
@@ -166,9 +172,9 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
         str(autograder), "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
         "-p", "no:warnings", "-c", os.devnull, "--rootdir", str(autograder), "-o", "addopts=",
     ]
-    code = pytest.main(args, plugins=[plugin])
+    code = pytest.main(args, plugins=[plugin_module, plugin])
     if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the suite itself broke
-        raise RuntimeError(f"the hidden test suite could not run (pytest exit code {int(code)})")
+        raise RuntimeError(provider.fatal or f"the hidden test suite could not run (pytest exit code {int(code)})")
 
 
 def worker_main(tasks: Any, results: Any, autograder: str, limits: Limits, hide: list[str]) -> None:

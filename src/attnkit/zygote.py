@@ -171,6 +171,7 @@ class Sandbox:
         keep = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
         covers = {os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isdir(p)}
         covers |= {ancestor for tree in keep if (ancestor := _private_ancestor(tree))}
+        covers = {c for c in covers if not any(c != other and _inside(c, other) for other in covers)}
         staged = []
         for tree in keep:
             if any(_inside(tree, cover) for cover in covers):

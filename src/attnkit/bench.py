@@ -1,0 +1,640 @@
+"""``python -m attnkit.bench`` (``make bench``): attnkit against ``nbgrader autograde``, in one run.
+
+What it does, all in a temporary folder:
+
+1. Builds a synthetic class in nbgrader's layout (``submitted/<student>/ch19-attention/
+   attention.ipynb``) from the release notebook: a fixed, repeating mix of correct answers (the
+   model answers of ``solutions/``), every catalogue mistake pasted into an otherwise correct
+   notebook, untouched releases (stubs) and half-finished notebooks. Every notebook differs in its
+   bytes (its metadata names the student), so nothing can be skipped as a duplicate.
+2. Grades the class with ``attnkit grade --jobs J --force`` at each size of ``--sizes`` (whole
+   command, start-up included), sampling the memory of its process tree.
+3. Grades a subset (``--nbgrader``) with the real ``nbgrader autograde ch19-attention --force`` in
+   a temporary nbgrader course (this repository's ``nbgrader_config.py`` copied in, the solution
+   as nbgrader's source step, ``nbgrader generate_assignment`` first), timing each submission
+   from nbgrader's own log.
+4. Regrades a sample of the largest class one submission per ``attnkit grade`` process and checks
+   the scores equal those of the big run.
+
+It prints per-submission means and medians, the speed ratio, peak memory, the fixed and marginal
+cost, and PASS/MISS for each goal of issue 5. It never fails on a missed goal: the numbers are the
+point (the exit status is non-zero only when something could not run at all).
+
+Times are wall-clock on whatever else the machine is doing: the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import copy
+import importlib.util
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
+
+ASSIGNMENT = "ch19-attention"
+NOTEBOOK = "attention.ipynb"
+ROOT = Path(__file__).resolve().parents[2]
+STUB_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+# Issue 5's goals.
+GOAL_CLASS_SIZE = 1000
+GOAL_CLASS_SECONDS = 60.0
+GOAL_SPEEDUP = 50.0
+LINEAR_SLACK = 1.10  # per-submission cost at the largest size may exceed the smallest's by 10 %
+
+
+# -- the synthetic class ---------------------------------------------------------------------------
+def load_catalogue(autograder: Path) -> ModuleType:
+    """The hidden suite's ``catalogue`` module, loaded from its file (it is not a package)."""
+    name = "attnkit_bench_catalogue"
+    spec = importlib.util.spec_from_file_location(name, autograder / "catalogue.py")
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(autograder / "catalogue.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    sys.path.insert(0, str(autograder))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(autograder))
+    return module
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def grade_id(cell: dict) -> str:
+    return str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
+
+
+def is_answer_cell(cell: dict) -> bool:
+    """A code cell the student writes (an nbgrader solution cell)."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("solution")) and bool(meta.get("grade_id"))
+
+
+def model_answers(solution: dict) -> dict[str, str]:
+    """grade_id -> the model answer as a student would have typed it (no BEGIN/END markers)."""
+    answers = {}
+    for cell in solution["cells"]:
+        if is_answer_cell(cell):
+            lines = [line for line in _source(cell).splitlines(keepends=True) if line.strip() not in STUB_MARKERS]
+            answers[grade_id(cell)] = "".join(lines)
+    return answers
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of submission: which answer cells are filled in, and with what."""
+
+    name: str
+    answers: dict[str, str] = field(hash=False)
+
+
+def submission_kinds(solution: dict, mistakes: Sequence[Any]) -> list[Kind]:
+    """The repeating mix, in order: mostly correct, a stub, two half-finished, every mistake once."""
+    answers = model_answers(solution)
+    order = list(answers)  # notebook order: the functions, then the answer cells
+    kinds = [Kind("correct", answers)] * 4 + [Kind("release", {})]
+    for done in (3, 5):
+        kinds.append(Kind(f"half_{done}_of_{len(order)}", {gid: answers[gid] for gid in order[:done]}))
+    for mistake in mistakes:
+        if mistake.function in answers:
+            kinds.append(Kind(f"mistake:{mistake.id}", {**answers, mistake.function: mistake.source}))
+    return kinds
+
+
+def build_notebook(release: dict, kind: Kind, student_id: str) -> dict:
+    notebook = copy.deepcopy(release)
+    for cell in notebook["cells"]:
+        if is_answer_cell(cell) and grade_id(cell) in kind.answers:
+            cell["source"] = kind.answers[grade_id(cell)]
+    notebook.setdefault("metadata", {})["attnkit_bench"] = {"student": student_id, "kind": kind.name}
+    return notebook
+
+
+def _load(root: Path, autograder: Path | None) -> tuple[dict, list[Kind]]:
+    autograder = autograder or root / "autograder"
+    release = json.loads((root / "assignments" / ASSIGNMENT / NOTEBOOK).read_text(encoding="utf-8"))
+    solution = json.loads((root / "solutions" / ASSIGNMENT / NOTEBOOK).read_text(encoding="utf-8"))
+    return release, submission_kinds(solution, load_catalogue(autograder).MISTAKES)
+
+
+def write_submission(dest: Path, student_id: str, release: dict, kind: Kind) -> Path:
+    folder = dest / student_id / ASSIGNMENT
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(build_notebook(release, kind, student_id), ensure_ascii=False, indent=1)
+    (folder / NOTEBOOK).write_text(text + "\n", encoding="utf-8")
+    return folder / NOTEBOOK
+
+
+def make_class(dest: Path, size: int, root: Path = ROOT, autograder: Path | None = None, prefix: str = "s") -> dict[str, str]:
+    """Write ``size`` submissions under ``dest`` (nbgrader's layout); return student id -> kind."""
+    release, kinds = _load(root, autograder)
+    roster = {}
+    for index in range(size):
+        kind = kinds[index % len(kinds)]
+        student_id = f"{prefix}{index:05d}"
+        write_submission(dest, student_id, release, kind)
+        roster[student_id] = kind.name
+    return roster
+
+
+def make_named_class(dest: Path, students: dict[str, str], root: Path = ROOT, autograder: Path | None = None) -> None:
+    """Write one submission per student id, of the named kind ("correct", "release",
+    "half_3_of_8", "mistake:<id>", as in :func:`submission_kinds`)."""
+    release, kinds = _load(root, autograder)
+    by_name = {kind.name: kind for kind in kinds}
+    for student_id, kind_name in students.items():
+        if kind_name not in by_name:
+            raise KeyError(f"no submission kind {kind_name!r}; known: {', '.join(by_name)}")
+        write_submission(dest, student_id, release, by_name[kind_name])
+
+
+# -- measuring a command ---------------------------------------------------------------------------
+def _pss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class TreeSampler(threading.Thread):
+    """Peak memory of a process and all its descendants, sampled.
+
+    ``peak_rss``: the largest sum of RSS over the tree (psutil, every ``interval`` s). Forked
+    sandboxes share the zygote's pages and each RSS counts them again, so this over-states.
+    ``peak_pss``: the largest sum of PSS (``/proc/PID/smaps_rollup``; shared pages split between
+    the processes sharing them), every ``pss_every``-th sample: the honest footprint.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.1, pss_every: int = 5) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self.psutil = psutil
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.pss_every = pss_every
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.peak_processes = 0
+        self._stop_event = threading.Event()
+
+    def sample(self, with_pss: bool) -> None:
+        psutil = self.psutil
+        try:
+            processes = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        rss = pss = 0
+        for process in processes:
+            try:
+                rss += process.memory_info().rss
+            except psutil.Error:
+                continue
+            if with_pss:
+                pss += _pss_bytes(process.pid)
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
+        self.peak_processes = max(self.peak_processes, len(processes))
+
+    def run(self) -> None:
+        count = 0
+        while not self._stop_event.is_set():
+            self.sample(with_pss=count % self.pss_every == 0)
+            count += 1
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=5)
+
+
+@dataclass
+class Measured:
+    label: str
+    count: int
+    seconds: float  # wall clock of the whole command(s)
+    per_submission: list[float] = field(default_factory=list)  # each submission's own time
+    peak_rss: int = 0
+    peak_pss: int = 0
+    load_before: float = 0.0
+    load_after: float = 0.0
+    returncode: int = 0
+    log: str = ""
+
+    @property
+    def mean(self) -> float:
+        return self.seconds / self.count if self.count else float("nan")
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.per_submission) if self.per_submission else float("nan")
+
+
+def tool_environment() -> dict[str, str]:
+    """This interpreter's ``bin/`` first on PATH (nbgrader's Gradebook runs ``alembic``)."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def measure(label: str, count: int, command: list[str], cwd: Path | None = None) -> Measured:
+    """Run ``command`` to completion; its wall time, output and the peak memory of its tree."""
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        process = subprocess.Popen(command, cwd=cwd, env=tool_environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(process.pid)
+        sampler.start()
+        try:
+            returncode = process.wait()
+        finally:
+            sampler.stop()
+        seconds = time.perf_counter() - started
+        log.seek(0)
+        text = log.read()
+    return Measured(label, count, seconds, peak_rss=sampler.peak_rss, peak_pss=sampler.peak_pss,
+                    load_before=load_before, load_after=os.getloadavg()[0], returncode=returncode, log=text)
+
+
+def attnkit_command(submitted: Path, out: Path, jobs: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
+            "--jobs", str(jobs), "--force", "--quiet", *extra]
+
+
+def read_results(out: Path) -> dict[str, dict]:
+    results = {}
+    for path in sorted(out.glob(f"*/{ASSIGNMENT}/results.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        results[data["student_id"]] = data
+    return results
+
+
+def run_attnkit(submitted: Path, out: Path, jobs: int, count: int) -> tuple[Measured, dict[str, dict]]:
+    measured = measure(f"attnkit --jobs {jobs}", count, attnkit_command(submitted, out, jobs))
+    results = read_results(out)
+    measured.per_submission = [float(r.get("seconds", 0.0)) for r in results.values()]
+    return measured, results
+
+
+# -- nbgrader --------------------------------------------------------------------------------------
+_LOG_LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) \[AutogradeApp \| \w+\] (.*)$")
+
+
+def nbgrader_durations(log: str) -> list[float]:
+    """Seconds per submission from nbgrader's timestamped log: from "Creating/updating student"
+    to that submission's last "Setting destination file permissions"."""
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    for line in log.splitlines():
+        match = _LOG_LINE.match(line.strip())
+        if not match:
+            continue
+        moment = datetime.strptime(match.group(1), "%H:%M:%S.%f")
+        if match.group(2).startswith("Creating/updating student"):
+            starts.append(moment)
+        elif match.group(2).startswith("Setting destination file permissions"):
+            if len(ends) < len(starts):
+                ends.append(moment)
+            else:
+                ends[-1] = moment
+    durations = []
+    for start, end in zip(starts, ends):
+        seconds = (end - start).total_seconds()
+        durations.append(seconds + 86400 if seconds < 0 else seconds)  # past midnight
+    return durations
+
+
+def nbgrader_executable() -> list[str]:
+    script = Path(sys.executable).parent / "nbgrader"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "nbgrader"]
+
+
+def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) -> tuple[Measured, float]:
+    """``nbgrader autograde`` on ``notebooks`` (student id -> file) in a fresh course at ``course``.
+
+    Returns the measured autograde run and the seconds ``generate_assignment`` took (not counted).
+    """
+    course.mkdir(parents=True)
+    config = (root / "nbgrader_config.py").read_text(encoding="utf-8")
+    (course / "nbgrader_config.py").write_text(config, encoding="utf-8")
+    # The repository's config maps nbgrader's steps onto solutions/ and assignments/ under the
+    # folder holding the config file; give the temporary course the same shape.
+    shutil.copytree(root / "solutions" / ASSIGNMENT, course / "solutions" / ASSIGNMENT)
+    started = time.perf_counter()
+    generate = subprocess.run([*nbgrader_executable(), "generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
+                              cwd=course, env=tool_environment(), capture_output=True, text=True)
+    generate_seconds = time.perf_counter() - started
+    if generate.returncode != 0:
+        raise RuntimeError(f"nbgrader generate_assignment failed:\n{generate.stdout}\n{generate.stderr}")
+    for student_id, notebook in notebooks.items():
+        folder = course / "submitted" / student_id / ASSIGNMENT
+        folder.mkdir(parents=True)
+        shutil.copy(notebook, folder / NOTEBOOK)
+    command = [*nbgrader_executable(), "autograde", ASSIGNMENT, "--force",
+               "--Application.log_format=%(asctime)s.%(msecs)03d [%(name)s | %(levelname)s] %(message)s",
+               "--Application.log_datefmt=%H:%M:%S"]
+    measured = measure("nbgrader autograde", len(notebooks), command, cwd=course)
+    measured.per_submission = nbgrader_durations(measured.log)
+    return measured, generate_seconds
+
+
+# -- one submission at a time ----------------------------------------------------------------------
+def comparable(result: dict) -> dict:
+    """What must not depend on how a class was split up: scores, statuses, diagnoses."""
+    return {
+        "score": result.get("score"),
+        "max_score": result.get("max_score"),
+        "parts": result.get("parts"),
+        "diagnoses": result.get("diagnoses"),
+        "tests": [(t.get("name"), t.get("score"), t.get("status"), t.get("diagnoses")) for t in result.get("tests", [])],
+    }
+
+
+def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, parallel: int = 2) -> dict[str, dict]:
+    """Grade each student in a class of one (its own ``attnkit grade --jobs 1`` process)."""
+
+    def one(student_id: str) -> tuple[str, dict]:
+        alone = scratch / student_id / "submitted"
+        alone.mkdir(parents=True)
+        shutil.copytree(submitted / student_id, alone / student_id)
+        out = scratch / student_id / "out"
+        subprocess.run(attnkit_command(alone, out, 1), env=tool_environment(), stdin=subprocess.DEVNULL,
+                       capture_output=True, check=True)
+        return student_id, read_results(out).get(student_id, {})
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return dict(pool.map(one, student_ids))
+
+
+def spread(items: list[str], count: int) -> list[str]:
+    """``count`` items evenly spaced over ``items`` (deterministic)."""
+    if count >= len(items):
+        return list(items)
+    step = len(items) / count
+    return [items[int(i * step)] for i in range(count)]
+
+
+def sample_by_kind(roster: dict[str, str], count: int) -> list[str]:
+    """Up to ``count`` students, one per kind first (in roster order), then evenly spread."""
+    first_of_kind: dict[str, str] = {}
+    for student_id, kind in roster.items():
+        first_of_kind.setdefault(kind, student_id)
+    chosen = spread(list(first_of_kind.values()), count)
+    for student_id in spread(list(roster), count):
+        if len(chosen) >= count:
+            break
+        if student_id not in chosen:
+            chosen.append(student_id)
+    return sorted(chosen)
+
+
+# -- report ----------------------------------------------------------------------------------------
+def mb(value: int) -> str:
+    return f"{value / 2**20:,.0f} MB" if value else "-"
+
+
+def seconds(value: float) -> str:
+    if value != value:  # NaN
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares ``seconds = fixed + marginal * n``."""
+    if len(points) < 2:
+        return float("nan"), float("nan")
+    mean_n = statistics.fmean(n for n, _ in points)
+    mean_t = statistics.fmean(t for _, t in points)
+    spread_n = sum((n - mean_n) ** 2 for n, _ in points)
+    if spread_n == 0:
+        return float("nan"), float("nan")
+    marginal = sum((n - mean_n) * (t - mean_t) for n, t in points) / spread_n
+    return mean_t - marginal * mean_n, marginal
+
+
+def summarise(attnkit_runs: list[Measured], nbgrader: Measured | None, generate_seconds: float,
+              same_scores: tuple[int, int, list[str]] | None, jobs: int) -> dict[str, Any]:
+    largest = max(attnkit_runs, key=lambda m: m.count)
+    smallest = min(attnkit_runs, key=lambda m: m.count)
+    fixed, marginal = linear_fit([(m.count, m.seconds) for m in attnkit_runs])
+    summary: dict[str, Any] = {
+        "jobs": jobs,
+        "cores": os.cpu_count(),
+        "attnkit": {
+            str(m.count): {"seconds": m.seconds, "per_submission_mean": m.mean, "per_submission_median": m.median,
+                           "peak_rss_bytes": m.peak_rss, "peak_pss_bytes": m.peak_pss,
+                           "load_before": m.load_before, "load_after": m.load_after}
+            for m in attnkit_runs
+        },
+        "fixed_seconds": fixed,
+        "marginal_seconds_per_submission": marginal,
+    }
+    if nbgrader is not None:
+        summary["nbgrader"] = {"count": nbgrader.count, "seconds": nbgrader.seconds, "per_submission_mean": nbgrader.mean,
+                               "per_submission_median": nbgrader.median, "peak_rss_bytes": nbgrader.peak_rss,
+                               "peak_pss_bytes": nbgrader.peak_pss, "generate_assignment_seconds": generate_seconds}
+        summary["ratio_mean"] = nbgrader.mean / largest.mean
+        summary["ratio_median"] = nbgrader.median / largest.median if largest.per_submission else float("nan")
+    goals = []
+    at_goal = next((m for m in attnkit_runs if m.count == GOAL_CLASS_SIZE), None)
+    if at_goal is not None:
+        goals.append(("class", f"{GOAL_CLASS_SIZE} submissions in < {GOAL_CLASS_SECONDS:g} s with --jobs {jobs}",
+                      f"{at_goal.seconds:.1f} s", at_goal.seconds < GOAL_CLASS_SECONDS))
+    else:
+        # Not measured at that size: project from the largest run. The fitted line when it is
+        # meaningful (more than one size, positive slope), else the largest run's mean per
+        # submission times the goal's size (pessimistic: its start-up is counted n times).
+        if marginal == marginal and marginal > 0 and fixed >= 0:
+            projected, how = fixed + marginal * GOAL_CLASS_SIZE, "linear fit"
+        else:
+            projected, how = largest.mean * GOAL_CLASS_SIZE, f"{GOAL_CLASS_SIZE} × mean s/submission"
+        goals.append(("class", f"{GOAL_CLASS_SIZE} submissions in < {GOAL_CLASS_SECONDS:g} s with --jobs {jobs}",
+                      f"{projected:.1f} s projected ({how}, measured n ≤ {largest.count})", projected < GOAL_CLASS_SECONDS))
+    if nbgrader is not None:
+        goals.append(("speedup", f"≥ {GOAL_SPEEDUP:g}× faster per submission than nbgrader autograde",
+                      f"{summary['ratio_mean']:.1f}× (mean s/submission, n={largest.count})", summary["ratio_mean"] >= GOAL_SPEEDUP))
+    if largest.count > smallest.count:
+        growth = largest.mean / smallest.mean
+        goals.append(("linear", "cost grows linearly (s/submission does not rise with class size)",
+                      f"{seconds(smallest.mean)} s at n={smallest.count} → {seconds(largest.mean)} s at n={largest.count}",
+                      growth <= LINEAR_SLACK))
+    if same_scores is not None:
+        equal, total, differ = same_scores
+        goals.append(("same_scores", f"same scores as one-by-one grading (sample of the n={largest.count} run)",
+                      f"{equal}/{total} identical" + (f"; differ: {', '.join(differ[:5])}" if differ else ""), equal == total))
+    summary["goals"] = {key: {"goal": text, "measured": value, "pass": ok} for key, text, value, ok in goals}
+    return summary
+
+
+def print_report(summary: dict[str, Any], attnkit_runs: list[Measured], nbgrader: Measured | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    table = Table(title="Grading time per submission (wall clock)")
+    for column in ("grader", "n", "total s", "mean s/sub", "median s/sub", "peak Σ RSS", "peak Σ PSS", "load 1-min"):
+        table.add_column(column, justify="right" if column not in ("grader",) else "left")
+    rows = ([nbgrader] if nbgrader else []) + attnkit_runs
+    for m in rows:
+        table.add_row(m.label, str(m.count), seconds(m.seconds), seconds(m.mean), seconds(m.median),
+                      mb(m.peak_rss), mb(m.peak_pss), f"{m.load_before:.1f}→{m.load_after:.1f}")
+    console.print(table)
+    console.print(
+        "mean s/sub = the whole command's wall time / n (start-up included). median s/sub = each submission's own time: "
+        "nbgrader from its log (start of a student to its notebook written), attnkit from results.json `seconds` "
+        "(sandbox open to record, inside a worker; workers run in parallel). Peak memory is sampled with psutil over the "
+        "command's whole process tree: Σ RSS every 0.1 s (counts pages shared by forked sandboxes once per process, so "
+        "an over-estimate), Σ PSS every 0.5 s from /proc/PID/smaps_rollup (shared pages split: the real footprint)."
+    )
+    largest = max(attnkit_runs, key=lambda m: m.count)
+    if nbgrader is not None:
+        console.print(
+            f"ratio (nbgrader ÷ attnkit, mean s/submission, n={largest.count}): [bold]{summary['ratio_mean']:.1f}×[/bold]   "
+            f"ratio of medians: {summary['ratio_median']:.1f}×   "
+            f"(nbgrader {seconds(nbgrader.mean)} s/submission vs attnkit {seconds(largest.mean)} s/submission)"
+        )
+    if summary["marginal_seconds_per_submission"] == summary["marginal_seconds_per_submission"]:
+        console.print(
+            f"linear fit over sizes {', '.join(str(m.count) for m in attnkit_runs)}: "
+            f"{summary['fixed_seconds']:.2f} s fixed + {summary['marginal_seconds_per_submission']:.4f} s per submission"
+        )
+    goals = Table(title="Issue 5 goals")
+    for column in ("goal", "measured", ""):
+        goals.add_column(column)
+    for goal in summary["goals"].values():
+        goals.add_row(goal["goal"], goal["measured"], "[green]PASS[/green]" if goal["pass"] else "[red]MISS[/red]")
+    console.print(goals)
+
+
+# -- main ------------------------------------------------------------------------------------------
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError("--sizes takes a comma-separated list, e.g. 100,1000") from None
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError("--sizes needs positive numbers")
+    return sizes
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m attnkit.bench", description="Benchmark attnkit grade against nbgrader autograde.")
+    parser.add_argument("--sizes", type=parse_sizes, default=None, help="class sizes graded by attnkit (default 100,1000)")
+    parser.add_argument("--nbgrader", type=int, default=None, help="submissions graded by nbgrader autograde (default 10; 0 skips)")
+    parser.add_argument("--sample", type=int, default=None, help="submissions regraded one per process for the score check (default 12; 0 skips)")
+    parser.add_argument("--jobs", type=int, default=2, help="attnkit workers (default 2)")
+    parser.add_argument("--quick", action="store_true", help="small sizes for tests: --sizes 10,20 --nbgrader 2 --sample 2")
+    parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    quick = {"sizes": [10, 20], "nbgrader": 2, "sample": 2}
+    full = {"sizes": [100, 1000], "nbgrader": 10, "sample": 12}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    say = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    largest = max(args.sizes)
+    submitted = work / "submitted"
+    say(f"building {largest} synthetic submissions in {submitted}")
+    roster = make_class(submitted, largest)
+    say("kinds: " + ", ".join(f"{kind} ×{n}" for kind, n in _counts(roster.values())))
+
+    attnkit_runs: list[Measured] = []
+    results: dict[str, dict] = {}
+    for size in args.sizes:
+        if size == largest:
+            folder = submitted
+        else:
+            folder = work / f"submitted-{size}"
+            folder.mkdir()
+            for student_id in list(roster)[:size]:
+                shutil.copytree(submitted / student_id, folder / student_id)
+        say(f"attnkit grade: {size} submissions, --jobs {args.jobs}")
+        measured, graded = run_attnkit(folder, work / f"out-{size}", args.jobs, size)
+        if measured.returncode != 0 or len(graded) != size:
+            raise RuntimeError(f"attnkit grade failed (exit {measured.returncode}, {len(graded)}/{size} results):\n{measured.log[-3000:]}")
+        say(f"  {measured.seconds:.1f} s")
+        attnkit_runs.append(measured)
+        if size == largest:
+            results = graded
+
+    nbgrader = None
+    generate_seconds = 0.0
+    if args.nbgrader > 0:
+        chosen = spread(list(roster), args.nbgrader)
+        say(f"nbgrader autograde: {len(chosen)} submissions ({', '.join(sorted({roster[s] for s in chosen}))})")
+        nbgrader, generate_seconds = run_nbgrader({s: submitted / s / ASSIGNMENT / NOTEBOOK for s in chosen}, work / "nbgrader-course")
+        if nbgrader.returncode != 0:
+            raise RuntimeError(f"nbgrader autograde failed (exit {nbgrader.returncode}):\n{nbgrader.log[-3000:]}")
+        say(f"  {nbgrader.seconds:.1f} s")
+
+    same_scores = None
+    if args.sample > 0:
+        chosen = sample_by_kind(roster, args.sample)
+        say(f"one-by-one check: {len(chosen)} submissions, each in its own attnkit grade process")
+        alone = grade_one_by_one(submitted, chosen, work / "one-by-one", parallel=args.jobs)
+        differ = [s for s in chosen if comparable(alone.get(s, {})) != comparable(results.get(s, {}))]
+        same_scores = (len(chosen) - len(differ), len(chosen), differ)
+
+    summary = summarise(attnkit_runs, nbgrader, generate_seconds, same_scores, args.jobs)
+    summary["kinds"] = dict(_counts(roster.values()))
+    print_report(summary, attnkit_runs, nbgrader)
+    return summary
+
+
+def _counts(values: Any) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return list(counts.items())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.keep is not None:
+            if args.keep.exists():
+                shutil.rmtree(args.keep)
+            args.keep.mkdir(parents=True)
+            summary = run(args, args.keep.resolve())
+        else:
+            with tempfile.TemporaryDirectory(prefix="attnkit-bench-") as scratch:
+                summary = run(args, Path(scratch))
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as error:
+        print(f"bench could not run: {error}", file=sys.stderr)
+        return 2
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The wire protocol: only plain data crosses, and nothing a sandbox writes can run code here."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+from collections import namedtuple
+
+import pytest
+import torch
+
+from attnkit import protocol
+
+
+def roundtrip(value: object) -> object:
+    return protocol.decode(protocol.encode(value))
+
+
+def test_plain_data_survives_a_roundtrip() -> None:
+    """Do tensors of every allowed dtype, numbers, strings, tuples, lists and dicts come back equal?"""
+    tensors = [torch.randn(2, 3, dtype=dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)]
+    tensors += [torch.tensor([[True, False]]), torch.arange(6, dtype=torch.int64).reshape(2, 3), torch.zeros(0, 4)]
+    value = (tensors, {"答案": [1, 2.5, None, True, "中文"]}, float("nan"), float("-inf"))
+    back = roundtrip(value)
+    assert isinstance(back, tuple) and isinstance(back[0], list)
+    for original, copy in zip(tensors, back[0]):
+        assert copy.dtype == original.dtype and copy.shape == original.shape and torch.equal(copy, original)
+    assert back[1] == {"答案": [1, 2.5, None, True, "中文"]}
+    assert back[2] != back[2] and back[3] == float("-inf")
+
+
+def test_tuple_subclasses_travel_as_plain_tuples() -> None:
+    """Is a shape answer written as `q.shape` (torch.Size) or a namedtuple read as a tuple of ints?"""
+    assert roundtrip(torch.zeros(2, 3, 8).shape) == (2, 3, 8)
+    assert type(roundtrip(torch.zeros(2, 3).shape)) is tuple
+    Point = namedtuple("Point", "x y")
+    assert type(roundtrip(Point(1, 2))) is tuple
+
+
+def test_a_lying_tensor_subclass_arrives_as_a_plain_tensor() -> None:
+    """Does a Tensor subclass whose __eq__ always says True arrive stripped to a base Tensor?"""
+
+    class Liar(torch.Tensor):
+        def __eq__(self, other):  # noqa: D105
+            return True
+
+    liar = torch.zeros(3).as_subclass(Liar)
+    back = roundtrip(liar)
+    assert type(back) is torch.Tensor
+    assert not torch.equal(back, torch.ones(3))
+
+
+@pytest.mark.parametrize("value", [object(), lambda: 1, {1: 2}, torch.zeros(2, dtype=torch.complex64), b"bytes", {"x"}])
+def test_other_objects_are_refused(value: object) -> None:
+    """Are functions, arbitrary objects, non-string dict keys, complex tensors, bytes and sets refused?"""
+    with pytest.raises(protocol.Unsupported):
+        protocol.encode(value)
+
+
+def test_malformed_frames_raise_protocol_errors_only() -> None:
+    """Do truncated, corrupted or random frames raise ProtocolError (never run code, never crash)?"""
+    frame = protocol.encode((torch.randn(4, 4), {"a": [1, 2, 3]}))
+    generator = random.Random(0)
+    for _ in range(500):
+        broken = bytearray(frame)
+        for _ in range(generator.randint(1, 8)):
+            broken[generator.randrange(len(broken))] = generator.randrange(256)
+        cut = broken[: generator.randint(0, len(broken))] if generator.random() < 0.3 else broken
+        try:
+            protocol.decode(bytes(cut))
+        except protocol.ProtocolError:
+            pass
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(b"\x80\x04\x95pickle")
+
+
+def test_a_tensor_header_cannot_claim_more_bytes_than_sent() -> None:
+    """Is a tensor whose declared shape does not match its bytes rejected?"""
+    body_sizes = b"[4]"
+    header = b'{"__tensor__": 0, "dtype": "float32", "shape": [1000000]}'
+    body = struct.pack("!I", len(body_sizes)) + body_sizes + header
+    frame = struct.pack("!II", len(body), 4) + body + b"\0\0\0\0"
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(frame)
+
+
+def test_an_oversized_frame_is_refused_before_reading_it() -> None:
+    """Does receive() refuse a frame that announces more than the limit, without allocating it?"""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(struct.pack("!II", protocol.MAX_FRAME_BYTES, 1))
+        with pytest.raises(protocol.ProtocolError):
+            protocol.receive(ours)

@@ -53,7 +53,7 @@ from attnkit.proxy import Outcome, read_variable, run_in_namespace  # noqa: E402
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x2000, 0x4000, 0x40000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 NOBODY = 65534
 OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
@@ -161,29 +161,26 @@ class Sandbox:
         """Private /proc and /tmp; the grader's folders (and any private home) under empty tmpfs.
 
         The Python trees we run on (the interpreter and the venv) may lie inside a folder we hide
-        (the venv inside the project) or inside a private home (``/root/.pyenv``): they are bound
-        aside first and moved back on top of the empty tmpfs, so the sandbox can still import the
-        standard library and torch while everything else there stays invisible.
+        (the venv inside the project, a project checked out under /tmp) or inside a private home
+        (``/root/.pyenv``). We hold each tree open, cover the folders, and bind the trees back
+        through ``/proc/self/fd``, so the sandbox can still import the standard library and torch
+        while everything else there stays invisible.
         """
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
         keep = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
-        covers = {os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isdir(p)}
+        covers = {"/tmp"} | {os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isdir(p)}
         covers |= {ancestor for tree in keep if (ancestor := _private_ancestor(tree))}
         covers = {c for c in covers if not any(c != other and _inside(c, other) for other in covers)}
-        staged = []
-        for tree in keep:
-            if any(_inside(tree, cover) for cover in covers):
-                stage = tempfile.mkdtemp(prefix="stage-", dir="/tmp")
-                _mount(tree, stage, None, MS_BIND | MS_REC)
-                staged.append((tree, stage))
-        for cover in sorted(covers, key=len):  # outermost first
-            _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-        for tree, stage in staged:
+        held = {tree: os.open(tree, os.O_PATH | os.O_DIRECTORY) for tree in keep if any(_inside(tree, c) for c in covers)}
+        for cover in sorted(covers):
+            options = "size=64m,mode=1777" if cover == "/tmp" else "size=64k,mode=755"
+            _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        for tree, descriptor in held.items():
             os.makedirs(tree, exist_ok=True)
-            _mount(stage, tree, None, MS_MOVE)
-        self.isolation += ["pid-namespace", "no-network", "private-proc-and-tmp", f"hidden-dirs:{len(covers)}"]
+            _mount(f"/proc/self/fd/{descriptor}", tree, None, MS_BIND | MS_REC)
+            os.close(descriptor)
+        self.isolation += ["pid-namespace", "no-network", "private-proc-and-tmp", f"hidden-dirs:{len(covers) - 1}"]
 
     def _limits(self) -> None:
         vm_bytes = 0

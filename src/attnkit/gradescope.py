@@ -1,0 +1,218 @@
+"""The Gradescope autograder bundle (``make gradescope``) and its results converter.
+
+Usage::
+
+    python -m attnkit.gradescope [--out dist/gradescope.zip]     # build the bundle
+    python -m attnkit.gradescope results SRC DEST                # attnkit results.json -> Gradescope's
+
+The zip's root is what Gradescope unpacks into ``/autograder/source``. It mirrors this repository
+so that attnkit, installed in place (``pip install -e``), sees the bundle as its project root: the
+hidden suite at ``autograder/`` is its default suite and the whole bundle is hidden from the
+sandboxes. Contents:
+
+- ``setup.sh``, ``run_autograder``, ``README.md``: from ``gradescope/`` in this repository;
+- ``requirements.lock`` and ``pyproject.toml``: the pinned dependencies and the package metadata;
+- ``src/attnkit/``: attnkit's source (modules and templates);
+- ``autograder/``: the hidden suite (tests, points, the catalogue of mistakes, references).
+
+Never the solutions, the project's own tests or any submission. Entries carry a fixed date and
+mode (scripts 0755), so an unchanged tree builds a byte-identical zip.
+
+Both scripts take ``AUTOGRADER_ROOT`` (default ``/autograder``) so the bundle can be run against a
+simulated layout, and ``ATTNKIT_VENV`` to use an existing environment instead of ``setup.sh``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = Path("dist") / "gradescope.zip"
+ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
+TEMPLATE_DIR = "gradescope"
+TEMPLATES = ("setup.sh", "run_autograder", "README.md")
+EXECUTABLE = {"setup.sh", "run_autograder"}
+PROJECT_FILES = ("requirements.lock", "pyproject.toml")
+PACKAGE_SUFFIXES = {".py", ".j2", ".css", ".html", ".json", ".txt"}
+SUITE_SKIP_SUFFIXES = {".pyc", ".pyo"}
+
+# Gradescope's keys for a test; everything else of ours goes to extra_data.
+GRADESCOPE_TEST_KEYS = ("name", "score", "max_score", "status", "output")
+
+
+class BundleError(RuntimeError):
+    """The bundle cannot be built from this tree."""
+
+
+def _files(folder: Path, keep: Any) -> list[Path]:
+    return sorted(
+        path for path in folder.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+        and keep(path)
+    )
+
+
+def bundle_entries(root: Path = ROOT) -> list[tuple[str, Path]]:
+    """(name in the zip, file) for everything the bundle holds, in a fixed order."""
+    entries: list[tuple[str, Path]] = []
+    for name in TEMPLATES:
+        path = root / TEMPLATE_DIR / name
+        if not path.is_file():
+            raise BundleError(f"missing bundle template {path}")
+        entries.append((name, path))
+    for name in PROJECT_FILES:
+        path = root / name
+        if not path.is_file():
+            raise BundleError(f"missing {path}")
+        entries.append((name, path))
+    package = root / "src" / "attnkit"
+    for path in _files(package, lambda p: p.suffix in PACKAGE_SUFFIXES):
+        entries.append((path.relative_to(root).as_posix(), path))
+    suite = root / "autograder"
+    if not (suite / "catalogue.py").is_file():
+        raise BundleError(f"the hidden suite is missing: {suite / 'catalogue.py'}")
+    for path in _files(suite, lambda p: p.suffix not in SUITE_SKIP_SUFFIXES):
+        entries.append((path.relative_to(root).as_posix(), path))
+    return entries
+
+
+def _zip_info(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=ZIP_TIMESTAMP)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    mode = 0o755 if name in EXECUTABLE else 0o644
+    info.external_attr = (0o100000 | mode) << 16  # a regular file with that mode
+    info.create_system = 3  # unix, so unzip honours the mode
+    return info
+
+
+def build_bundle(destination: Path, root: Path = ROOT) -> Path:
+    """Write the Gradescope bundle to ``destination`` (atomically) and return it."""
+    entries = bundle_entries(root)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    with zipfile.ZipFile(partial, "w") as bundle:
+        for name, path in entries:
+            data = path.read_bytes()
+            if name in EXECUTABLE:
+                data = data.replace(b"\r\n", b"\n")
+            bundle.writestr(_zip_info(name), data)
+    partial.replace(destination)
+    return destination
+
+
+# -- results ---------------------------------------------------------------------------------------
+def _catalogue(autograder: Path | None) -> dict[str, dict[str, str]]:
+    if autograder is None or not (autograder / "catalogue.py").is_file():
+        return {}
+    try:
+        from attnkit.feedback import load_catalogue
+
+        return load_catalogue(autograder)
+    except Exception:  # noqa: BLE001 - the explanations are a courtesy; the scores stand without them
+        return {}
+
+
+def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) -> str:
+    """The top-level ``output`` students read on Gradescope (in Chinese, like the feedback page)."""
+    from attnkit.scoring import PARTS
+
+    lines = [f"总分 {results.get('score', 0):g}/{results.get('max_score', 0):g}"]
+    for problem in results.get("problems", []):
+        lines.append(f"问题：{problem}")
+    for note in results.get("notes", []):
+        lines.append(f"提示：{note}")
+    parts = results.get("parts", {})
+    if parts:
+        lines.append("")
+        for part, scores in parts.items():
+            if scores.get("max_score"):
+                lines.append(f"{PARTS.get(part, part)}：{scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+    diagnoses = results.get("diagnoses", [])
+    if diagnoses:
+        lines.append("")
+        lines.append("诊断（你的结果与这些常见错误的结果一致）：")
+        for mistake in diagnoses:
+            info = catalogue.get(mistake, {})
+            where = f"（{info['section']}）" if info.get("section") else ""
+            lines.append(f"- {mistake}{where}：{info.get('zh', '')}".rstrip("："))
+    for cell in results.get("cells", []):
+        if cell.get("error_type"):
+            lines.append(f"单元格 {cell.get('grade_id') or cell.get('index')} 运行出错：{cell.get('error_type')}：{cell.get('message', '')}"[:500])
+    return "\n".join(lines)
+
+
+def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """attnkit's results.json in Gradescope's schema: its keys at the top and in each test,
+    attnkit's own (diagnoses, per-part scores, problems...) under ``extra_data``."""
+    tests = []
+    for test in results.get("tests", []):
+        entry = {key: test[key] for key in GRADESCOPE_TEST_KEYS if key in test}
+        extra = {key: value for key, value in test.items() if key not in GRADESCOPE_TEST_KEYS}
+        if extra:
+            entry["extra_data"] = extra
+        tests.append(entry)
+    extra_keys = ("diagnoses", "parts", "problems", "notes", "cells", "assignment", "fingerprint", "sandbox")
+    return {
+        "score": results.get("score", 0),
+        "max_score": results.get("max_score", 0),
+        "output": summary_text(results, catalogue or {}),
+        "output_format": "text",
+        "execution_time": round(float(results.get("seconds", 0.0) or 0.0), 3),
+        "visibility": "visible",
+        "tests": tests,
+        "extra_data": {key: results[key] for key in extra_keys if key in results},
+    }
+
+
+def convert(source: Path, destination: Path, autograder: Path | None = None) -> dict[str, Any]:
+    results = json.loads(source.read_text(encoding="utf-8"))
+    converted = to_gradescope(results, _catalogue(autograder))
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    partial.write_text(json.dumps(converted, ensure_ascii=False, indent=1), encoding="utf-8")
+    partial.replace(destination)
+    return converted
+
+
+# -- command line ----------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["results"]:
+        parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope results",
+                                         description="Convert attnkit's results.json to Gradescope's.")
+        parser.add_argument("source", type=Path)
+        parser.add_argument("destination", type=Path)
+        parser.add_argument("--autograder", type=Path, default=None,
+                            help="the hidden suite, for the mistakes' explanations (default: next to attnkit)")
+        args = parser.parse_args(argv[1:])
+        if args.autograder is None:
+            from attnkit.engine import DEFAULT_AUTOGRADER
+
+            args.autograder = DEFAULT_AUTOGRADER
+        if not args.source.is_file():
+            print(f"no results to convert: {args.source}", file=sys.stderr)
+            return 1
+        converted = convert(args.source, args.destination, args.autograder)
+        print(f"score {converted['score']:g}/{converted['max_score']:g} -> {args.destination}")
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope", description="Build the Gradescope autograder bundle.")
+    parser.add_argument("--out", type=Path, default=ROOT / DEFAULT_OUT, help=f"where to write the zip (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv[1:] if argv[:1] == ["build"] else argv)
+    try:
+        bundle = build_bundle(args.out.resolve())
+    except BundleError as error:
+        print(f"cannot build the bundle: {error}", file=sys.stderr)
+        return 1
+    with zipfile.ZipFile(bundle) as opened:
+        count = len(opened.namelist())
+    print(f"Gradescope bundle: {bundle} ({count} files)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,6 +8,26 @@ from checks import assert_shape, expect_value_error, fail, fmt_index, unpack_pai
 
 pytestmark = pytest.mark.grade_id("check_empty_row")
 
+def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where):
+    """The same call, with each empty row given back its first key, must return well-formed
+    attention (right shapes, finite, every weight row summing to 1). Without this, a function that
+    raises ValueError on *every* input would earn the "must raise" points for nothing."""
+    repaired = allowed.clone()
+    repaired[..., 0] |= ~allowed.any(dim=-1)
+    try:
+        result = student.scaled_attention(query, key, value, repaired)
+    except ValueError as error:
+        fail(f"{where}：先把空行补上一个可访问的键再调用，每个查询都有键可用，不应报错，"
+             f"但你的函数抛出了 ValueError：{str(error)[:300]}。ValueError 只应在某个查询一个键也不能访问时抛出。")
+    output, weights = unpack_pair(result, "scaled_attention")
+    batch = torch.broadcast_shapes(query.shape[:-2], repaired.shape[:-2])
+    assert_shape(output, (*batch, query.shape[-2], value.shape[-1]), "输出")
+    assert_shape(weights, (*batch, query.shape[-2], key.shape[-2]), "权重")
+    sums = weights.to(torch.float64).sum(dim=-1)
+    if not bool(torch.isfinite(weights).all()) or not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+        fail(f"{where}：补上可访问的键之后，每一行权重应是有限的数、加起来为 1。")
+
+
 _g = torch.Generator().manual_seed(1903)
 Q = torch.randn(2, 2, 3, 4, generator=_g)  # (B, h, T_q=3, d_k=4)
 K = torch.randn(2, 2, 5, 4, generator=_g)  # T_k=5
@@ -20,6 +40,7 @@ def test_one_row_fully_masked(student):
     allowed = torch.tensor(
         [[1, 1, 0, 0, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool
     )
+    works_once_every_row_keeps_a_key(student, Q[0, 0], K[0, 0], V[0, 0], allowed, "单个序列")
     expect_value_error(
         lambda: student.scaled_attention(Q[0, 0], K[0, 0], V[0, 0], allowed),
         "第 2 个查询没有任何允许访问的键时",
@@ -31,6 +52,7 @@ def test_empty_row_inside_batch(student):
     """批次中只有第 2 个序列的最后一个查询整行被屏蔽：是否仍能发现并抛出 ValueError？"""
     allowed = torch.ones(2, 1, 3, 5, dtype=torch.bool).tril(diagonal=2)
     allowed[1, 0, 2] = False
+    works_once_every_row_keeps_a_key(student, Q, K, V, allowed, "批次输入")
     expect_value_error(
         lambda: student.scaled_attention(Q, K, V, allowed),
         "批次中第 2 个序列的第 3 个查询没有任何允许访问的键时",
@@ -41,6 +63,7 @@ def test_empty_row_inside_batch(student):
 def test_zero_length_padding(student):
     """填充掩码里有一个长度为 0 的序列（它的所有键都是 PAD）：是否抛出 ValueError？"""
     allowed = (torch.arange(5) < torch.tensor([4, 0])[:, None])[:, None, None, :]
+    works_once_every_row_keeps_a_key(student, Q, K, V, allowed, "填充掩码")
     expect_value_error(
         lambda: student.scaled_attention(Q, K, V, allowed),
         "某个序列长度为 0、它的查询一个键也不能访问时",

@@ -12,11 +12,13 @@ import json
 import math
 import socket
 import struct
+import time
 from typing import Any
 
 import torch
 
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 1024 * 1024
 MAX_DEPTH = 16
 MAX_ITEMS = 100_000
 MAX_STRING = 100_000
@@ -119,6 +121,8 @@ def _decode(frame: bytes) -> Any:
     if len(frame) < _LENGTH.size:
         raise ProtocolError("frame too short")
     body_length, payload_length = _LENGTH.unpack_from(frame)
+    if body_length > MAX_HEADER_BYTES:
+        raise ProtocolError("header too large")
     if _LENGTH.size + body_length + payload_length != len(frame):
         raise ProtocolError("frame length mismatch")
     body = frame[_LENGTH.size : _LENGTH.size + body_length]
@@ -185,18 +189,27 @@ def send(sock: socket.socket, value: Any) -> None:
     sock.sendall(encode(value))
 
 
-def receive(sock: socket.socket) -> Any:
-    """Read exactly one frame and decode it. Raises ProtocolError on EOF or garbage."""
-    head = _read_exactly(sock, _LENGTH.size)
+def receive(sock: socket.socket, deadline: float | None = None) -> Any:
+    """Read exactly one frame and decode it. Raises ProtocolError on EOF or garbage, and
+    ``socket.timeout`` when the whole frame has not arrived by ``deadline`` (time.monotonic()):
+    a peer that drips one byte a second cannot stretch a time limit."""
+    head = _read_exactly(sock, _LENGTH.size, deadline)
     body_length, payload_length = _LENGTH.unpack(head)
-    if body_length + payload_length > MAX_FRAME_BYTES:
+    # The JSON part is small (tensor bytes travel in the payload); a huge one is an attack on
+    # the decoder's memory and time, refused before it is read.
+    if body_length > MAX_HEADER_BYTES or body_length + payload_length > MAX_FRAME_BYTES:
         raise ProtocolError("frame too large")
-    return decode(head + _read_exactly(sock, body_length + payload_length))
+    return decode(head + _read_exactly(sock, body_length + payload_length, deadline))
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
+def _read_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
     chunks = bytearray()
     while len(chunks) < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("deadline passed")
+            sock.settimeout(remaining)
         chunk = sock.recv(min(size - len(chunks), 1 << 20))
         if not chunk:
             raise ProtocolError("peer closed the connection")

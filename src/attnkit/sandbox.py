@@ -29,6 +29,9 @@ class Limits:
     cell_seconds: float = 10.0
     call_seconds: float = 10.0
     notebook_seconds: float = 60.0
+    # All calls of one submission together: a function that sleeps just under call_seconds on
+    # every call would otherwise cost (number of calls) x call_seconds.
+    submission_seconds: float = 120.0
     memory_mb: int = 2048
     cpu_seconds: int = 120
     restarts: int = 3
@@ -104,6 +107,7 @@ class Submission:
     isolation: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     restarts: int = 0
+    seconds_used: float = 0.0  # wall-clock spent in the sandbox, cells and calls together
     _channel: socket.socket | None = None
     _pid: int | None = None
     _given_up: bool = False
@@ -140,25 +144,32 @@ class Submission:
     def _boot(self) -> None:
         self.close()
         self._channel, self._pid = self.zygote.spawn(self.limits)
-        self._channel.settimeout(30)
-        ready = protocol.receive(self._channel)
+        try:
+            ready = protocol.receive(self._channel, time.monotonic() + 30)
+        except (OSError, protocol.ProtocolError) as error:
+            self.close()
+            raise SandboxDied(f"沙箱未能启动：{error}") from None
         if not (isinstance(ready, dict) and ready.get("ready")):
             raise SandboxDied(f"沙箱未能启动：{ready.get('error') if isinstance(ready, dict) else ready}")
         self.isolation = [str(item) for item in ready.get("isolation", [])]
 
     def _request(self, message: dict, seconds: float) -> dict:
+        """One request and its reply, all within ``seconds`` of wall-clock time."""
         if self._channel is None:
             raise SandboxDied("沙箱未运行")
+        deadline = time.monotonic() + seconds
         try:
             self._channel.settimeout(seconds)
             protocol.send(self._channel, message)
-            reply = protocol.receive(self._channel)
+            reply = protocol.receive(self._channel, deadline)
         except socket.timeout:
             self.close()
             raise TimeoutError from None
         except (OSError, protocol.ProtocolError) as error:
             self.close()
             raise SandboxDied(str(error)) from None
+        finally:
+            self.seconds_used += time.monotonic() - (deadline - seconds)
         if not isinstance(reply, dict):
             self.close()
             raise SandboxDied("沙箱返回了无法识别的数据")
@@ -204,6 +215,8 @@ class Submission:
     def _ask(self, message: dict, name: str) -> Outcome:
         if self._given_up or self._channel is None:
             return Outcome(error_type="__crashed__", message="你的代码使运行环境多次崩溃或超时，后面的检查无法进行")
+        if self.seconds_used > self.limits.submission_seconds:
+            return Outcome(error_type="__timeout__", message=f"这份提交的总运行时间超过了 {self.limits.submission_seconds:g} 秒，后面的检查没有运行")
         try:
             reply = self._request(message, self.limits.call_seconds)
         except TimeoutError:

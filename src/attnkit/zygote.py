@@ -48,15 +48,20 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 from attnkit import protocol  # noqa: E402
+from attnkit.cgroup import Cgroup  # noqa: E402
 from attnkit.proxy import Outcome, read_variable, run_in_namespace  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 NOBODY = 65534
 OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
+# World-writable host folders: a sandbox gets an empty private one of each, so nothing it writes
+# outlives it or fills the host (the shared-memory folder is RAM).
+SCRATCH_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -169,18 +174,24 @@ class Sandbox:
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         keep = sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)})
-        covers = {"/tmp"} | {os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isdir(p)}
+        scratch = {os.path.realpath(p) for p in SCRATCH_FOLDERS if os.path.isdir(p)}
+        hidden_files = [os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isfile(p)]
+        covers = scratch | {os.path.realpath(p) for p in self.settings.get("hide", []) if os.path.isdir(p)}
         covers |= {ancestor for tree in keep if (ancestor := _private_ancestor(tree))}
         covers = {c for c in covers if not any(c != other and _inside(c, other) for other in covers)}
         held = {tree: os.open(tree, os.O_PATH | os.O_DIRECTORY) for tree in keep if any(_inside(tree, c) for c in covers)}
         for cover in sorted(covers):
-            options = "size=64m,mode=1777" if cover == "/tmp" else "size=64k,mode=755"
+            options = "size=64m,mode=1777" if cover in scratch else "size=64k,mode=755"
             _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, options)
         for tree, descriptor in held.items():
             os.makedirs(tree, exist_ok=True)
             _mount(f"/proc/self/fd/{descriptor}", tree, None, MS_BIND | MS_REC)
             os.close(descriptor)
-        self.isolation += ["pid-namespace", "no-network", "private-proc-and-tmp", f"hidden-dirs:{len(covers) - 1}"]
+        for path in hidden_files:  # a gradebook kept outside the hidden folders, say
+            if not any(_inside(path, cover) for cover in covers):
+                _mount("/dev/null", path, None, MS_BIND)
+        hidden = len(covers - scratch) + len(hidden_files)
+        self.isolation += ["pid-namespace", "no-network", "no-ipc", "private-proc-and-scratch", f"hidden:{hidden}"]
 
     def _limits(self) -> None:
         vm_bytes = 0
@@ -265,24 +276,43 @@ class Sandbox:
 
 
 def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, report: int) -> None:
-    """In the zygote's fresh child: isolate, report the sandbox pid on ``report``, serve."""
+    """In the zygote's fresh child: isolate, report the sandbox pid on ``report``, serve.
+
+    As root, this child stays outside as a keeper: it makes the submission's control group,
+    unshares the namespaces, forks the sandbox (PID 1 of its namespace: when it dies, every
+    process it left dies with it), waits for it, and removes the control group afterwards.
+    """
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    namespaces = os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET) == 0
+    group: Cgroup | None = None
+    if os.geteuid() == 0:
+        try:
+            # What the submission allocates, all its processes together. Pages it shares with the
+            # zygote are charged to the zygote; the few it copies on write (~40 MB for the whole
+            # chapter notebook) count here.
+            memory = int(settings.get("memory_mb", 2048)) * 1024 * 1024
+            group = Cgroup(f"attnkit-{os.getpid()}", memory, int(settings.get("max_processes", 64)))
+            group.enter()
+        except OSError:
+            group = None
+    namespaces = os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC) == 0
     if namespaces:
-        # The next fork is PID 1 of the new namespace: when it dies, every process it left dies.
         pid = os.fork()
         if pid:
             channel.close()
             os.write(report, f"{pid}\n".encode())
             os.close(report)
             os.waitpid(pid, 0)
+            if group is not None:
+                group.leave_and_remove()
             os._exit(0)
     else:
         os.write(report, f"{os.getpid()}\n".encode())
     os.close(report)
     sandbox = Sandbox(channel, settings, shell)
+    if group is not None:
+        sandbox.isolation.append("cgroup-memory-and-pids")
     try:
         sandbox.lock_down(namespaces)
         sandbox.serve()

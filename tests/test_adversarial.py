@@ -7,8 +7,9 @@ bystanders and the attackers' base notebooks alone: the clean scores everything 
 Probe cells report what they managed to do (see attacks.probes); the host is checked from outside
 (processes, files, sockets, shared memory).
 
-Weaknesses not fixed yet (in the engine or the hidden suite) are strict xfails: each names the
-weakness and a fix, and starts failing (XPASS) the day it is fixed, so the mark can be removed.
+Weaknesses this suite found (a per-process memory limit, host scratch folders, a reply dripped
+one byte a second, a huge forged header, a function that always raises ValueError) were fixed;
+their tests stay as regressions. A new weakness goes in as a strict xfail naming it and a fix.
 """
 
 from __future__ import annotations
@@ -542,19 +543,7 @@ def test_bystanders_keep_their_scores(world: World) -> None:
         assert attacked["problems"] == [] and attacked["cells"] == []
 
 
-VALUE_ERROR_GAINS = pytest.mark.xfail(
-    strict=True,
-    reason="hidden suite (autograder/test_ch19_3_empty_row.py): the three 'must raise ValueError' tests "
-    "pass for a function that raises ValueError on every input, 8 of 100 points for one line (fix: "
-    "award them only when the same call with the empty row given a key returns correct values, "
-    "e.g. check that inside each test or make them depend on test_no_error_when_every_row_keeps_a_key)",
-)
-
-
-@pytest.mark.parametrize(
-    "student_id",
-    [pytest.param(sid, marks=VALUE_ERROR_GAINS) if sid == "value_error" else sid for sid in roster_ids()],
-)
+@pytest.mark.parametrize("student_id", roster_ids())
 def test_attackers_gain_nothing(world: World, student_id: str) -> None:
     """Does no attacker score above the same notebook without its attack (and does every attack
     on the stubs score exactly 0)?"""
@@ -648,7 +637,7 @@ def test_every_sandbox_is_isolated(world: World) -> None:
         isolation = results["sandbox"].get("isolation")
         if isolation is None:  # bad_json, empty: nothing ran
             continue
-        for needed in ("pid-namespace", "no-network", "private-proc-and-tmp", "unprivileged-user", "resource-limits"):
+        for needed in ("pid-namespace", "no-network", "no-ipc", "private-proc-and-scratch", "unprivileged-user", "resource-limits", "cgroup-memory-and-pids"):
             assert needed in isolation, (student_id, isolation)
 
 
@@ -667,9 +656,18 @@ def test_fake_results_land_nowhere(world: World) -> None:
     """Can a student write results.json or grades.csv into OUT or into the submissions (its
     own or another student's)? Writing into its own working directory and /tmp is allowed
     (they are private to the sandbox) and must not reach the host."""
-    report = world.probe("vandal", "fake_results")
-    for target in ("out_grades", "out_report", "out_own", "out_victim", "submitted_own_results", "submitted_own_notebook", "submitted_victim_notebook"):
-        assert not report[target].startswith("ok"), (target, report[target])
+    world.probe("vandal", "fake_results")
+    # Where OUT and the submissions lie in a world-writable folder (here /var/tmp), the sandbox
+    # sees an empty private copy of that folder and its writes "succeed" there: what matters is
+    # the host's side, checked below and in test_submissions_are_byte_identical.
+    grades = (world.attack.out / "grades.csv").read_text(encoding="utf-8")
+    assert "vandal,ch19-attention,0," in grades and ",100,100\n" not in grades.replace("bystander", "")
+    assert "<html" in (world.attack.out / "report.html").read_text(encoding="utf-8").lower()
+    for student_id in ("vandal", "bystander_a"):
+        results = json.loads((world.attack.out / student_id / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
+        assert results["tests"], f"{student_id}'s results.json is the grader's, not a forgery"
+    assert not (world.setting.submitted / "vandal" / ASSIGNMENT / "results.json").exists()
+    assert world.after == world.before
     for path in ("/tmp/results.json", "/tmp/grades.csv"):
         assert not (os.path.exists(path) and os.stat(path).st_uid == NOBODY), f"{path} written on the host by the sandbox"
     assert world.attack.score("vandal") == 0
@@ -682,8 +680,11 @@ def test_nothing_can_be_deleted(world: World) -> None:
     every one of them still there afterwards?"""
     report = world.probe("vandal", "delete")
     assert report["euid"] == NOBODY
-    for target in ("out", "submitted", "autograder", "src", "project"):
+    for target in ("autograder", "src", "project"):
         assert not report[target].startswith("ok"), (target, report[target])
+    # OUT and the submissions: the sandbox only reaches its private copy of /var/tmp, if that is
+    # where they lie; on the host they must be whole.
+    assert (world.attack.out / "grades.csv").is_file()
     for path in ("autograder/catalogue.py", "autograder/reference.py", "src/attnkit/engine.py", "solutions", "assignments", "pyproject.toml"):
         assert (ROOT / path).exists(), path
     assert world.after == world.before
@@ -774,26 +775,15 @@ def test_broken_notebooks_score_zero_with_a_reason(world: World) -> None:
     assert "JSON" in " ".join(world.results("bad_json")["problems"])
 
 
-# -- known weaknesses (strict xfails: each XPASSes once the engine is fixed) --------------------------------
+# -- weaknesses found by this suite, fixed in the engine: kept as regressions --------------------------------
 @NEEDS_ISOLATION
-@pytest.mark.xfail(
-    strict=True,
-    reason="RLIMIT_AS is per process: a student who forks gets memory_mb per child (fix: a cgroup v2 "
-    "per sandbox with memory.max and pids.max, or at least RLIMIT_NPROC=1 for the student's code)",
-)
 def test_memory_limit_covers_forked_children(world: World) -> None:
     """Does --memory-mb bound the whole submission, children included?"""
     report = world.probe("memory_hog", "fork_memory")
-    assert report["total_rss_mb"] <= MEMORY_MB, report
+    assert report["total_private_mb"] <= MEMORY_MB, report
 
 
 @NEEDS_ISOLATION
-@pytest.mark.xfail(
-    strict=True,
-    reason="only /tmp is private: /var/tmp, /dev/shm (RAM), /run/lock and SysV IPC are the host's, so a "
-    "sandbox leaves files and shared memory behind, outside every limit (fix: CLONE_NEWIPC, and tmpfs "
-    "or a read-only remount over every world-writable host folder)",
-)
 def test_no_traces_left_on_the_host(world: World) -> None:
     """Does a sandbox leave no files in the host's world-writable folders and no shared memory?"""
     report = world.probe("vandal", "traces")
@@ -852,12 +842,6 @@ def test_malformed_frame_costs_only_the_forger(protocol_runs) -> None:
     assert any(c["error_type"] == "__crashed__" for c in run.results["forger"]["cells"]), run.results["forger"]["cells"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Submission._request sets a per-recv socket timeout, not a deadline: a frame sent one byte "
-    "per second never times out, so one student stalls its worker and the whole batch forever "
-    "(fix: a deadline for the whole reply, e.g. recv with timeout = deadline - now, then kill)",
-)
 def test_slow_drip_is_cut_off(protocol_runs) -> None:
     """Is a student who sends its reply one byte a second stopped at the cell time limit, and
     the batch finished?"""
@@ -866,14 +850,6 @@ def test_slow_drip_is_cut_off(protocol_runs) -> None:
     assert run.score("dripper") == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol.decode bounds a frame's bytes (64 MB) but not its JSON nodes: a header of nested "
-    "empty lists, written by student code straight onto the socket (as the forger above does), costs "
-    "the trusted worker ~44x its size (64 MB -> ~3 GB, ~20 s of CPU) per reply, outside every sandbox "
-    "limit and every time-out (fix: cap the JSON header at ~1 MB, since tensor bytes travel in the "
-    "payload, or count nodes while parsing and refuse past MAX_ITEMS)",
-)
 def test_decoding_a_hostile_frame_is_cheap() -> None:
     """Does decoding a frame the sandbox wrote cost the trusted side at most a few times its size?"""
     from attnkit import protocol

@@ -150,7 +150,8 @@ def command_grade(args: argparse.Namespace) -> int:
             progress.advance(task)
             progress.refresh()
 
-        grade_jobs(todo, args.autograder, workers, limits, hidden_paths(args.submitted, args.out), on_record)
+        hide = hidden_paths(args.submitted, args.out, args.autograder, *([args.gradebook] if args.gradebook else []))
+        grade_jobs(todo, args.autograder, workers, limits, hide, on_record)
     all_results = collect(args.out, jobs)
     write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started)
     if args.gradebook is not None:

@@ -71,6 +71,7 @@ class SandboxProvider:
         return list(self.jobs)
 
     def open(self, submission_id: str) -> Student:
+        started = time.perf_counter()
         job = self.jobs[submission_id]
         cells: list[CodeCell] = []
         problems: list[str] = []
@@ -103,7 +104,7 @@ class SandboxProvider:
             backend: Any = session
         else:
             backend = Failed(problems[-1] if problems else "笔记本中没有任何代码")
-        opened = Opened(job, Student(backend), session, problems, notes)
+        opened = Opened(job, Student(backend), session, problems, notes, started)
         self.open_now[submission_id] = opened
         return opened.student
 

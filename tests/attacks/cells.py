@@ -126,12 +126,17 @@ def memory_in_children(children: int, megabytes: int) -> str:
         while _ready < len(_pids) and time.monotonic() < _deadline:
             if select.select([_r], [], [], 0.1)[0]:
                 _ready += len(os.read(_r, 64))
-        def _rss_mb(pid):
-            with open(f"/proc/{pid}/status") as status:
-                return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) // 1024
+        def _private_mb(pid):
+            # Pages only this process maps: what it allocated itself. (RSS would also count, once
+            # per process, the libraries every sandbox shares with the zygote.)
+            try:
+                with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                    return sum(int(line.split()[1]) for line in rollup if line.startswith(("Private_Clean:", "Private_Dirty:"))) // 1024
+            except OSError:  # the child was killed for going over the limit
+                return 0
         _report["children_ready"] = _ready
-        _report["children_rss_mb"] = sum(_rss_mb(pid) for pid in _pids)
-        _report["total_rss_mb"] = _report["children_rss_mb"] + _rss_mb(os.getpid())
+        _report["children_private_mb"] = sum(_private_mb(pid) for pid in _pids)
+        _report["total_private_mb"] = _report["children_private_mb"] + _private_mb(os.getpid())
         for _pid in _pids:
             os.kill(_pid, signal.SIGKILL)
             os.waitpid(_pid, 0)

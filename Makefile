@@ -20,6 +20,7 @@ help:
 	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
 	@echo "make bench                                  benchmark against nbgrader autograde"
+	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder)"
 
 install: $(STAMP)
 
@@ -55,6 +56,9 @@ student-zip: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m attnkit.bench
+
+gradescope: $(STAMP)
+	$(BIN)/python -m attnkit.gradescope --out dist/gradescope.zip
 
 clean:
 	rm -rf $(OUT) dist

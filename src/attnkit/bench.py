@@ -16,6 +16,10 @@ What it does, all in a temporary folder:
 4. Regrades a sample of the largest class one submission per ``attnkit grade`` process and checks
    the scores equal those of the big run.
 
+Every attnkit run uses one copy of the hidden suite taken at the start (``--autograder``), so an
+edit to ``autograder/`` during the bench cannot make runs disagree; an edit to attnkit's own source
+shows as a changed result fingerprint and those samples are reported as not comparable.
+
 It prints per-submission means and medians, the speed ratio, peak memory, the fixed and marginal
 cost, and PASS/MISS for each goal of issue 5. It never fails on a missed goal: the numbers are the
 point (the exit status is non-zero only when something could not run at all).
@@ -280,9 +284,10 @@ def measure(label: str, count: int, command: list[str], cwd: Path | None = None)
                     load_before=load_before, load_after=os.getloadavg()[0], returncode=returncode, log=text)
 
 
-def attnkit_command(submitted: Path, out: Path, jobs: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
-            "--jobs", str(jobs), "--force", "--quiet", *extra]
+def attnkit_command(submitted: Path, out: Path, jobs: int, autograder: Path | None = None) -> list[str]:
+    command = [sys.executable, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
+               "--jobs", str(jobs), "--force", "--quiet"]
+    return command + (["--autograder", str(autograder)] if autograder is not None else [])
 
 
 def read_results(out: Path) -> dict[str, dict]:
@@ -293,8 +298,8 @@ def read_results(out: Path) -> dict[str, dict]:
     return results
 
 
-def run_attnkit(submitted: Path, out: Path, jobs: int, count: int) -> tuple[Measured, dict[str, dict]]:
-    measured = measure(f"attnkit --jobs {jobs}", count, attnkit_command(submitted, out, jobs))
+def run_attnkit(submitted: Path, out: Path, jobs: int, count: int, autograder: Path | None = None) -> tuple[Measured, dict[str, dict]]:
+    measured = measure(f"attnkit --jobs {jobs}", count, attnkit_command(submitted, out, jobs, autograder))
     results = read_results(out)
     measured.per_submission = [float(r.get("seconds", 0.0)) for r in results.values()]
     return measured, results
@@ -374,7 +379,8 @@ def comparable(result: dict) -> dict:
     }
 
 
-def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, parallel: int = 2) -> dict[str, dict]:
+def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, parallel: int = 2,
+                     autograder: Path | None = None) -> dict[str, dict]:
     """Grade each student in a class of one (its own ``attnkit grade --jobs 1`` process)."""
 
     def one(student_id: str) -> tuple[str, dict]:
@@ -382,7 +388,7 @@ def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, par
         alone.mkdir(parents=True)
         shutil.copytree(submitted / student_id, alone / student_id)
         out = scratch / student_id / "out"
-        subprocess.run(attnkit_command(alone, out, 1), env=tool_environment(), stdin=subprocess.DEVNULL,
+        subprocess.run(attnkit_command(alone, out, 1, autograder), env=tool_environment(), stdin=subprocess.DEVNULL,
                        capture_output=True, check=True)
         return student_id, read_results(out).get(student_id, {})
 
@@ -437,7 +443,7 @@ def linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def summarise(attnkit_runs: list[Measured], nbgrader: Measured | None, generate_seconds: float,
-              same_scores: tuple[int, int, list[str]] | None, jobs: int) -> dict[str, Any]:
+              same_scores: tuple[int, int, list[str], int] | None, jobs: int) -> dict[str, Any]:
     largest = max(attnkit_runs, key=lambda m: m.count)
     smallest = min(attnkit_runs, key=lambda m: m.count)
     fixed, marginal = linear_fit([(m.count, m.seconds) for m in attnkit_runs])
@@ -483,9 +489,12 @@ def summarise(attnkit_runs: list[Measured], nbgrader: Measured | None, generate_
                       f"{seconds(smallest.mean)} s at n={smallest.count} → {seconds(largest.mean)} s at n={largest.count}",
                       growth <= LINEAR_SLACK))
     if same_scores is not None:
-        equal, total, differ = same_scores
+        equal, total, differ, changed = same_scores
+        measured = f"{equal}/{total} identical" + (f"; differ: {', '.join(differ[:5])}" if differ else "")
+        if changed:
+            measured += f"; {changed} not compared (attnkit's files changed during the bench)"
         goals.append(("same_scores", f"same scores as one-by-one grading (sample of the n={largest.count} run)",
-                      f"{equal}/{total} identical" + (f"; differ: {', '.join(differ[:5])}" if differ else ""), equal == total))
+                      measured, total > 0 and equal == total))
     summary["goals"] = {key: {"goal": text, "measured": value, "pass": ok} for key, text, value, ok in goals}
     return summary
 
@@ -562,9 +571,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     say = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
     largest = max(args.sizes)
+    # One copy of the hidden suite for the whole run, so an edit to autograder/ while the bench
+    # runs cannot make two runs disagree.
+    suite = work / "autograder"
+    shutil.copytree(ROOT / "autograder", suite, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     submitted = work / "submitted"
     say(f"building {largest} synthetic submissions in {submitted}")
-    roster = make_class(submitted, largest)
+    roster = make_class(submitted, largest, autograder=suite)
     say("kinds: " + ", ".join(f"{kind} ×{n}" for kind, n in _counts(roster.values())))
 
     attnkit_runs: list[Measured] = []
@@ -578,7 +591,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for student_id in list(roster)[:size]:
                 shutil.copytree(submitted / student_id, folder / student_id)
         say(f"attnkit grade: {size} submissions, --jobs {args.jobs}")
-        measured, graded = run_attnkit(folder, work / f"out-{size}", args.jobs, size)
+        measured, graded = run_attnkit(folder, work / f"out-{size}", args.jobs, size, suite)
         if measured.returncode != 0 or len(graded) != size:
             raise RuntimeError(f"attnkit grade failed (exit {measured.returncode}, {len(graded)}/{size} results):\n{measured.log[-3000:]}")
         say(f"  {measured.seconds:.1f} s")
@@ -600,9 +613,15 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.sample > 0:
         chosen = sample_by_kind(roster, args.sample)
         say(f"one-by-one check: {len(chosen)} submissions, each in its own attnkit grade process")
-        alone = grade_one_by_one(submitted, chosen, work / "one-by-one", parallel=args.jobs)
-        differ = [s for s in chosen if comparable(alone.get(s, {})) != comparable(results.get(s, {}))]
-        same_scores = (len(chosen) - len(differ), len(chosen), differ)
+        alone = grade_one_by_one(submitted, chosen, work / "one-by-one", parallel=args.jobs, autograder=suite)
+        # A result's fingerprint covers the submission and the grader's own files (attnkit's
+        # source included): if they differ, attnkit itself was edited while the bench ran.
+        changed = [s for s in chosen if alone.get(s, {}).get("fingerprint") != results.get(s, {}).get("fingerprint")]
+        if changed:
+            say(f"attnkit's own files changed during the bench: {len(changed)} sampled result(s) not comparable")
+        compared = [s for s in chosen if s not in changed]
+        differ = [s for s in compared if comparable(alone.get(s, {})) != comparable(results.get(s, {}))]
+        same_scores = (len(compared) - len(differ), len(compared), differ, len(changed))
 
     summary = summarise(attnkit_runs, nbgrader, generate_seconds, same_scores, args.jobs)
     summary["kinds"] = dict(_counts(roster.values()))

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
+from contract import GRADE_POINTS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
@@ -50,17 +51,6 @@ ANSWER_CELLS = {
         "answer_earlier_outputs_change": False,
         "answer_growth_factor": 16,
     },
-}
-CHECK_POINTS = {
-    "check_scaled_attention": 20,
-    "check_masking": 10,
-    "check_empty_row": 10,
-    "check_masks": 15,
-    "check_future": 10,
-    "check_heads": 10,
-    "check_multi_head": 15,
-    "check_shape_trace": 5,
-    "check_self_test": 5,
 }
 MANUAL_CELLS = ("manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row",
                 "manual_q10_no_causal")
@@ -135,19 +125,19 @@ def executed_release(kernel_name: str, tmp_path_factory: pytest.TempPathFactory)
 def test_source_notebook_has_the_contracts_cells() -> None:
     """Does the source notebook hold exactly the contract's solution, answer, check and manual cells?"""
     cells = cells_by_grade_id(nbformat.read(SOURCE, as_version=4))
-    expected = set(STUDENT_FUNCTIONS) | set(ANSWER_CELLS) | set(CHECK_POINTS) | set(MANUAL_CELLS)
+    expected = set(STUDENT_FUNCTIONS) | set(ANSWER_CELLS) | set(GRADE_POINTS) | set(MANUAL_CELLS)
     assert set(cells) == expected
     for grade_id in [*STUDENT_FUNCTIONS, *ANSWER_CELLS]:
         meta = nbgrader_meta(cells[grade_id])
         assert cells[grade_id].cell_type == "code"
         assert (meta["solution"], meta["grade"], meta["locked"]) == (True, False, False), grade_id
         assert meta["schema_version"] == 3
-    for grade_id, points in CHECK_POINTS.items():
+    for grade_id, points in GRADE_POINTS.items():
         meta = nbgrader_meta(cells[grade_id])
         assert cells[grade_id].cell_type == "code"
         assert (meta["solution"], meta["grade"], meta["locked"]) == (False, True, True), grade_id
         assert meta["points"] == points, grade_id
-    assert sum(CHECK_POINTS.values()) == 100
+    assert sum(GRADE_POINTS.values()) == 100
     for grade_id in MANUAL_CELLS:
         meta = nbgrader_meta(cells[grade_id])
         assert cells[grade_id].cell_type == "markdown"
@@ -204,7 +194,7 @@ def test_notebooks_are_committed_without_outputs() -> None:
 def test_solution_notebook_runs_and_every_check_passes(executed_source) -> None:
     """Does the model-answer notebook run top to bottom, every check passing without stderr?"""
     cells = cells_by_grade_id(executed_source)
-    for grade_id in CHECK_POINTS:
+    for grade_id in GRADE_POINTS:
         cell = cells[grade_id]
         assert errors_of(cell) == [], grade_id
         assert stderr_of(cell) == "", f"{grade_id} wrote to stderr: {stderr_of(cell)}"

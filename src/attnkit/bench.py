@@ -284,8 +284,13 @@ def measure(label: str, count: int, command: list[str], cwd: Path | None = None)
                     load_before=load_before, load_after=os.getloadavg()[0], returncode=returncode, log=text)
 
 
+# ``python -m attnkit.cli`` by default; ``--entry FILE`` swaps in a script that wraps it (to measure
+# a proposed engine change by monkeypatching, without editing the engine).
+ENTRY: list[str] = ["-m", "attnkit.cli"]
+
+
 def attnkit_command(submitted: Path, out: Path, jobs: int, autograder: Path | None = None) -> list[str]:
-    command = [sys.executable, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
+    command = [sys.executable, *ENTRY, "grade", "--submitted", str(submitted), "--out", str(out),
                "--jobs", str(jobs), "--force", "--quiet"]
     return command + (["--autograder", str(autograder)] if autograder is not None else [])
 
@@ -299,7 +304,8 @@ def read_results(out: Path) -> dict[str, dict]:
 
 
 def run_attnkit(submitted: Path, out: Path, jobs: int, count: int, autograder: Path | None = None) -> tuple[Measured, dict[str, dict]]:
-    measured = measure(f"attnkit --jobs {jobs}", count, attnkit_command(submitted, out, jobs, autograder))
+    label = f"attnkit --jobs {jobs}" + (f" ({Path(ENTRY[0]).name})" if ENTRY[0] != "-m" else "")
+    measured = measure(label, count, attnkit_command(submitted, out, jobs, autograder))
     results = read_results(out)
     measured.per_submission = [float(r.get("seconds", 0.0)) for r in results.values()]
     return measured, results
@@ -559,6 +565,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes for tests: --sizes 10,20 --nbgrader 2 --sample 2")
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--entry", type=Path, default=None,
+                        help="run attnkit as `python FILE grade ...` instead of `python -m attnkit.cli grade ...` "
+                             "(a wrapper that monkeypatches a proposed engine change)")
     args = parser.parse_args(argv)
     quick = {"sizes": [10, 20], "nbgrader": 2, "sample": 2}
     full = {"sizes": [100, 1000], "nbgrader": 10, "sample": 12}
@@ -638,6 +647,8 @@ def _counts(values: Any) -> list[tuple[str, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.entry is not None:
+        ENTRY[:] = [str(args.entry.resolve())]
     try:
         if args.keep is not None:
             if args.keep.exists():

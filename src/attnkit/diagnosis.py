@@ -12,12 +12,31 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from attnkit import protocol
 from attnkit.proxy import Call, Outcome, run_in_namespace
 
 # Mistakes run in float32 like most tests; these tolerances sit well above float32 rounding
 # (~1e-6 relative) and well below the differences the catalogue's mistakes make (>= 1e-2).
 RTOL = 1e-3
 ATOL = 1e-4
+
+
+# The hidden tests use fixed inputs, so across a class the same calls are replayed on the same
+# implementations again and again: remember the outcomes (bounded; keys are the inputs' bytes).
+_REPLAYS: dict[tuple[int, str, bytes], Outcome] = {}
+_REPLAYS_MAX = 20_000
+
+
+def _replay(namespace: dict, name: str, inputs: bytes) -> Outcome:
+    """``namespace[name]`` on the encoded ``inputs`` (fresh copies each time: an implementation
+    must not see another's in-place edits), remembered."""
+    key = (id(namespace), name, inputs)
+    if key not in _REPLAYS:
+        if len(_REPLAYS) >= _REPLAYS_MAX:
+            _REPLAYS.clear()
+        args, kwargs = protocol.decode(inputs)
+        _REPLAYS[key] = run_in_namespace(namespace, name, args, kwargs)
+    return _REPLAYS[key]
 
 
 def values_match(student: object, candidate: object) -> bool:
@@ -63,16 +82,11 @@ def diagnose(
     if not relevant:
         return []
 
-    def replay(namespace: dict, call: Call) -> Outcome:
-        # Each replay gets fresh copies: an implementation must not see another's in-place edits.
-        args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in call.args)
-        kwargs = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in call.kwargs.items()}
-        return run_in_namespace(namespace, call.name, args, kwargs)
-
-    expected = [replay(reference, call) for call in relevant]
+    inputs = [protocol.encode((call.args, call.kwargs)) for call in relevant]
+    expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs)]
     found = []
     for mistake_id, namespace in mistakes.items():
-        outcomes = [replay(namespace, call) for call in relevant]
+        outcomes = [_replay(namespace, call.name, data) for call, data in zip(relevant, inputs)]
         reproduces_student = all(outcomes_match(call.outcome, got) for call, got in zip(relevant, outcomes))
         differs_from_reference = any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected))
         if reproduces_student and differs_from_reference:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 import pytest
+from _pytest.reports import TestReport
 
 from attnkit.proxy import (
     LocalBackend,
@@ -126,31 +127,39 @@ class GradingPlugin:
             proxy.calls = []
         yield
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-        outcome = yield
-        report = outcome.get_result()
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> TestReport | None:
+        """Our own report for a submission's test: the student's message, never pytest's
+        traceback (which would show the test's source, and costs a re-parse of the test file per
+        failure: most of the grading time for a notebook of stubs)."""
         submission_id = getattr(item, "callspec", None) and item.callspec.params.get("student")
-        if submission_id is None:
-            return
-        setup_failed = report.when == "setup" and report.failed
-        if report.when != "call" and not setup_failed:
-            return
+        if submission_id is None or (call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)):
+            return None  # pytest's own report
+        failed = call.excinfo is not None
+        message = failure_message(call.excinfo.value) if failed else None
+        report = TestReport(
+            item.nodeid, item.location, {}, "failed" if failed else "passed", message, call.when, [],
+            call.duration, call.start, call.stop, user_properties=item.user_properties,
+        )
+        if call.when == "call" or (call.when == "setup" and failed):
+            self.record(item, str(submission_id), message, diagnose=call.when == "call")
+        return report
+
+    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool) -> None:
         points = points_of(item)
         result = TestResult(
             name=title_of(item),
             nodeid=item.nodeid.split("[")[0],
             grade_id=grade_id_of(item),
             max_score=points,
-            score=points if report.passed else 0.0,
-            status="passed" if report.passed else "failed",
+            score=0.0 if message is not None else points,
+            status="failed" if message is not None else "passed",
+            output=message or "",
         )
-        if not report.passed and call.excinfo is not None:
-            result.output = failure_message(call.excinfo.value)
-            proxy = item.funcargs.get("student")
-            if isinstance(proxy, Student) and not setup_failed:
-                result.diagnoses = self.diagnose(proxy)
-        self.results.setdefault(str(submission_id), []).append(result)
+        proxy = item.funcargs.get("student")
+        if message is not None and diagnose and isinstance(proxy, Student):
+            result.diagnoses = self.diagnose(proxy)
+        self.results.setdefault(submission_id, []).append(result)
 
     def diagnose(self, proxy: Student) -> list[str]:
         from attnkit.diagnosis import diagnose

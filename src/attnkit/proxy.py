@@ -13,6 +13,8 @@ import builtins
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from attnkit import protocol
 
 API_FUNCTIONS = (
@@ -108,8 +110,8 @@ class Student:
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call the student's function ``name``; raise what it raised, as a mirrored class."""
-        # Send (and record) exactly the bytes' worth the sandbox will see.
-        args, kwargs = protocol.decode(protocol.encode((args, kwargs)))
+        # Record what was sent as it was sent: a test may edit its tensors in place afterwards.
+        args, kwargs = snapshot(args), snapshot(kwargs)
         outcome = self.backend.call(name, args, kwargs)
         self.calls.append(Call(name, args, kwargs, outcome))
         return self._result(name, outcome)
@@ -133,28 +135,44 @@ class Student:
         raise student_exception(name, outcome.error_type, outcome.message)
 
 
-def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict) -> Outcome:
-    """Call ``namespace[name]`` and turn its result into plain data (shared by every backend)."""
+def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plain: bool = True) -> Outcome:
+    """Call ``namespace[name]``. With ``plain`` (in this process) the result is turned into plain
+    data here; the sandbox passes ``plain=False`` and encodes it once, when it replies."""
     function = namespace.get(name)
     if not callable(function):
         return Outcome(error_type="__missing__", message=f"没有找到函数 {name}")
     try:
         result = function(*args, **kwargs)
-        return Outcome(value=protocol.decode(protocol.encode(result)))
+        return Outcome(value=protocol.decode(protocol.encode(result)) if plain else result)
     except protocol.Unsupported as error:
-        return Outcome(error_type="TypeError", message=f"{name} 的返回值无法读取：{error}")
+        return unreadable(name, error)
     except Exception as error:  # the student's own exception, reported by name and message
         return Outcome(error_type=type(error).__name__, message=str(error)[:2000])
 
 
-def read_variable(namespace: dict, name: str) -> Outcome:
-    """Read a top-level variable as plain data."""
+def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
+    """Read a top-level variable (as plain data with ``plain``)."""
     if name not in namespace:
         return Outcome(error_type="__missing__", message=f"没有找到变量 {name}")
     try:
-        return Outcome(value=protocol.decode(protocol.encode(namespace[name])))
+        return Outcome(value=protocol.decode(protocol.encode(namespace[name])) if plain else namespace[name])
     except protocol.Unsupported as error:
-        return Outcome(error_type="TypeError", message=f"变量 {name} 的值无法读取：{error}")
+        return unreadable(name, error)
+
+
+def unreadable(name: str, error: Exception) -> Outcome:
+    return Outcome(error_type="TypeError", message=f"{name} 的值无法读取（只能返回张量、数字、字符串及其元组/列表）：{error}")
+
+
+def snapshot(value: Any) -> Any:
+    """A copy the caller cannot change afterwards (tests edit tensors in place between calls)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(snapshot(item) for item in value)
+    if isinstance(value, dict):
+        return {key: snapshot(item) for key, item in value.items()}
+    return value
 
 
 @dataclass

@@ -66,24 +66,57 @@ class Zygote:
         )
         theirs.close()
         self.control = ours
+        self._ahead: tuple[socket.socket, Limits] | None = None
         ready = protocol.receive(self.control)
         if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
             raise RuntimeError(f"zygote failed to start: {ready!r}")
 
     def spawn(self, limits: Limits) -> tuple[socket.socket, int]:
-        """A new sandbox: our end of its channel, and its pid."""
+        """A new sandbox: our end of its channel, and its pid.
+
+        The next sandbox is always requested ahead, so the zygote forks it and it locks itself
+        down while the current submission is being tested: a submission's sandbox is usually
+        ready the moment it is asked for.
+        """
+        if self._ahead is not None and self._ahead[1] == limits:
+            channel = self._ahead[0]
+            self._ahead = None
+            pid = self._pid_reply(channel)
+        else:
+            self._cancel_ahead()
+            channel = self._ask_for_sandbox(limits)
+            pid = self._pid_reply(channel)
+        self._ahead = (self._ask_for_sandbox(limits), limits)
+        return channel, pid
+
+    def _ask_for_sandbox(self, limits: Limits) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         settings = {"hide": self.hide, "memory_mb": limits.memory_mb, "cpu_seconds": limits.cpu_seconds}
         socket.send_fds(self.control, [json.dumps(settings).encode()], [theirs.fileno()])
         theirs.close()
+        return ours
+
+    def _pid_reply(self, channel: socket.socket) -> int:
         reply = protocol.receive(self.control)
         pid = reply.get("pid") if isinstance(reply, dict) else None
         if not isinstance(pid, int):
-            ours.close()
+            channel.close()
             raise RuntimeError("zygote could not start a sandbox")
-        return ours, pid
+        return pid
+
+    def _cancel_ahead(self) -> None:
+        if self._ahead is None:
+            return
+        channel = self._ahead[0]
+        self._ahead = None
+        try:
+            os.kill(self._pid_reply(channel), signal.SIGKILL)
+        except (RuntimeError, ProcessLookupError, OSError, protocol.ProtocolError):
+            pass
+        channel.close()
 
     def close(self) -> None:
+        self._cancel_ahead()
         self.control.close()
         try:
             self.process.wait(timeout=5)
@@ -233,4 +266,12 @@ class Submission:
         )
 
     def describe(self) -> dict[str, Any]:
-        return {"isolation": self.isolation, "restarts": self.restarts}
+        """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
+        description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts}
+        if self._channel is not None and not self._given_up:
+            try:
+                usage = self._request({"op": "usage"}, 2.0)
+                description.update(cpu_seconds=round(float(usage.get("cpu_seconds", 0)), 4), max_rss_kb=int(usage.get("max_rss_kb", 0)))
+            except (TimeoutError, SandboxDied, TypeError, ValueError):
+                pass
+        return description

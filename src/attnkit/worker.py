@@ -172,6 +172,8 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
     args = [
         str(autograder), "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
         "-p", "no:warnings", "-c", os.devnull, "--rootdir", str(autograder), "-o", "addopts=",
+        # Per-test costs we do not use: log capture on every logger, a gc.collect() per session.
+        "-p", "no:logging", "-p", "no:unraisableexception", "-p", "no:threadexception",
     ]
     code = pytest.main(args, plugins=[plugin_module, plugin])
     if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the suite itself broke

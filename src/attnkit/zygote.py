@@ -49,7 +49,7 @@ from traitlets.config import Config  # noqa: E402
 
 from attnkit import protocol  # noqa: E402
 from attnkit.cgroup import Cgroup  # noqa: E402
-from attnkit.proxy import Outcome, read_variable, run_in_namespace  # noqa: E402
+from attnkit.proxy import Outcome, read_variable, run_in_namespace, unreadable  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -64,6 +64,26 @@ OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
 SCRATCH_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+WARM_UP = """
+from math import sqrt
+import torch
+
+def attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+x = torch.randn(2, 3, 8, dtype=torch.float64)
+heads = x.reshape(2, 3, 2, 4).transpose(1, 2)
+out, weights = attention(heads, heads, heads, torch.ones(3, 3, dtype=torch.bool).tril())
+merged = out.transpose(1, 2).reshape(2, 3, 8) @ torch.eye(8, dtype=torch.float64)
+lengths = torch.arange(3)[None, :] < torch.tensor([3, 2])[:, None]
+"""
 
 
 def _check(result: int, what: str) -> None:
@@ -146,7 +166,9 @@ class Sandbox:
         if namespaces:
             self._private_filesystem()
         workdir = tempfile.mkdtemp(prefix="sandbox-", dir="/tmp")
-        if namespaces:
+        # Drop root whenever we have it, namespaces or not (in a container without them, as on
+        # Gradescope, student code running as root could rewrite the hidden tests).
+        if os.geteuid() == 0:
             os.chown(workdir, NOBODY, NOBODY)
             os.setgroups([])
             os.setgid(NOBODY)
@@ -238,30 +260,36 @@ class Sandbox:
             if not isinstance(request, dict) or request.get("op") == "bye":
                 return
             try:
-                reply = self.handle(request)
+                frame = self.handle(request)
             except BaseException as error:  # SystemExit, KeyboardInterrupt... from a student call
-                reply = {"error_type": type(error).__name__, "message": str(error)[:2000]}
-            try:
-                protocol.send(self.channel, reply)
-            except protocol.Unsupported as error:
-                protocol.send(self.channel, {"error_type": "TypeError", "message": str(error)})
+                frame = protocol.encode({"error_type": type(error).__name__, "message": str(error)[:2000]})
+            self.channel.sendall(frame)
 
-    def handle(self, request: dict) -> dict:
+    def handle(self, request: dict) -> bytes:
+        """The reply frame to one request, encoded once."""
         op = request.get("op")
+        name = str(request.get("name", ""))
         namespace = self.shell.user_ns
         if op == "cell":
-            return self.run_cell(str(request.get("source", "")))
+            return protocol.encode(self.run_cell(str(request.get("source", ""))))
+        if op == "usage":
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            return protocol.encode({"cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_kb": usage.ru_maxrss})
         if op == "call":
-            outcome = run_in_namespace(namespace, str(request["name"]), tuple(request["args"]), dict(request["kwargs"]))
+            outcome = run_in_namespace(namespace, name, tuple(request["args"]), dict(request["kwargs"]), plain=False)
         elif op == "get":
-            outcome = read_variable(namespace, str(request["name"]))
+            outcome = read_variable(namespace, name, plain=False)
         else:
             outcome = Outcome(error_type="__protocol__", message=f"unknown op {op!r}")
         reply = {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
         output = self.output.take()
         if output:
             reply["output"] = output
-        return reply
+        try:
+            return protocol.encode(reply)
+        except protocol.Unsupported as error:
+            unread = unreadable(name, error)
+            return protocol.encode({"value": None, "error_type": unread.error_type, "message": unread.message, "output": output})
 
     def run_cell(self, source: str) -> dict:
         started = time.perf_counter()
@@ -330,7 +358,11 @@ def serve_forever(control: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps our children
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     shell = _new_shell()
-    torch.ones(2, 2).softmax(-1)  # warm the op dispatch once, single-threaded
+    # Run the kind of code every submission runs once here, so each sandbox inherits warm caches
+    # (torch's op dispatch, IPython's compiler, the protocol) instead of paying for them again.
+    shell.run_cell(WARM_UP, store_history=False, silent=True)
+    protocol.decode(protocol.encode((torch.ones(2, 2), {"a": [1, 2.0, "x", None, True]})))
+    shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
     protocol.send(control, {"zygote": "ready", "pid": os.getpid()})
     while True:
         try:

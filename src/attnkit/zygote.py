@@ -368,9 +368,11 @@ def serve_forever(control: socket.socket) -> None:
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 1)
         except OSError:
-            return
+            message = b""
         if not message:
-            return
+            # The grader is done. Nothing here needs flushing, and an orderly interpreter exit
+            # (torch, IPython, matplotlib) costs about half a second per worker.
+            os._exit(0)
         settings = json.loads(message)
         if not fds:
             continue

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.grade_id("check_empty_row")
 
 def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where):
     """The same call, with each empty row given back its first key, must return well-formed
-    attention (right shapes, finite, every weight row summing to 1). Without this, a function that
-    raises ValueError on *every* input would earn the "must raise" points for nothing."""
+    attention (right shapes, finite values). Without this, a function that raises ValueError on
+    *every* input would earn the "must raise" points for nothing."""
     repaired = allowed.clone()
     repaired[..., 0] |= ~allowed.any(dim=-1)
     try:
@@ -23,9 +23,9 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
     batch = torch.broadcast_shapes(query.shape[:-2], repaired.shape[:-2])
     assert_shape(output, (*batch, query.shape[-2], value.shape[-1]), "输出")
     assert_shape(weights, (*batch, query.shape[-2], key.shape[-2]), "权重")
-    sums = weights.to(torch.float64).sum(dim=-1)
-    if not bool(torch.isfinite(weights).all()) or not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-        fail(f"{where}：补上可访问的键之后，每一行权重应是有限的数、加起来为 1。")
+    # Only "it works": the values themselves are graded in the other parts, not twice here.
+    if not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(output).all())):
+        fail(f"{where}：补上可访问的键之后，每个查询都有键可用，权重和输出应是有限的数（不应有 NaN 或无穷大）。")
 
 
 _g = torch.Generator().manual_seed(1903)

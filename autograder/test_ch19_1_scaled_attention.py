@@ -76,31 +76,29 @@ def test_section7_unmasked(student):
     assert_close(output[0, 0, 0], first_row, "第 7 节第一行加权结果（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
 
 
-@pytest.mark.points(4)
-def test_random_float32(student):
-    """随机的 float32 输入（批次 2、3 个头、T_q=4、T_k=6、d_k=5、d_v=3）：输出与权重是否正确、仍是 float32？"""
-    query, key, value = Q.float(), K.float(), V.float()
+def assert_random_case(student, query, key, value):
+    """The (2, 3, 4, 6) random case in ``query``'s dtype: shapes (2, 3, 4, 3) and (2, 3, 4, 6),
+    the dtype kept, weights and output as the trusted implementation gives them."""
     output, weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
     assert_shape(output, (2, 3, 4, 3), "输出")
     assert_shape(weights, (2, 3, 4, 6), "权重")
-    assert_dtype(output, torch.float32, "输出")
-    assert_dtype(weights, torch.float32, "权重")
+    assert_dtype(output, query.dtype, "输出")
+    assert_dtype(weights, query.dtype, "权重")
     expected_output, expected_weights = trusted(query, key, value)
     assert_close(weights, expected_weights, "权重")
     assert_close(output, expected_output, "输出")
 
 
 @pytest.mark.points(4)
+def test_random_float32(student):
+    """随机的 float32 输入（批次 2、3 个头、T_q=4、T_k=6、d_k=5、d_v=3）：输出与权重是否正确、仍是 float32？"""
+    assert_random_case(student, Q.float(), K.float(), V.float())
+
+
+@pytest.mark.points(4)
 def test_random_float64(student):
     """随机的 float64 输入（批次 2、3 个头、T_q=4、T_k=6、d_k=5、d_v=3）：结果是否精确到 float64 的精度、仍是 float64？"""
-    output, weights = unpack_pair(student.scaled_attention(Q, K, V), "scaled_attention")
-    assert_shape(output, (2, 3, 4, 3), "输出")
-    assert_shape(weights, (2, 3, 4, 6), "权重")
-    assert_dtype(output, torch.float64, "输出")
-    assert_dtype(weights, torch.float64, "权重")
-    expected_output, expected_weights = trusted(Q, K, V)
-    assert_close(weights, expected_weights, "权重")
-    assert_close(output, expected_output, "输出")
+    assert_random_case(student, Q, K, V)
 
 
 @pytest.mark.points(4)

@@ -25,18 +25,30 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
+def _parents() -> list[Path]:
+    """Where our groups go: beside this process's own, in the memory and pids hierarchies."""
+    own = _own_paths()
+    if all((ROOT / controller).is_dir() and controller in own for controller in ("memory", "pids")):
+        return [ROOT / controller / own[controller].lstrip("/") for controller in ("memory", "pids")]
+    if (ROOT / "cgroup.controllers").is_file() and "" in own:
+        return [ROOT / own[""].lstrip("/")]
+    return []
+
+
 class Cgroup:
-    """Create with limits; ``enter()`` moves the caller in (children inherit); ``remove()``."""
+    """Create with limits; ``add(pid)`` puts a process in (its children inherit); ``remove()``.
+
+    Names are ``attnkit-<owner pid>-<n>``: a group whose owner is gone (a grader killed with
+    SIGKILL) is removed by the next one to start (:func:`sweep_stale`)."""
 
     def __init__(self, name: str, memory_bytes: int, max_processes: int) -> None:
         self.made: list[Path] = []
-        own = _own_paths()
-        v1 = {"memory": ("memory.limit_in_bytes", memory_bytes), "pids": ("pids.max", max_processes)}
-        if all((ROOT / controller).is_dir() and controller in own for controller in v1):
-            for controller, (limit_file, value) in v1.items():
-                self._make(ROOT / controller / own[controller].lstrip("/") / name, {limit_file: value})
-        elif (ROOT / "cgroup.controllers").is_file() and "" in own:
-            self._make(ROOT / own[""].lstrip("/") / name, {"memory.max": memory_bytes, "pids.max": max_processes})
+        parents = _parents()
+        if len(parents) == 2:  # cgroup v1: separate memory and pids hierarchies
+            self._make(parents[0] / name, {"memory.limit_in_bytes": memory_bytes})
+            self._make(parents[1] / name, {"pids.max": max_processes})
+        elif parents:
+            self._make(parents[0] / name, {"memory.max": memory_bytes, "pids.max": max_processes})
         else:
             raise OSError("no writable memory and pids controllers")
 
@@ -46,17 +58,13 @@ class Cgroup:
         for limit_file, value in limits.items():
             (path / limit_file).write_text(str(value))
 
-    def enter(self) -> None:
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (and so everything it starts later) into the group."""
         for path in self.made:
-            (path / "cgroup.procs").write_text(str(os.getpid()))
+            (path / "cgroup.procs").write_text(str(pid))
 
-    def leave_and_remove(self) -> None:
-        """Move the caller back to its parent group, then delete ours once its processes are gone."""
-        for path in self.made:
-            try:
-                (path.parent / "cgroup.procs").write_text(str(os.getpid()))
-            except OSError:
-                pass
+    def remove(self) -> None:
+        """Delete the group once its processes are gone."""
         for path in self.made:
             for _ in range(50):  # exiting processes leave the group a moment after they die
                 try:
@@ -64,3 +72,18 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.01)
+
+
+def sweep_stale() -> int:
+    """Remove the empty groups that graders which no longer run left behind; how many."""
+    removed = 0
+    for parent in _parents():
+        for path in parent.glob("attnkit-*"):
+            owner = path.name.split("-")[1]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                try:
+                    path.rmdir()
+                    removed += 1
+                except OSError:
+                    pass  # still has processes: not ours to touch
+    return removed

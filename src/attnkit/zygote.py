@@ -22,6 +22,7 @@ import ctypes
 import io
 import json
 import os
+import platform
 import resource
 import signal
 import socket
@@ -48,9 +49,10 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 from attnkit import protocol  # noqa: E402
-from attnkit.cgroup import Cgroup  # noqa: E402
+from attnkit.cgroup import Cgroup, sweep_stale  # noqa: E402
 from attnkit.proxy import Outcome, read_variable, run_in_namespace, unreadable  # noqa: E402
 
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
@@ -303,43 +305,35 @@ class Sandbox:
         return reply
 
 
-def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, report: int) -> None:
-    """In the zygote's fresh child: isolate, report the sandbox pid on ``report``, serve.
+def fork_into_namespaces() -> int:
+    """``os.fork()``, but the child starts in new PID, mount, network and IPC namespaces.
 
-    As root, this child stays outside as a keeper: it makes the submission's control group,
-    unshares the namespaces, forks the sandbox (PID 1 of its namespace: when it dies, every
-    process it left dies with it), waits for it, and removes the control group afterwards.
+    One clone(2) instead of unshare-then-fork: no keeper process between the zygote and the
+    sandbox, so a sandbox costs one fork of this (large) process, not two. The sandbox is PID 1
+    of its namespace: when it dies, every process it left dies with it. Python's own fork
+    bookkeeping runs around the call exactly as ``os.fork()`` does it.
     """
+    if SYS_CLONE is None:
+        raise OSError(0, f"clone(2) number unknown on {platform.machine()}")
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | signal.SIGCHLD
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _libc.syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(flags), None, None, None, None)
+    errno = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(errno, f"clone: {os.strerror(errno)}")
+    return pid
+
+
+def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, namespaces: bool, capped: bool) -> None:
+    """In the zygote's fresh child: lock down, serve, and never return."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    group: Cgroup | None = None
-    if os.geteuid() == 0:
-        try:
-            # What the submission allocates, all its processes together. Pages it shares with the
-            # zygote are charged to the zygote; the few it copies on write (~40 MB for the whole
-            # chapter notebook) count here.
-            memory = int(settings.get("memory_mb", 2048)) * 1024 * 1024
-            group = Cgroup(f"attnkit-{os.getpid()}", memory, int(settings.get("max_processes", 64)))
-            group.enter()
-        except OSError:
-            group = None
-    namespaces = os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC) == 0
-    if namespaces:
-        pid = os.fork()
-        if pid:
-            channel.close()
-            os.write(report, f"{pid}\n".encode())
-            os.close(report)
-            os.waitpid(pid, 0)
-            if group is not None:
-                group.leave_and_remove()
-            os._exit(0)
-    else:
-        os.write(report, f"{os.getpid()}\n".encode())
-    os.close(report)
     sandbox = Sandbox(channel, settings, shell)
-    if group is not None:
+    if capped:
         sandbox.isolation.append("cgroup-memory-and-pids")
     try:
         sandbox.lock_down(namespaces)
@@ -353,9 +347,59 @@ def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: Inter
         os._exit(0)
 
 
+class Sandboxes:
+    """The zygote's live sandboxes and their control groups, removed once each is reaped."""
+
+    def __init__(self) -> None:
+        self.groups: dict[int, Cgroup | None] = {}
+        self.count = 0
+
+    def new_group(self, settings: dict[str, Any]) -> Cgroup | None:
+        """A control group for the next sandbox: the whole submission's memory and processes."""
+        if os.geteuid() != 0:
+            return None
+        self.count += 1
+        try:
+            # What the submission allocates, all its processes together. Pages it shares with the
+            # zygote are charged to the zygote; the few it copies on write (~40 MB for the whole
+            # chapter notebook) count here.
+            memory = int(settings.get("memory_mb", 2048)) * 1024 * 1024
+            return Cgroup(f"attnkit-{os.getpid()}-{self.count}", memory, int(settings.get("max_processes", 64)))
+        except OSError:
+            return None
+
+    def started(self, pid: int, group: Cgroup | None) -> None:
+        if group is not None:
+            try:
+                group.add(pid)
+            except OSError:  # the sandbox runs on its rlimits alone; its group is removed
+                group.remove()
+                group = None
+        self.groups[pid] = group
+
+    def reap(self, block: bool = False) -> None:
+        while self.groups:
+            try:
+                pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            group = self.groups.pop(pid, None)
+            if group is not None:
+                group.remove()
+
+    def end_all(self) -> None:
+        for pid in list(self.groups):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.reap(block=True)
+
+
 def serve_forever(control: socket.socket) -> None:
     """The zygote loop: one request per sandbox, one reply with its pid."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps our children
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     shell = _new_shell()
     # Run the kind of code every submission runs once here, so each sandbox inherits warm caches
@@ -363,6 +407,9 @@ def serve_forever(control: socket.socket) -> None:
     shell.run_cell(WARM_UP, store_history=False, silent=True)
     protocol.decode(protocol.encode((torch.ones(2, 2), {"a": [1, 2.0, "x", None, True]})))
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
+    sandboxes = Sandboxes()
+    if os.geteuid() == 0:
+        sweep_stale()
     protocol.send(control, {"zygote": "ready", "pid": os.getpid()})
     while True:
         try:
@@ -372,22 +419,26 @@ def serve_forever(control: socket.socket) -> None:
         if not message:
             # The grader is done. Nothing here needs flushing, and an orderly interpreter exit
             # (torch, IPython, matplotlib) costs about half a second per worker.
+            sandboxes.end_all()
             os._exit(0)
+        sandboxes.reap()
         settings = json.loads(message)
         if not fds:
             continue
         channel = socket.socket(fileno=fds[0])
-        read_end, write_end = os.pipe()
-        pid = os.fork()
+        group = sandboxes.new_group(settings)
+        namespaces = os.geteuid() == 0
+        try:
+            pid = fork_into_namespaces() if namespaces else os.fork()
+        except OSError:
+            namespaces = False
+            pid = os.fork()
         if pid == 0:
             control.close()
-            os.close(read_end)
-            start_sandbox(channel, settings, shell, write_end)
+            start_sandbox(channel, settings, shell, namespaces, group is not None)
         channel.close()
-        os.close(write_end)
-        with os.fdopen(read_end) as report:
-            sandbox_pid = report.readline().strip()
-        protocol.send(control, {"pid": int(sandbox_pid) if sandbox_pid.isdigit() else None})
+        sandboxes.started(pid, group)
+        protocol.send(control, {"pid": pid})
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@ PARTS: dict[str, str] = {
     "check_self_test": "自测题（第 8 节）",
 }
 
+# The parts whose failures the attention weights can explain: the feedback page shows the
+# student's weights beside the expected ones when one of these fails.
+HEATMAP_PARTS = frozenset({"check_scaled_attention", "check_masking", "check_future"})
+
 
 def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from attnkit.notebook import CodeCell, read_notebook
 from attnkit.proxy import Outcome, Student
+from attnkit.scoring import HEATMAP_PARTS
 from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote
 
 
@@ -117,6 +118,11 @@ class SandboxProvider:
                 opened.session.close()
 
 
+def weights_matter(tests: list[dict[str, Any]]) -> bool:
+    """Would the student's attention weights explain a failure? (Heatmaps are shown only then.)"""
+    return any(test["status"] != "passed" and test["grade_id"] in HEATMAP_PARTS for test in tests)
+
+
 def evidence(student: Student, reference: dict) -> dict[str, Any]:
     """The student's and the expected weights on the chapter's three-position example (section 7),
     for the feedback page's heatmaps. Empty when the student's function cannot produce them."""
@@ -162,7 +168,7 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
             "notes": opened.notes,
             "cells": [asdict(run) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
-            "evidence": evidence(opened.student, catalogue.reference_namespace()) if opened.session else {},
+            "evidence": evidence(opened.student, catalogue.reference_namespace()) if opened.session and weights_matter(tests) else {},
             "seconds": time.perf_counter() - opened.started,
         }
         emit(record)

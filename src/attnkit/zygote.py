@@ -328,10 +328,13 @@ def fork_into_namespaces() -> int:
     return pid
 
 
-def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, namespaces: bool, capped: bool) -> None:
-    """In the zygote's fresh child: lock down, serve, and never return."""
+def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, namespaces: bool, placed: int) -> None:
+    """In the zygote's fresh child: wait until the zygote has placed us in our control group
+    (one byte on ``placed``: 1 if capped), lock down, serve, and never return."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    capped = os.read(placed, 1) == b"1"
+    os.close(placed)
     sandbox = Sandbox(channel, settings, shell)
     if capped:
         sandbox.isolation.append("cgroup-memory-and-pids")
@@ -368,7 +371,8 @@ class Sandboxes:
         except OSError:
             return None
 
-    def started(self, pid: int, group: Cgroup | None) -> None:
+    def started(self, pid: int, group: Cgroup | None) -> bool:
+        """Put the new sandbox in its group; whether it is capped."""
         if group is not None:
             try:
                 group.add(pid)
@@ -376,6 +380,7 @@ class Sandboxes:
                 group.remove()
                 group = None
         self.groups[pid] = group
+        return group is not None
 
     def reap(self, block: bool = False) -> None:
         while self.groups:
@@ -428,6 +433,7 @@ def serve_forever(control: socket.socket) -> None:
         channel = socket.socket(fileno=fds[0])
         group = sandboxes.new_group(settings)
         namespaces = os.geteuid() == 0
+        placed_read, placed_write = os.pipe()
         try:
             pid = fork_into_namespaces() if namespaces else os.fork()
         except OSError:
@@ -435,9 +441,13 @@ def serve_forever(control: socket.socket) -> None:
             pid = os.fork()
         if pid == 0:
             control.close()
-            start_sandbox(channel, settings, shell, namespaces, group is not None)
+            os.close(placed_write)
+            start_sandbox(channel, settings, shell, namespaces, placed_read)
         channel.close()
-        sandboxes.started(pid, group)
+        os.close(placed_read)
+        # No code of the student's runs before this byte: the sandbox is inside its group first.
+        os.write(placed_write, b"1" if sandboxes.started(pid, group) else b"0")
+        os.close(placed_write)
         protocol.send(control, {"pid": pid})
 
 

@@ -73,28 +73,26 @@ def test_section7_causal(student):
     assert_close(output, chapter_output[None, None], "第 7 节因果输出（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
 
 
+def assert_masked_case(student, query, key, value, allowed, label):
+    """The (2, 3, 4, 6) random case under ``allowed``: shapes, dtype kept, blocked keys at
+    weight 0, weights and output as the trusted implementation gives them."""
+    output, weights = unpack_pair(student.scaled_attention(query, key, value, allowed), "scaled_attention")
+    assert_shape(output, (2, 3, 4, 3), f"{label}输出")
+    assert_shape(weights, (2, 3, 4, 6), f"{label}权重")
+    assert_dtype(output, query.dtype, f"{label}输出")
+    assert_blocked_zero(weights, allowed, f"{label}权重")
+    expected_output, expected_weights = trusted(query, key, value, allowed)
+    assert_close(weights, expected_weights, f"{label}权重")
+    assert_close(output, expected_output, f"{label}输出")
+
+
 @pytest.mark.points(3)
 def test_2d_mask_broadcast(student):
     """二维掩码 (T_q, T_k) 配四维输入（float32）：被屏蔽的键权重是否为 0、结果是否与 PyTorch 一致？"""
-    query, key, value = Q.float(), K.float(), V.float()
-    output, weights = unpack_pair(student.scaled_attention(query, key, value, ALLOWED_2D), "scaled_attention")
-    assert_shape(output, (2, 3, 4, 3), "加掩码后的输出")
-    assert_shape(weights, (2, 3, 4, 6), "加掩码后的权重")
-    assert_dtype(output, torch.float32, "加掩码后的输出")
-    assert_blocked_zero(weights, ALLOWED_2D, "加掩码后的权重")
-    expected_output, expected_weights = trusted(query, key, value, ALLOWED_2D)
-    assert_close(weights, expected_weights, "加掩码后的权重")
-    assert_close(output, expected_output, "加掩码后的输出")
+    assert_masked_case(student, Q.float(), K.float(), V.float(), ALLOWED_2D, "加掩码后的")
 
 
 @pytest.mark.points(3)
 def test_padding_mask_broadcast(student):
     """形状 (B, 1, 1, T_k) 的填充掩码（float64）：是否对所有头、所有查询广播，并屏蔽 PAD 键？"""
-    output, weights = unpack_pair(student.scaled_attention(Q, K, V, PADDING), "scaled_attention")
-    assert_shape(output, (2, 3, 4, 3), "加填充掩码后的输出")
-    assert_shape(weights, (2, 3, 4, 6), "加填充掩码后的权重")
-    assert_dtype(output, torch.float64, "加填充掩码后的输出")
-    assert_blocked_zero(weights, PADDING, "加填充掩码后的权重")
-    expected_output, expected_weights = trusted(Q, K, V, PADDING)
-    assert_close(weights, expected_weights, "加填充掩码后的权重")
-    assert_close(output, expected_output, "加填充掩码后的输出")
+    assert_masked_case(student, Q, K, V, PADDING, "加填充掩码后的")

@@ -28,6 +28,12 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
         fail(f"{where}：补上可访问的键之后，每个查询都有键可用，权重和输出应是有限的数（不应有 NaN 或无穷大）。")
 
 
+def expect_error_only_for_the_empty_row(student, query, key, value, allowed, where, empty_row):
+    """Works once every row keeps a key, and raises ValueError for ``allowed`` itself."""
+    works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
+    expect_value_error(lambda: student.scaled_attention(query, key, value, allowed), empty_row)
+
+
 _g = torch.Generator().manual_seed(1903)
 Q = torch.randn(2, 2, 3, 4, generator=_g)  # (B, h, T_q=3, d_k=4)
 K = torch.randn(2, 2, 5, 4, generator=_g)  # T_k=5
@@ -40,11 +46,7 @@ def test_one_row_fully_masked(student):
     allowed = torch.tensor(
         [[1, 1, 0, 0, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool
     )
-    works_once_every_row_keeps_a_key(student, Q[0, 0], K[0, 0], V[0, 0], allowed, "单个序列")
-    expect_value_error(
-        lambda: student.scaled_attention(Q[0, 0], K[0, 0], V[0, 0], allowed),
-        "第 2 个查询没有任何允许访问的键时",
-    )
+    expect_error_only_for_the_empty_row(student, Q[0, 0], K[0, 0], V[0, 0], allowed, "单个序列", "第 2 个查询没有任何允许访问的键时")
 
 
 @pytest.mark.points(3)
@@ -52,22 +54,14 @@ def test_empty_row_inside_batch(student):
     """批次中只有第 2 个序列的最后一个查询整行被屏蔽：是否仍能发现并抛出 ValueError？"""
     allowed = torch.ones(2, 1, 3, 5, dtype=torch.bool).tril(diagonal=2)
     allowed[1, 0, 2] = False
-    works_once_every_row_keeps_a_key(student, Q, K, V, allowed, "批次输入")
-    expect_value_error(
-        lambda: student.scaled_attention(Q, K, V, allowed),
-        "批次中第 2 个序列的第 3 个查询没有任何允许访问的键时",
-    )
+    expect_error_only_for_the_empty_row(student, Q, K, V, allowed, "批次输入", "批次中第 2 个序列的第 3 个查询没有任何允许访问的键时")
 
 
 @pytest.mark.points(2)
 def test_zero_length_padding(student):
     """填充掩码里有一个长度为 0 的序列（它的所有键都是 PAD）：是否抛出 ValueError？"""
     allowed = (torch.arange(5) < torch.tensor([4, 0])[:, None])[:, None, None, :]
-    works_once_every_row_keeps_a_key(student, Q, K, V, allowed, "填充掩码")
-    expect_value_error(
-        lambda: student.scaled_attention(Q, K, V, allowed),
-        "某个序列长度为 0、它的查询一个键也不能访问时",
-    )
+    expect_error_only_for_the_empty_row(student, Q, K, V, allowed, "填充掩码", "某个序列长度为 0、它的查询一个键也不能访问时")
 
 
 @pytest.mark.points(2)

@@ -8,7 +8,6 @@ its memory. A control group caps the whole submission. cgroup v1 (separate ``mem
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 

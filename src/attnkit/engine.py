@@ -12,10 +12,8 @@ import math
 import multiprocessing
 import os
 import queue
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import attnkit
 from attnkit.notebook import fingerprint
@@ -81,13 +79,6 @@ def atomic_write(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-
-
-@dataclass
-class Run:
-    graded: list[dict] = field(default_factory=list)
-    skipped: int = 0
-    seconds: float = 0.0
 
 
 def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:

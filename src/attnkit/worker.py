@@ -100,8 +100,8 @@ class SandboxProvider:
             except (SandboxDied, OSError, RuntimeError) as error:
                 import pytest
 
-                provider.fatal = f"the sandbox could not start: {error}"
-                pytest.exit(provider.fatal, returncode=3)
+                self.fatal = f"the sandbox could not start: {error}"
+                pytest.exit(self.fatal, returncode=3)
             backend: Any = session
         else:
             backend = Failed(problems[-1] if problems else "笔记本中没有任何代码")

@@ -32,6 +32,7 @@ from attnkit.engine import (
     shard_of,
 )
 from attnkit.feedback import feedback_html, load_catalogue, report_html
+from attnkit.isolation import describe as describe_isolation
 from attnkit.sandbox import Limits
 from attnkit.scoring import PARTS, results_json
 
@@ -64,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
     grade.add_argument("--memory-mb", type=int, default=2048, help="memory per sandbox beyond the libraries")
     grade.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    grade.add_argument(
+        "--no-isolation", action="store_true",
+        help="run the notebooks without an isolated sandbox where the OS gives none: only for notebooks you trust",
+    )
 
     check = commands.add_parser("check", help="grade one notebook (self-study) and print the feedback")
     check.add_argument("notebook", type=Path)
@@ -111,9 +116,13 @@ def grades_csv(all_results: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+def isolation_line(all_results: list[dict[str, Any]]) -> str:
+    return describe_isolation([r.get("sandbox", {}).get("isolation", []) for r in all_results])
+
+
 def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float) -> None:
     atomic_write(out / "grades.csv", grades_csv(all_results))
-    atomic_write(out / "report.html", report_html(all_results, catalogue, seconds))
+    atomic_write(out / "report.html", report_html(all_results, catalogue, seconds, isolation_line(all_results)))
 
 
 def summary_table(all_results: list[dict[str, Any]]) -> Table:
@@ -137,7 +146,7 @@ def command_grade(args: argparse.Namespace) -> int:
     jobs = shard_of(find_jobs(args.submitted, args.assignment, digest), args.shard)
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
     catalogue = load_catalogue(args.autograder)
-    limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
+    limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.quiet:
@@ -161,6 +170,7 @@ def command_grade(args: argparse.Namespace) -> int:
         record_grades(args.gradebook, all_results, args.submitted)
     if not args.quiet:
         console.print(summary_table(all_results))
+        console.print(isolation_line(all_results))
         console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")
     return 0
 
@@ -173,9 +183,14 @@ def command_check(args: argparse.Namespace) -> int:
         submitted.mkdir(parents=True)
         shutil.copy(args.notebook, submitted / args.notebook.name)
         out = args.out or Path(scratch) / "out"
-        grade_args = build_parser().parse_args(["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force"])
+        # One's own notebook: it may run unisolated where the OS gives no sandbox, and says so.
+        grade_args = build_parser().parse_args(
+            ["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force", "--no-isolation"]
+        )
         command_grade(grade_args)
         results = collect(out)[0]
+        if results.get("isolation") != "isolated":
+            print("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。")
         for part, title in PARTS.items():
             scores = results["parts"].get(part, {})
             print(f"{title:<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")

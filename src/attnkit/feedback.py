@@ -68,7 +68,7 @@ def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]])
     )
 
 
-def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str, str]], seconds: float) -> str:
+def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str, str]], seconds: float, isolation: str = "") -> str:
     scores = [r["score"] for r in all_results]
     bins = [0] * 10
     for score, maximum in ((r["score"], r["max_score"] or 100) for r in all_results):
@@ -84,6 +84,7 @@ def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str
     return _ENV.get_template("report.html.j2").render(
         results=sorted(all_results, key=lambda r: r["student_id"]),
         count=len(all_results),
+        isolation=isolation,
         mean=sum(scores) / len(scores) if scores else 0.0,
         bins=bins,
         top=max(bins) or 1,

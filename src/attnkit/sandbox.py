@@ -35,6 +35,9 @@ class Limits:
     memory_mb: int = 2048
     cpu_seconds: int = 120
     restarts: int = 3
+    # The TA vouches for these notebooks (--no-isolation; a learner's own notebook): a plain
+    # process may run them where the OS gives no isolated sandbox.
+    trusted: bool = False
 
 
 @dataclass
@@ -48,17 +51,36 @@ class CellRun:
     seconds: float = 0.0
 
 
-class Zygote:
-    """A pre-forking process that has imported torch and IPython once."""
+class IsolationUnavailable(RuntimeError):
+    """The OS gives this grader no isolated sandbox, and the notebooks were not declared trusted."""
 
-    def __init__(self, hide: list[str] | None = None) -> None:
+
+ISOLATION_FIX = (
+    "run the grader as root, or allow unprivileged user namespaces "
+    "(Debian/Ubuntu: sysctl kernel.unprivileged_userns_clone=1; Ubuntu 24.04: "
+    "sysctl kernel.apparmor_restrict_unprivileged_userns=0; everywhere: user.max_user_namespaces > 0); "
+    "or, only for notebooks you trust, pass --no-isolation"
+)
+
+
+class Zygote:
+    """A pre-forking process that has imported torch and IPython once.
+
+    ``trusted=False`` (grading a class): the zygote must be able to build isolated sandboxes,
+    else :class:`IsolationUnavailable` says why and how to fix it, before any cell runs.
+    """
+
+    def __init__(self, hide: list[str] | None = None, trusted: bool = False) -> None:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # A minimal environment: student code must not find the grader's secrets or settings here.
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ")}
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        # The zygote may run in a user namespace where it is uid 0: its home (matplotlib's font
+        # cache, IPython's folder) is still the grader's. A sandbox sets its own.
+        env["HOME"] = os.path.expanduser("~")
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno())],
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps({"hide": self.hide})],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env=env,
@@ -70,6 +92,12 @@ class Zygote:
         ready = protocol.receive(self.control)
         if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
             raise RuntimeError(f"zygote failed to start: {ready!r}")
+        isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
+        self.isolated = isolation.get("kind") in ("root", "userns")
+        self.isolation = isolation
+        if not self.isolated and not trusted:
+            self.close()
+            raise IsolationUnavailable(f"no isolated sandbox can be built here ({isolation.get('why') or 'unknown reason'}); {ISOLATION_FIX}")
 
     def spawn(self, limits: Limits) -> tuple[socket.socket, int]:
         """A new sandbox: our end of its channel, and its pid.
@@ -91,7 +119,7 @@ class Zygote:
 
     def _ask_for_sandbox(self, limits: Limits) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        settings = {"hide": self.hide, "memory_mb": limits.memory_mb, "cpu_seconds": limits.cpu_seconds}
+        settings = {"memory_mb": limits.memory_mb, "cpu_seconds": limits.cpu_seconds}
         socket.send_fds(self.control, [json.dumps(settings).encode()], [theirs.fileno()])
         theirs.close()
         return ours
@@ -101,7 +129,7 @@ class Zygote:
         pid = reply.get("pid") if isinstance(reply, dict) else None
         if not isinstance(pid, int):
             channel.close()
-            raise RuntimeError("zygote could not start a sandbox")
+            raise RuntimeError(str(reply.get("error") if isinstance(reply, dict) else "") or "zygote could not start a sandbox")
         return pid
 
     def _cancel_ahead(self) -> None:

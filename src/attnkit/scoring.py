@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnkit.isolation import level as isolation_level
+
 # The notebook's autograded grade cells, in notebook order, with the chapter section each covers.
 PARTS: dict[str, str] = {
     "check_scaled_attention": "缩放点积注意力（第 1–4 节）",
@@ -59,6 +61,7 @@ def results_json(record: dict[str, Any]) -> dict[str, Any]:
         "notes": record.get("notes", []),
         "cells": [c for c in record.get("cells", []) if not c.get("ok")],
         "sandbox": record.get("sandbox", {}),
+        "isolation": isolation_level(record.get("sandbox", {}).get("isolation", [])),
         "evidence": record.get("evidence", {}),
         "seconds": round(record.get("seconds", 0.0), 4),
     }

@@ -193,7 +193,7 @@ def worker_main(tasks: Any, results: Any, autograder: str, limits: Limits, hide:
 
     torch.set_num_threads(1)
     try:
-        zygote = Zygote(hide=hide)
+        zygote = Zygote(hide=hide, trusted=limits.trusted)
     except Exception as error:  # noqa: BLE001
         results.put({"fatal": f"could not start the sandbox zygote: {error}"})
         return

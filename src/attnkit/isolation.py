@@ -1,0 +1,342 @@
+"""The operating-system side of a sandbox: namespaces, an allowlisted root, no capabilities.
+
+Two steps, because the kernel gives a new user namespace only to a single-threaded process and
+the zygote must have torch, numpy and IPython imported before it forks sandboxes:
+
+1. :func:`enter_private_namespace`, in the zygote before those imports: a private mount
+   namespace for the zygote. As root with CAP_SYS_ADMIN that is all it takes; otherwise (a TA
+   without root, or root without CAP_SYS_ADMIN as in Docker's default) the zygote enters a user
+   namespace of its own first, which the kernel grants to unprivileged users.
+2. :func:`build_root`, in the zygote after the imports: a read-only tree that holds only what
+   running a notebook needs (the Python trees on ``sys.path``, the folders of the shared
+   libraries the process has loaded, a minimal /etc and /dev). It is built once per zygote.
+
+Each sandbox is then one ``clone(2)`` with new user, mount, PID, network and IPC namespaces
+(:func:`clone_sandbox`). The zygote maps the sandbox's user to ``nobody`` on the host when it can
+(root), otherwise to the grader's own uid, which owns nothing the sandbox can see
+(:func:`map_sandbox_user`). The sandbox mounts its own /proc and empty writable /tmp and home,
+pivots into the tree, becomes uid 65534 and drops every capability (:func:`enter_root`); only
+then does student code run. Nothing of the host outside the tree exists in its view.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import signal
+import sys
+from dataclasses import dataclass
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 0x400, 0x800, 0x200000, 0x1000000
+MNT_DETACH = 0x2
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
+NOBODY = 65534
+# Where the zygote builds the sandbox's root, in its own mount namespace only (the host's /tmp
+# is untouched; the zygote needs no /tmp of its own once its imports are done).
+STAGE = "/tmp"
+SANDBOX_HOME = "/home/student"
+SCRATCH_SIZE = "64m"  # each of the sandbox's /tmp and home: tmpfs is memory
+DEVICES = ("null", "zero", "random", "urandom")
+# statvfs flags -> mount flags: a read-only remount inside a user namespace must keep the flags
+# the host mount has (the kernel locks them), as bubblewrap does.
+_KEPT_FLAGS = {
+    os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC, os.ST_NOATIME: MS_NOATIME,
+    os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
+}
+MINIMAL_ETC = {
+    "passwd": "root:x:0:0:root:/nonexistent:/nonexistent\nnobody:x:65534:65534:student:/home/student:/nonexistent\n",
+    "group": "root:x:0:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class IsolationError(OSError):
+    """The OS refused a step of the sandbox's isolation."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise IsolationError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encoded = [s.encode() if s is not None else None for s in (source, target, fstype, data)]
+    _check(_libc.mount(*encoded[:3], ctypes.c_ulong(flags), encoded[3]), f"mount {target}")
+
+
+@dataclass
+class Mode:
+    """How the zygote got its private mount namespace, and what that allows its sandboxes."""
+
+    kind: str  # "root": init user namespace with CAP_SYS_ADMIN; "userns": a user namespace of its own; "none"
+    why: str = ""  # when kind is "none": what the kernel refused
+    sandbox_host_uid: str = "nobody"  # who the sandbox's uid 65534 is on the host: "nobody" or "grader"
+    can_make_cgroups: bool = False
+
+    @property
+    def isolated(self) -> bool:
+        return self.kind != "none"
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _enter_user_namespace() -> str:
+    """unshare(CLONE_NEWUSER | CLONE_NEWNS), with the maps written from outside by a short-lived
+    child that stays in the parent namespace: only it may map more than our own id (as root it
+    maps both root and nobody, so that sandboxes can be nobody). Returns who sandboxes are."""
+    euid, egid = os.geteuid(), os.getegid()
+    if euid == 0:
+        uid_lines, gid_lines, deny = "0 0 1\n65534 65534 1\n", "0 0 1\n65534 65534 1\n", False
+    else:
+        uid_lines, gid_lines, deny = f"0 {euid} 1\n", f"0 {egid} 1\n", True
+    parent = os.getpid()
+    go_read, go_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(go_write)
+        code = 1
+        try:
+            if os.read(go_read, 1) == b"1":
+                if deny:
+                    _write(f"/proc/{parent}/setgroups", "deny")
+                _write(f"/proc/{parent}/uid_map", uid_lines)
+                _write(f"/proc/{parent}/gid_map", gid_lines)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(go_read)
+    result = _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    errno = ctypes.get_errno()
+    os.write(go_write, b"1" if result == 0 else b"0")
+    os.close(go_write)
+    _, status = os.waitpid(child, 0)
+    if result != 0:
+        raise IsolationError(errno, f"unshare(CLONE_NEWUSER): {os.strerror(errno)}")
+    if status != 0:
+        raise IsolationError(0, "could not write the user namespace's uid/gid maps")
+    return "nobody" if euid == 0 else "grader"
+
+
+def enter_private_namespace() -> Mode:
+    """Step 1, in a single-threaded zygote: a private mount namespace (see the module's doc)."""
+    if not sys.platform.startswith("linux") or SYS_CLONE is None:
+        return Mode("none", f"namespaces are Linux-only (this is {sys.platform}/{platform.machine()})")
+    if os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS) == 0:
+        mode = Mode("root", can_make_cgroups=True)
+    else:
+        refused_as_root = os.strerror(ctypes.get_errno()) if os.geteuid() == 0 else ""
+        try:
+            mode = Mode("userns", sandbox_host_uid=_enter_user_namespace())
+        except (IsolationError, OSError) as error:
+            why = f"unshare(CLONE_NEWNS) as root: {refused_as_root}; " if refused_as_root else ""
+            return Mode("none", f"{why}{error}")
+    try:
+        mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
+    except IsolationError as error:
+        return Mode("none", str(error))
+    return mode
+
+
+# -- step 2: the sandbox's root ---------------------------------------------------------------------
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def allowlist(hidden: list[str]) -> list[str]:
+    """The host folders a sandbox sees, read-only: every existing folder on ``sys.path`` (the
+    standard library, lib-dynload, the virtualenv's site-packages) and the folders of the shared
+    libraries this process has mapped (libc, libstdc++, libgomp...). A folder inside a hidden one
+    (the project: its ``src/`` may be on ``sys.path`` for an editable install) is left out, unless
+    it lies inside the Python installation itself (a virtualenv kept in the project)."""
+    python_trees = [os.path.realpath(p) for p in {sys.prefix, sys.base_prefix}]
+    hidden_real = [os.path.realpath(p) for p in hidden]
+    candidates = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            path = parts[5].strip() if len(parts) == 6 else ""
+            # Shared libraries only: the interpreter's own binary lies in a folder of programs.
+            if path.startswith("/") and ".so" in os.path.basename(path) and os.path.isfile(path):
+                candidates.add(os.path.dirname(os.path.realpath(path)))
+    allowed = []
+    for folder in candidates:
+        if not any(_inside(folder, tree) for tree in python_trees):
+            if any(_inside(folder, system) for system in ("/proc", "/sys", "/dev", "/run")):
+                continue
+            if any(_inside(folder, h) or _inside(h, folder) for h in hidden_real):
+                continue
+        allowed.append(folder)
+    # Only the outermost: a bind of /usr/lib/x86_64-linux-gnu already holds its subfolders.
+    return sorted(f for f in allowed if not any(f != other and _inside(f, other) for other in allowed))
+
+
+def _kept_flags(path: str) -> int:
+    flags = os.statvfs(path).f_flag
+    return sum(mount_flag for stat_flag, mount_flag in _KEPT_FLAGS.items() if flags & stat_flag)
+
+
+def _bind_read_only(source_fd: int, source: str, target: str) -> None:
+    mount(f"/proc/self/fd/{source_fd}", target, None, MS_BIND)
+    mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(source))
+
+
+def build_root(hidden: list[str]) -> list[str]:
+    """Step 2, in the zygote after its imports: the read-only tree at ``STAGE``; the folders in it."""
+    folders = allowlist(hidden)
+    # Open every source before covering anything: a source may lie under /tmp (a checkout there)
+    # or in a home the sandbox's user could not even enter.
+    sources = {folder: os.open(folder, os.O_PATH | os.O_DIRECTORY) for folder in folders}
+    devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES}
+    mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for folder in ("proc", "tmp", "dev", "etc", SANDBOX_HOME.strip("/")):
+        os.makedirs(f"{STAGE}/{folder}", mode=0o755, exist_ok=True)
+    os.chmod(f"{STAGE}/tmp", 0o1777)
+    for name, text in MINIMAL_ETC.items():
+        _write(f"{STAGE}/etc/{name}", text)
+    for name, descriptor in devices.items():
+        os.close(os.open(f"{STAGE}/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+        _bind_read_only(descriptor, f"/dev/{name}", f"{STAGE}/dev/{name}")
+        os.close(descriptor)
+    # Merged-/usr systems reach their libraries through /lib and /lib64: keep those links.
+    for link in ("lib", "lib64", "lib32", "libx32"):
+        if os.path.islink(f"/{link}"):
+            os.symlink(os.readlink(f"/{link}"), f"{STAGE}/{link}")
+    for folder, descriptor in sources.items():
+        target = STAGE + folder
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        _bind_read_only(descriptor, folder, target)
+        os.close(descriptor)
+    mount("none", STAGE, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    return folders
+
+
+# -- a sandbox --------------------------------------------------------------------------------------
+def clone_sandbox() -> int:
+    """``os.fork()``, but the child starts in new user, mount, PID, network and IPC namespaces.
+
+    One clone(2): no keeper process between the zygote and the sandbox. The sandbox is PID 1 of
+    its namespace, so every process it leaves dies with it. Python's own fork bookkeeping runs
+    around the call exactly as ``os.fork()`` does it.
+    """
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | signal.SIGCHLD
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _libc.syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(flags), None, None, None, None)
+    errno = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise IsolationError(errno, f"clone: {os.strerror(errno)}")
+    return pid
+
+
+def map_sandbox_user(pid: int, mode: Mode) -> None:
+    """In the zygote: make the sandbox's uid and gid 65534 mean ``nobody`` on the host (as root) or
+    the grader's own ids (without root, where the kernel allows a user only its own id)."""
+    outside = NOBODY if mode.sandbox_host_uid == "nobody" else 0  # 0 = the zygote's own id in its namespace
+    _write(f"/proc/{pid}/uid_map", f"{NOBODY} {outside} 1\n")
+    _write(f"/proc/{pid}/gid_map", f"{NOBODY} {outside} 1\n")
+
+
+def _pivot_into(root: str) -> None:
+    """Make ``root`` the whole filesystem: the host's tree is detached, not just covered."""
+    os.chdir(root)
+    _check(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    os.chdir("/")
+
+
+def drop_capabilities() -> None:
+    """No capability in any set, none to regain (bounding set emptied, no new privileges)."""
+    for capability in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the last capability this kernel knows
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    empty = (Data * 2)()
+    _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(Header(0x20080522, 0)), empty), "capset")
+
+
+def enter_root(mode: Mode) -> list[str]:
+    """In a fresh sandbox (after :func:`map_sandbox_user`): its own /proc and scratch, the tree as
+    its whole filesystem, uid/gid 65534, no capabilities. Returns what it obtained."""
+    obtained = ["user-namespace", "pid-namespace", "no-network", "no-ipc"]
+    # The tree came with our copy of the zygote's mounts, which the kernel locks for a less
+    # privileged namespace (and will not pivot into): a bind of it is our own mount.
+    mount(STAGE, STAGE, None, MS_BIND | MS_REC)
+    try:
+        mount("proc", f"{STAGE}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        obtained.append("private-proc")
+    except IsolationError:
+        # The kernel mounts a new /proc in a user namespace only where the host's /proc is not
+        # partly covered (as in some containers): then the sandbox simply has no /proc.
+        obtained.append("no-proc")
+    for scratch, mode_bits in (("/tmp", "1777"), (SANDBOX_HOME, "700")):
+        mount("tmpfs", STAGE + scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SCRATCH_SIZE},mode={mode_bits},uid={NOBODY},gid={NOBODY}")
+    _pivot_into(STAGE)
+    obtained.append("allowlisted-root")
+    try:
+        # No user namespaces below ours: student code gets no capabilities anywhere, not even
+        # over namespaces of its own.
+        _write("/proc/sys/user/max_user_namespaces", "0")
+        obtained.append("no-nested-namespaces")
+    except OSError:
+        pass
+    try:
+        os.setgroups([])
+    except OSError:
+        pass  # a namespace made without root forbids setgroups; the grader's own groups stay
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    obtained.append(f"uid-{mode.sandbox_host_uid}")
+    drop_capabilities()
+    obtained.append("no-capabilities")
+    return obtained
+
+
+# -- in words ---------------------------------------------------------------------------------------
+def level(items: list[str]) -> str:
+    """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained."""
+    if "allowlisted-root" in items and "no-capabilities" in items:
+        return "isolated"
+    return "unisolated" if items else ""
+
+
+def describe(all_items: list[list[str]]) -> str:
+    """One line for the run summary and report.html: the isolation the class actually got."""
+    levels = {level(items) for items in all_items} - {""}
+    if not levels:
+        return "没有运行任何学生代码"
+    if levels != {"isolated"}:
+        count = sum(level(items) == "unisolated" for items in all_items)
+        return f"未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）"
+    union = {item for items in all_items for item in items}
+    user = "映射为主机上的 nobody" if "uid-nobody" in union else "映射为评分者自己的 uid（无 root 时内核只允许这一种映射）"
+    memory = "cgroup 限制整份提交的内存与进程数" if "cgroup-memory-and-pids" in union else "单进程、按进程限制地址空间（无法使用 cgroup）"
+    proc = "" if "no-proc" not in union else "；没有 /proc（内核不允许在此挂载）"
+    return f"已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}{proc}"

@@ -631,13 +631,17 @@ def test_exit_in_every_call_gives_up(world: World) -> None:
 # -- isolation ----------------------------------------------------------------------------------------
 @NEEDS_ISOLATION
 def test_every_sandbox_is_isolated(world: World) -> None:
-    """Did every sandbox get its own PID and network namespace, a private /proc and /tmp, the
-    grader's folders hidden, an unprivileged user and resource limits?"""
+    """Did every sandbox get its own user, PID, network and IPC namespaces, a private /proc, an
+    allowlisted read-only root, uid nobody with no capabilities, and resource limits?"""
     for student_id, results in world.attack.results.items():
         isolation = results["sandbox"].get("isolation")
         if isolation is None:  # bad_json, empty: nothing ran
             continue
-        for needed in ("pid-namespace", "no-network", "no-ipc", "private-proc-and-scratch", "unprivileged-user", "resource-limits", "cgroup-memory-and-pids"):
+        needed_items = (
+            "user-namespace", "pid-namespace", "no-network", "no-ipc", "private-proc", "allowlisted-root",
+            "uid-nobody", "no-capabilities", "resource-limits", "cgroup-memory-and-pids",
+        )
+        for needed in needed_items:
             assert needed in isolation, (student_id, isolation)
 
 
@@ -645,8 +649,11 @@ def test_every_sandbox_is_isolated(world: World) -> None:
 def test_no_process_outlives_grading(world: World) -> None:
     """Does every process a student forks or spawns (double fork, setsid, new sessions) die with
     the sandbox: no process of user nobody and none carrying the marker survives the run?"""
-    failed = [c for c in world.results("stray")["cells"] if c["index"] in attack_cells(2)]
-    assert failed == [], f"the attack could not even start: {failed}"
+    forked, spawned = attack_cells(2)
+    failed = {c["index"]: c for c in world.results("stray")["cells"] if c["index"] in (forked, spawned)}
+    assert forked not in failed, f"the fork attack could not even start: {failed[forked]}"
+    # Programs to spawn (sleep, /bin/sh) do not exist in the sandbox's allowlisted root at all.
+    assert spawned not in failed or failed[spawned]["error_type"] == "FileNotFoundError", failed[spawned]
     assert world.left_processes == []
     assert not os.path.exists(f"/tmp/{world.setting.marker}"), "the sandbox's /tmp is the host's"
 

@@ -1,0 +1,425 @@
+"""Is the sandbox the same wherever a TA grades: as root, as root without CAP_SYS_ADMIN, without root?
+
+One hostile class is graded three ways with the real `attnkit grade`:
+- as root (this machine's CI);
+- as root without CAP_SYS_ADMIN (`setpriv --bounding-set -sys_admin`, as in Docker's default);
+- as an unprivileged user created here, with the distribution's Python (/usr/bin/python3) and a
+  virtualenv it can read.
+In each, notebooks that exec the course's reference, exec a world-readable copy of it placed
+outside the project (/opt, /var/lib), or hunt the whole filesystem for it (listing /, reading
+/etc/shadow and the TA's home) must score no more than the same notebook without those cells; a
+correct bystander scores 100; a memory hog and a fork bomb cost only themselves. Either the run
+is isolated, or it refused with a non-zero exit before any cell ran.
+
+Where neither root nor a user namespace is to be had (simulated: an unprivileged grader inside a
+user namespace whose kernel limit on new user namespaces is 0), `attnkit grade` must refuse, name
+the reason and the fix, and run nothing; `--no-isolation` then grades and says so everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, load, with_cells, write
+
+if not sys.platform.startswith("linux") or os.geteuid() != 0:
+    pytest.skip("creates users and drops capabilities: needs root on Linux (CI runs as root)", allow_module_level=True)
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+USER = "attnkit-ta"
+MEMORY_MB = 1024
+LIMITS = ["--cell-timeout", "8", "--call-timeout", "5", "--memory-mb", str(MEMORY_MB)]
+# What the grader's virtualenv needs to grade (nbgrader and Jupyter are only for the course tools).
+GRADER_PACKAGES = ["torch==2.13.0", "numpy", "ipython", "matplotlib", "rich", "jinja2", "pytest"]
+# Top-level names a sandbox's root may hold: its own folders, the library links, and the first
+# component of each Python tree (kept at its host path so lazy imports still resolve).
+SANDBOX_ROOT_NAMES = {"dev", "etc", "home", "proc", "tmp", "lib", "lib64", "lib32", "libx32", "usr"}
+
+
+# -- the hostile class ---------------------------------------------------------------------------------
+def exec_cell(path: str) -> str:
+    """Run a copy of the reference so its six functions become the student's."""
+    return f"exec(open({path!r}).read(), globals())\n"
+
+
+HUNT = textwrap.dedent(
+    r"""
+    import json, os, time
+    _seen = {"root": sorted(os.listdir("/"))}
+    for _path in ("/etc/shadow", "/etc/hostname", "/root", "HOME_OF_TA", "/var", "/opt", "/srv", "/work"):
+        try:
+            _seen[_path] = ("dir:" + ",".join(sorted(os.listdir(_path)))) if os.path.isdir(_path) else "read:" + open(_path).read(200)
+        except Exception as _error:
+            _seen[_path] = "no:" + type(_error).__name__
+    _found, _started = [], time.monotonic()
+    for _folder, _dirs, _files in os.walk("/"):
+        if _folder.startswith(("/proc", "/sys", "/dev")) or time.monotonic() - _started > 4:
+            _dirs[:] = []
+            continue
+        for _name in _files:
+            if _name.endswith((".py", ".ipynb")) and not _folder.startswith("/usr/lib/python3"):
+                try:
+                    with open(os.path.join(_folder, _name), errors="replace") as _file:
+                        if "def scaled_attention" in _file.read(200_000):
+                            _found.append(os.path.join(_folder, _name))
+                except OSError:
+                    pass
+    for _path in _found:
+        try:
+            if _path.endswith(".py"):
+                exec(open(_path).read(), globals())
+        except Exception:
+            pass
+    _seen["found"] = _found
+    raise RuntimeError("ISOPROBE:" + json.dumps(_seen))
+    """
+).lstrip()
+
+MEMORY_HOG = textwrap.dedent(
+    """
+    import os, torch
+    _hoard = []
+    try:
+        for _ in range(40):  # 40 x 512 MiB: far past the cap
+            _hoard.append(torch.ones(128 * 1024 * 1024, dtype=torch.float32))
+    except (MemoryError, RuntimeError):
+        pass
+    del _hoard
+    _children = 0
+    try:
+        for _ in range(50):
+            if os.fork() == 0:
+                _big = bytearray(512 * 1024 * 1024)
+                os._exit(0)
+            _children += 1
+    except OSError:
+        pass
+    """
+).lstrip()
+
+
+def hostile_class(folder: Path, reference: Path, outside: list[Path], ta_home: str) -> None:
+    """bystander (the solution), stub (the release as given), and attackers: the release with
+    attack cells appended after every stub, so a stolen function would replace the stub."""
+    solution, release = load(SOLUTION), load(RELEASE)
+    last = -1  # after the last code cell: stubs defined earlier are overwritten by the theft
+    students = {
+        "bystander": solution,
+        "stub": release,
+        "exec_course": with_cells(release, [exec_cell(str(reference))], after_code_cell=last),
+        "hunter": with_cells(release, [HUNT.replace("HOME_OF_TA", ta_home)], after_code_cell=last),
+        "hog": with_cells(solution, [MEMORY_HOG], after_code_cell=0),
+    }
+    for number, copy in enumerate(outside):
+        students[f"exec_outside_{number}"] = with_cells(release, [exec_cell(str(copy))], after_code_cell=last)
+    for student_id, notebook in students.items():
+        write(notebook, folder / student_id / ASSIGNMENT)
+
+
+# -- running the grader as someone -------------------------------------------------------------------------
+@dataclass
+class Run:
+    returncode: int
+    stderr: str
+    results: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def refused(self) -> bool:
+        return self.returncode != 0 and not self.results
+
+    def score(self, student_id: str) -> float:
+        return float(self.results[student_id]["score"])
+
+    def probe(self, student_id: str) -> dict:
+        for cell in self.results[student_id]["cells"]:
+            if str(cell.get("message", "")).startswith("ISOPROBE:"):
+                return json.loads(cell["message"][len("ISOPROBE:"):])
+        raise AssertionError(f"{student_id}'s probe did not report: {self.results[student_id]['cells']}")
+
+
+def read_results(out: Path) -> dict[str, dict]:
+    found = {}
+    for path in out.rglob("results.json"):
+        results = json.loads(path.read_text(encoding="utf-8"))
+        found[results["student_id"]] = results
+    return found
+
+
+def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str) -> Run:
+    command = [*prefix, python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
+    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    return Run(process.returncode, process.stderr, read_results(out))
+
+
+# -- the three settings ------------------------------------------------------------------------------------
+def lock_digest() -> str:
+    text = (ROOT / "requirements.lock").read_text() + " ".join(GRADER_PACKAGES) + Path(SYSTEM_PYTHON).resolve().name
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@pytest.fixture(scope="module")
+def ta_user() -> pwd.struct_passwd:
+    """An ordinary user, as a TA on a shared machine is: no root, no sudo."""
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+        return pwd.getpwnam(USER)
+
+
+@pytest.fixture(scope="module")
+def user_python(ta_user: pwd.struct_passwd, tmp_path_factory) -> tuple[str, Path]:
+    """The distribution's Python with a world-readable virtualenv holding the grader's packages
+    (kept between runs under /var/tmp, keyed by the lock), and a readable copy of the course."""
+    if not Path(SYSTEM_PYTHON).is_file():
+        pytest.skip(f"{SYSTEM_PYTHON} is missing")
+    venv = Path(f"/var/tmp/attnkit-test-venv-{lock_digest()}")
+    if not (venv / ".complete").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-c", str(ROOT / "requirements.lock"), *GRADER_PACKAGES],
+            check=True, capture_output=True,
+        )
+        (venv / ".complete").touch()
+    course = Path(tempfile_folder("attnkit-course-")) / "course"
+    for part in ("src", "autograder"):
+        shutil.copytree(ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "attnkit-test-course.pth").write_text(f"{course / 'src'}\n")
+    for path in [course.parent, *course.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return str(venv / "bin/python"), course
+
+
+def tempfile_folder(prefix: str) -> str:
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    os.chmod(folder, 0o755)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def outside_copies():
+    """World-readable copies of the reference outside any project, where a careless TA or
+    another course might leave them."""
+    tag = secrets.token_hex(4)
+    folders = [Path(f"/opt/attnkit-leak-{tag}"), Path(f"/var/lib/attnkit-leak-{tag}")]
+    reference = next((ROOT / "autograder").rglob("reference.py"))
+    copies = []
+    for folder in folders:
+        folder.mkdir(parents=True)
+        folder.chmod(0o755)
+        copy = folder / "reference.py"
+        shutil.copy(reference, copy)
+        copy.chmod(0o644)
+        copies.append(copy)
+    yield copies
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def minimal_env(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+
+
+@pytest.fixture(scope="module")
+def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
+    """The same hostile class graded in the three settings."""
+    graded: dict[str, Run] = {}
+    python, course = user_python
+    reference = next((ROOT / "autograder").rglob("reference.py"))
+    settings = {
+        "root": ([], sys.executable, reference, "/root", minimal_env("/root")),
+        "root-without-sys-admin": (["setpriv", "--bounding-set", "-sys_admin"], sys.executable, reference, "/root", minimal_env("/root")),
+        "unprivileged": (
+            ["setpriv", f"--reuid={ta_user.pw_uid}", f"--regid={ta_user.pw_gid}", "--init-groups"],
+            python, next(course.rglob("reference.py")), ta_user.pw_dir, minimal_env(ta_user.pw_dir),
+        ),
+    }
+    work = Path(tempfile_folder("attnkit-iso-"))
+    try:
+        for name, (prefix, interpreter, course_reference, home, env) in settings.items():
+            submitted, out = work / name / "submitted", work / name / "out"
+            hostile_class(submitted, course_reference, outside_copies, home)
+            out.mkdir(parents=True)
+            for path in [work / name, *(work / name).rglob("*")]:
+                os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
+            graded[name] = run_grader(prefix, interpreter, submitted, out, env)
+            print(f"\n[isolation] {name}: exit {graded[name].returncode}, " + ", ".join(
+                f"{sid} {r['score']:g} ({r.get('isolation')})" for sid, r in sorted(graded[name].results.items())), file=sys.stderr)
+        yield graded
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+SETTINGS = ["root", "root-without-sys-admin", "unprivileged"]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_isolated_or_refused(runs: dict[str, Run], setting: str) -> None:
+    """Is every submission graded in an isolated sandbox, or did the grader refuse before any cell ran?"""
+    run = runs[setting]
+    if run.refused:
+        assert "--no-isolation" in run.stderr, run.stderr
+        return
+    assert run.returncode == 0, run.stderr[-3000:]
+    for student_id, results in run.results.items():
+        assert results["isolation"] == "isolated", (student_id, results["sandbox"])
+        assert "allowlisted-root" in results["sandbox"]["isolation"] and "no-capabilities" in results["sandbox"]["isolation"]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_the_bystander_scores_full_marks(runs: dict[str, Run], setting: str) -> None:
+    """Does a correct notebook score 100 next to the attackers, in every setting?"""
+    run = runs[setting]
+    if not run.refused:
+        assert run.score("bystander") == 100, run.results["bystander"]["tests"]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_stealing_the_reference_earns_nothing(runs: dict[str, Run], setting: str) -> None:
+    """Does exec'ing the course's reference, a copy under /opt or /var/lib, or whatever a search of
+    the whole filesystem finds, score no more than the stubs alone?"""
+    run = runs[setting]
+    if run.refused:
+        return
+    baseline = run.score("stub")
+    for student_id in run.results:
+        if student_id.startswith(("exec_", "hunter")):
+            assert run.score(student_id) <= baseline, (student_id, run.score(student_id), baseline)
+    for student_id in ("exec_course", "exec_outside_0", "exec_outside_1"):
+        failed = [c for c in run.results[student_id]["cells"] if "exec(open" in str(c.get("output", "")) or c.get("error_type") == "FileNotFoundError"]
+        assert failed, f"{student_id}: the exec cell should have failed to find the file: {run.results[student_id]['cells']}"
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_the_host_is_not_in_view(runs: dict[str, Run], setting: str) -> None:
+    """Does listing / from a cell show only the allowlisted tree, with no /etc/shadow, no homes,
+    no /var, /opt, /srv, and no copy of the reference anywhere?"""
+    run = runs[setting]
+    if run.refused:
+        return
+    seen = run.probe("hunter")
+    python_tops = {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix, "/usr")}
+    assert set(seen["root"]) <= SANDBOX_ROOT_NAMES | python_tops | {"var"}, seen["root"]
+    assert seen["found"] == [], seen["found"]
+    assert seen["/etc/shadow"].startswith("no:"), seen["/etc/shadow"]
+    assert seen["/etc/hostname"].startswith("no:"), "host configuration is visible"
+    for folder in ("/opt", "/srv"):
+        assert seen[folder].startswith("no:"), (folder, seen[folder])
+    for home in (h for h in seen if h.startswith(("/root", "/home/", "/var/tmp"))):
+        listing = seen[home]
+        # A home may exist only as the path to a Python tree (e.g. /root/.pyenv): nothing else.
+        assert listing.startswith("no:") or listing in ("dir:.pyenv", "dir:"), (home, listing)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_memory_hog_and_fork_bomb_cost_only_themselves(runs: dict[str, Run], setting: str) -> None:
+    """With or without a memory control group, does a notebook that allocates 20 GiB and forks
+    children that allocate more stay under its cap, while its own functions still grade?"""
+    run = runs[setting]
+    if run.refused:
+        return
+    hog = run.results["hog"]
+    assert hog["sandbox"].get("max_rss_kb", 0) <= (MEMORY_MB + 1024) * 1024, hog["sandbox"]
+    assert run.score("hog") == run.score("bystander"), [t for t in hog["tests"] if t["status"] != "passed"]
+
+
+# -- no isolation to be had ----------------------------------------------------------------------------------
+NO_USER_NAMESPACES = textwrap.dedent(
+    """
+    # As root: become UID inside a user namespace that may create no further user namespaces,
+    # then run the command: an unprivileged TA on a kernel that forbids user namespaces.
+    import ctypes, os, sys
+    uid, gid = int(sys.argv[1]), int(sys.argv[2])
+    libc = ctypes.CDLL(None, use_errno=True)
+    go_read, go_write = os.pipe()
+    done_read, done_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(go_write)
+        os.read(go_read, 1)
+        parent = os.getppid()
+        for name, line in (("uid_map", f"0 0 1\\n{uid} {uid} 1\\n"), ("gid_map", f"0 0 1\\n{gid} {gid} 1\\n")):
+            with open(f"/proc/{parent}/{name}", "w") as handle:
+                handle.write(line)
+        os.write(done_write, b"1")
+        os._exit(0)
+    assert libc.unshare(0x10000000) == 0, ctypes.get_errno()
+    os.write(go_write, b"1")
+    os.read(done_read, 1)
+    os.waitpid(child, 0)
+    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+        handle.write("0")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    os.execv(sys.argv[3], sys.argv[3:])
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def without_namespaces(ta_user, user_python, tmp_path_factory):
+    """The same class graded where the kernel gives the TA no user namespace: once as is, once
+    with --no-isolation."""
+    python, course = user_python
+    work = Path(tempfile_folder("attnkit-nons-"))
+    wrapper = work / "no_user_namespaces.py"
+    wrapper.write_text(NO_USER_NAMESPACES)
+    wrapper.chmod(0o644)
+    prefix = [sys.executable, str(wrapper), str(ta_user.pw_uid), str(ta_user.pw_gid)]
+    runs = {}
+    try:
+        for name, extra in (("strict", ()), ("trusted", ("--no-isolation",))):
+            submitted, out = work / name / "submitted", work / name / "out"
+            marker = work / name / "ran"
+            canary = with_cells(load(SOLUTION), [f"open({str(marker)!r}, 'w').write('student code ran')\n"])
+            write(canary, submitted / "canary" / ASSIGNMENT)
+            write(load(SOLUTION), submitted / "bystander" / ASSIGNMENT)
+            theft = with_cells(load(RELEASE), [exec_cell(str(next(course.rglob("reference.py"))))], after_code_cell=-1)
+            write(theft, submitted / "exec_course" / ASSIGNMENT)
+            out.mkdir(parents=True)
+            for path in [work / name, *(work / name).rglob("*")]:
+                os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
+            run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra)
+            runs[name] = (run, marker, out)
+        yield runs
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_no_isolation_means_no_grading(without_namespaces) -> None:
+    """Without root or user namespaces, does `attnkit grade` refuse with a non-zero exit, name the
+    reason and the fix, and run no student code at all?"""
+    run, marker, out = without_namespaces["strict"]
+    assert run.returncode != 0
+    assert run.results == {} and not (out / "grades.csv").exists()
+    assert not marker.exists(), "student code ran although the grader refused"
+    assert "unshare" in run.stderr and "--no-isolation" in run.stderr and "user namespaces" in run.stderr, run.stderr[-2000:]
+
+
+def test_trusted_notebooks_grade_unisolated_and_say_so(without_namespaces) -> None:
+    """With --no-isolation, does the same class grade, with the missing isolation recorded in
+    every results.json and shown on report.html?"""
+    run, marker, out = without_namespaces["trusted"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.score("bystander") == 100
+    assert {r["isolation"] for r in run.results.values()} == {"unisolated"}
+    assert "未隔离" in (out / "report.html").read_text(encoding="utf-8")
+    # What the isolated runs are protected from: unisolated, the same theft does pay.
+    assert run.score("exec_course") > 50, run.results["exec_course"]["tests"]

@@ -63,6 +63,7 @@ HUNT = textwrap.dedent(
             _seen[_path] = ("dir:" + ",".join(sorted(os.listdir(_path)))) if os.path.isdir(_path) else "read:" + open(_path).read(200)
         except Exception as _error:
             _seen[_path] = "no:" + type(_error).__name__
+    _seen["fds"] = {_fd: os.readlink(f"/proc/self/fd/{_fd}") for _fd in os.listdir("/proc/self/fd") if os.path.islink(f"/proc/self/fd/{_fd}")}
     _found, _started = [], time.monotonic()
     for _folder, _dirs, _files in os.walk("/"):
         if _folder.startswith(("/proc", "/sys", "/dev")) or time.monotonic() - _started > 4:
@@ -317,6 +318,9 @@ def test_the_host_is_not_in_view(runs: dict[str, Run], setting: str) -> None:
     python_tops = {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix, "/usr")}
     assert set(seen["root"]) <= SANDBOX_ROOT_NAMES | python_tops | {"var"}, seen["root"]
     assert seen["found"] == [], seen["found"]
+    # Open descriptors: the standard streams, the channel to the grader and the listing itself.
+    leaked = {fd: target for fd, target in seen["fds"].items() if not target.startswith(("/dev/null", "/home/student/", "socket:", "/proc/"))}
+    assert leaked == {}, leaked
     assert seen["/etc/shadow"].startswith("no:"), seen["/etc/shadow"]
     assert seen["/etc/hostname"].startswith("no:"), "host configuration is visible"
     for folder in ("/opt", "/srv"):

@@ -159,6 +159,11 @@ class Sandbox:
                 os.setuid(NOBODY)
                 self.isolation.append("uid-nobody")
             _libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        # Only the channel and the standard streams stay open: an inherited descriptor of a host
+        # folder would be a way out of the sandbox's root.
+        channel = self.channel.fileno()
+        os.closerange(3, channel)
+        os.closerange(channel + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         if capped:
             self.isolation.append("cgroup-memory-and-pids")
         os.chdir(workdir)

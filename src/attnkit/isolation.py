@@ -168,7 +168,10 @@ def allowlist(hidden: list[str]) -> list[str]:
     it lies inside the Python installation itself (a virtualenv kept in the project)."""
     python_trees = [os.path.realpath(p) for p in {sys.prefix, sys.base_prefix}]
     hidden_real = [os.path.realpath(p) for p in hidden]
-    candidates = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+    # Each folder at the path Python knows it by (modules found later are looked up there) and,
+    # where a symlink makes that differ, at its real path too. A zip on sys.path: its folder.
+    entries = [os.path.abspath(p if os.path.isdir(p) else os.path.dirname(p)) for p in sys.path if p and os.path.exists(p)]
+    candidates = set(entries) | {os.path.realpath(p) for p in entries}
     with open("/proc/self/maps") as maps:
         for line in maps:
             parts = line.split(maxsplit=5)
@@ -178,10 +181,11 @@ def allowlist(hidden: list[str]) -> list[str]:
                 candidates.add(os.path.dirname(os.path.realpath(path)))
     allowed = []
     for folder in candidates:
-        if not any(_inside(folder, tree) for tree in python_trees):
-            if any(_inside(folder, system) for system in ("/proc", "/sys", "/dev", "/run")):
+        real = os.path.realpath(folder)
+        if not any(_inside(real, tree) for tree in python_trees):
+            if any(_inside(real, system) for system in ("/proc", "/sys", "/dev", "/run")):
                 continue
-            if any(_inside(folder, h) or _inside(h, folder) for h in hidden_real):
+            if any(_inside(real, h) or _inside(h, real) for h in hidden_real):
                 continue
         allowed.append(folder)
     # Only the outermost: a bind of /usr/lib/x86_64-linux-gnu already holds its subfolders.

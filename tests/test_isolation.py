@@ -63,6 +63,10 @@ HUNT = textwrap.dedent(
             _seen[_path] = ("dir:" + ",".join(sorted(os.listdir(_path)))) if os.path.isdir(_path) else "read:" + open(_path).read(200)
         except Exception as _error:
             _seen[_path] = "no:" + type(_error).__name__
+    import ctypes, platform
+    _keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+    _key = ctypes.CDLL(None, use_errno=True).syscall(_keyctl, 10, -3, b"user", b"KEY_OF_TA", 0)  # KEYCTL_SEARCH @s
+    _seen["keyring"] = "found" if _key > 0 else "no"
     _seen["fds"] = {_fd: os.readlink(f"/proc/self/fd/{_fd}") for _fd in os.listdir("/proc/self/fd") if os.path.islink(f"/proc/self/fd/{_fd}")}
     _found, _started = [], time.monotonic()
     for _folder, _dirs, _files in os.walk("/"):
@@ -111,7 +115,7 @@ MEMORY_HOG = textwrap.dedent(
 ).lstrip()
 
 
-def hostile_class(folder: Path, reference: Path, outside: list[Path], ta_home: str) -> None:
+def hostile_class(folder: Path, reference: Path, outside: list[Path], ta_home: str, key_name: str) -> None:
     """bystander (the solution), stub (the release as given), and attackers: the release with
     attack cells appended after every stub, so a stolen function would replace the stub."""
     solution, release = load(SOLUTION), load(RELEASE)
@@ -120,7 +124,7 @@ def hostile_class(folder: Path, reference: Path, outside: list[Path], ta_home: s
         "bystander": solution,
         "stub": release,
         "exec_course": with_cells(release, [exec_cell(str(reference))], after_code_cell=last),
-        "hunter": with_cells(release, [HUNT.replace("HOME_OF_TA", ta_home)], after_code_cell=last),
+        "hunter": with_cells(release, [HUNT.replace("HOME_OF_TA", ta_home).replace("KEY_OF_TA", key_name)], after_code_cell=last),
         "hog": with_cells(solution, [MEMORY_HOG], after_code_cell=0),
     }
     for number, copy in enumerate(outside):
@@ -252,10 +256,11 @@ def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
         ),
     }
     work = Path(tempfile_folder("attnkit-iso-"))
+    key_name = plant_session_key()
     try:
         for name, (prefix, interpreter, course_reference, home, env) in settings.items():
             submitted, out = work / name / "submitted", work / name / "out"
-            hostile_class(submitted, course_reference, outside_copies, home)
+            hostile_class(submitted, course_reference, outside_copies, home, key_name)
             out.mkdir(parents=True)
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
@@ -268,6 +273,20 @@ def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
 
 
 SETTINGS = ["root", "root-without-sys-admin", "unprivileged"]
+
+
+def plant_session_key() -> str:
+    """A secret in this process's session keyring, which every process it starts inherits (a
+    TA's login keyring may hold tickets or keys); its description."""
+    import ctypes
+    import platform
+
+    name = f"attnkit-iso-{secrets.token_hex(4)}"
+    add_key = {"x86_64": 248, "aarch64": 217}[platform.machine()]
+    key = ctypes.CDLL(None, use_errno=True).syscall(add_key, b"user", name.encode(), b"s3cret", 6, -3)  # @s
+    if key <= 0:
+        pytest.skip("this kernel has no keyrings")
+    return name
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
@@ -318,6 +337,7 @@ def test_the_host_is_not_in_view(runs: dict[str, Run], setting: str) -> None:
     python_tops = {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix, "/usr")}
     assert set(seen["root"]) <= SANDBOX_ROOT_NAMES | python_tops | {"var"}, seen["root"]
     assert seen["found"] == [], seen["found"]
+    assert seen["keyring"] == "no", "the grader's session keyring is reachable"
     # Open descriptors: the standard streams, the channel to the grader and the listing itself.
     leaked = {fd: target for fd, target in seen["fds"].items() if not target.startswith(("/dev/null", "/home/student/", "socket:", "/proc/"))}
     assert leaked == {}, leaked

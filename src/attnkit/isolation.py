@@ -41,6 +41,8 @@ PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+KEYCTL_JOIN_SESSION_KEYRING = 1
 NOBODY = 65534
 # Where the zygote builds the sandbox's root, in its own mount namespace only (the host's /tmp
 # is untouched; the zygote needs no /tmp of its own once its imports are done).
@@ -269,6 +271,14 @@ def _pivot_into(root: str) -> None:
     os.chdir("/")
 
 
+def leave_session_keyring() -> bool:
+    """A new, empty session keyring: the grader's login keyring (tickets, keys) is inherited by
+    every process it starts, namespaces or not. Whether the kernel has keyrings at all."""
+    if SYS_KEYCTL is None:
+        return False
+    return _libc.syscall(ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) >= 0
+
+
 def drop_capabilities() -> None:
     """No capability in any set, none to regain (bounding set emptied, no new privileges)."""
     for capability in range(64):
@@ -318,6 +328,8 @@ def enter_root(mode: Mode) -> list[str]:
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
     obtained.append(f"uid-{mode.sandbox_host_uid}")
+    if leave_session_keyring():
+        obtained.append("own-keyring")
     drop_capabilities()
     obtained.append("no-capabilities")
     return obtained

@@ -61,7 +61,16 @@ from traitlets.config import Config  # noqa: E402
 
 from attnkit import protocol  # noqa: E402
 from attnkit.cgroup import Cgroup, sweep_stale  # noqa: E402
-from attnkit.isolation import SANDBOX_HOME, IsolationError, Mode, build_root, clone_sandbox, enter_root, map_sandbox_user  # noqa: E402
+from attnkit.isolation import (  # noqa: E402
+    SANDBOX_HOME,
+    IsolationError,
+    Mode,
+    build_root,
+    clone_sandbox,
+    enter_root,
+    leave_session_keyring,
+    map_sandbox_user,
+)
 from attnkit.proxy import Outcome, read_variable, run_in_namespace, unreadable  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
@@ -151,6 +160,7 @@ class Sandbox:
             # Trusted notebooks only (--no-isolation, or a learner checking their own): the
             # grader's own view of the machine, less root.
             self.isolation.append("unisolated")
+            leave_session_keyring()
             workdir = tempfile.mkdtemp(prefix="sandbox-")
             if os.geteuid() == 0:
                 os.chown(workdir, NOBODY, NOBODY)

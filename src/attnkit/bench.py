@@ -3,9 +3,10 @@
 What it does, all in a temporary folder:
 
 1. Builds a synthetic class in nbgrader's layout (``submitted/<student>/ch19-attention/
-   attention.ipynb``) from the release notebook: a fixed, repeating mix of correct answers (the
-   model answers of ``solutions/``), every catalogue mistake pasted into an otherwise correct
-   notebook, untouched releases (stubs) and half-finished notebooks. Every notebook differs in its
+   attention.ipynb``) from the release notebook, in a TA's proportions: 25 % correct (the model
+   answers of ``solutions/``), 60 % with one mistake (every catalogue mistake and a few it does not
+   list, each pasted into an otherwise correct notebook, in turn), 15 % broken or unfinished
+   (untouched releases, half-finished notebooks, a syntax error). Every notebook differs in its
    bytes (its metadata names the student), so nothing can be skipped as a duplicate.
 2. Grades the class with ``attnkit grade --jobs J --force`` at each size of ``--sizes`` (whole
    command, start-up included), sampling the memory of its process tree.
@@ -111,17 +112,92 @@ class Kind:
     answers: dict[str, str] = field(hash=False)
 
 
+# Mistakes a student makes that the catalogue does not list: diagnosis runs for them too and must
+# name nothing. Each replaces one answer cell of an otherwise correct notebook.
+UNCATALOGUED: dict[str, tuple[str, str]] = {
+    "weights_transposed": ("scaled_attention", """from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])  # (..., T_q, T_k)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights.transpose(-2, -1)
+"""),
+    "sigmoid_weights": ("scaled_attention", """from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.sigmoid(scores)
+    return weights @ value, weights
+"""),
+    "causal_all_allowed": ("causal_allowed", """import torch
+
+def causal_allowed(size):
+    return torch.ones(size, size, dtype=torch.bool)
+"""),
+    "padding_flat": ("padding_allowed", """import torch
+
+def padding_allowed(lengths, size):
+    lengths = torch.as_tensor(lengths)
+    return torch.arange(size) < lengths[:, None]  # (B, size): no head or query axis
+"""),
+    "single_head": ("multi_head_attention", """def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    output, weights = scaled_attention((x @ w_q)[:, None], (source @ w_k)[:, None], (source @ w_v)[:, None], allowed)
+    return output[:, 0] @ w_o, weights.expand(-1, num_heads, -1, -1)
+"""),
+}
+# A TA's class: a quarter correct, three in five with one mistake (from the catalogue or not),
+# the rest broken or unfinished. One cycle of CYCLE submissions.
+CYCLE = 20
+CORRECT_PER_CYCLE = 5
+MISTAKES_PER_CYCLE = 12
+
+
 def submission_kinds(solution: dict, mistakes: Sequence[Any]) -> list[Kind]:
-    """The repeating mix, in order: mostly correct, a stub, two half-finished, every mistake once."""
+    """Every kind of submission: "correct", one kind per mistake, and the broken or partial ones."""
     answers = model_answers(solution)
     order = list(answers)  # notebook order: the functions, then the answer cells
-    kinds = [Kind("correct", answers)] * 4 + [Kind("release", {})]
+    kinds = [Kind("correct", answers), Kind("release", {})]
     for done in (3, 5):
         kinds.append(Kind(f"half_{done}_of_{len(order)}", {gid: answers[gid] for gid in order[:done]}))
+    broken = answers.get("scaled_attention", "") .replace("def scaled_attention(", "def scaled_attention(\n", 1).replace("):", ")", 1)
+    kinds.append(Kind("syntax_error", {**answers, "scaled_attention": broken}))
     for mistake in mistakes:
         if mistake.function in answers:
             kinds.append(Kind(f"mistake:{mistake.id}", {**answers, mistake.function: mistake.source}))
+    for name, (function, source) in UNCATALOGUED.items():
+        if function in answers:
+            kinds.append(Kind(f"uncatalogued:{name}", {**answers, function: source}))
     return kinds
+
+
+def class_mix(kinds: list[Kind], size: int) -> list[Kind]:
+    """``size`` submissions in the TA's proportions (25 % correct, 60 % one mistake, 15 % broken
+    or partial), the mistakes and the broken kinds taken in turn."""
+    by_name = {kind.name: kind for kind in kinds}
+    wrong = [k for k in kinds if k.name.startswith(("mistake:", "uncatalogued:"))]
+    broken = [k for k in kinds if k.name in ("release", "syntax_error") or k.name.startswith("half_")]
+    mix: list[Kind] = []
+    for index in range(size):
+        cycle, position = divmod(index, CYCLE)
+        if position < CORRECT_PER_CYCLE:
+            mix.append(by_name["correct"])
+        elif position < CORRECT_PER_CYCLE + MISTAKES_PER_CYCLE:
+            mix.append(wrong[(cycle * MISTAKES_PER_CYCLE + position - CORRECT_PER_CYCLE) % len(wrong)])
+        else:
+            slots = CYCLE - CORRECT_PER_CYCLE - MISTAKES_PER_CYCLE
+            mix.append(broken[(cycle * slots + position - CORRECT_PER_CYCLE - MISTAKES_PER_CYCLE) % len(broken)])
+    return mix
 
 
 def build_notebook(release: dict, kind: Kind, student_id: str) -> dict:
@@ -152,8 +228,7 @@ def make_class(dest: Path, size: int, root: Path = ROOT, autograder: Path | None
     """Write ``size`` submissions under ``dest`` (nbgrader's layout); return student id -> kind."""
     release, kinds = _load(root, autograder)
     roster = {}
-    for index in range(size):
-        kind = kinds[index % len(kinds)]
+    for index, kind in enumerate(class_mix(kinds, size)):
         student_id = f"{prefix}{index:05d}"
         write_submission(dest, student_id, release, kind)
         roster[student_id] = kind.name

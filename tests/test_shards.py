@@ -47,12 +47,12 @@ def rows(out: Path) -> list[dict[str, str]]:
 
 
 def graded_students(out: Path) -> set[str]:
-    return {path.parent.parent.name for path in out.glob(f"*/{ASSIGNMENT}/results.json")}
+    return {path.parent.parent.name for path in out.glob(f"students/*/{ASSIGNMENT}/results.json")}
 
 
 def scores(out: Path) -> dict[str, dict]:
     found = {}
-    for path in out.glob(f"*/{ASSIGNMENT}/results.json"):
+    for path in out.glob(f"students/*/{ASSIGNMENT}/results.json"):
         data = json.loads(path.read_text(encoding="utf-8"))
         found[data["student_id"]] = {
             "score": data["score"],

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from attnkit.engine import (
     ASSIGNMENT,
@@ -154,7 +155,8 @@ def summary_table(all_results: list[dict[str, Any]]) -> Table:
         table.add_column(column)
     for r in sorted(all_results, key=lambda r: r["student_id"]):
         score = "未评分" if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
-        table.add_row(r["student_id"], score, ", ".join(r["diagnoses"]) or "-", "；".join(r["problems"])[:60] or "-", markup=False)
+        # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
+        table.add_row(*(Text(cell) for cell in (r["student_id"], score, ", ".join(r["diagnoses"]) or "-", "；".join(r["problems"])[:60] or "-")))
     return table
 
 

@@ -341,7 +341,20 @@ def test_a_worker_killed_costs_only_its_submission(world: World) -> None:
     report = (run.out / "report.html").read_text(encoding="utf-8")
     assert "未能评分的提交" in report and "worker_killer" in report
     assert "未评分：worker_killer" in run.stderr
-    assert all(proc.info["name"] != world.kill_comm for proc in psutil.process_iter(["name"])), "a sandbox outlived its killed worker"
+    assert not survivors(world.kill_comm, wait=10), "a sandbox outlived its killed worker"
+
+
+def survivors(comm: str, wait: float) -> list[int]:
+    """Live (not zombie) processes named ``comm``, after waiting up to ``wait`` seconds for them to go."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = []
+        for proc in psutil.process_iter(["name", "status"]):
+            if proc.info["name"] == comm and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def test_skipped_folders_are_listed_not_graded(world: World) -> None:
@@ -390,7 +403,11 @@ def test_no_byte_of_the_secret_leaves_its_file(world: World) -> None:
     for path in autograded.rglob("*"):
         assert not path.is_symlink(), path
         if path.is_file():
-            assert path.read_bytes() == solution_bytes(), path  # every graded notebook here was the solution
+            # Exactly the regular file that was graded, at the same place in the submissions.
+            original = world.submitted / path.relative_to(autograded)
+            assert stat.S_ISREG(original.lstat().st_mode) and all(not parent.is_symlink() for parent in original.parents), path
+            assert path.read_bytes() == original.read_bytes(), path
+    assert (autograded / "bystander_a" / ASSIGNMENT / "attention.ipynb").read_bytes() == solution_bytes()
     assert f"extra_notebook/{ASSIGNMENT}/old_copy.ipynb" not in copies
 
 
@@ -436,3 +453,29 @@ def test_outputs_stay_small(world: World) -> None:
     for path in world.attack.out.glob(f"students/*/{ASSIGNMENT}/*"):
         limit = 1_000_000 if path.name == "results.json" else 4_000_000
         assert path.stat().st_size <= limit, path
+
+
+def test_output_caps_hold_whatever_the_record_says() -> None:
+    """A record as a hostile notebook could make it (every message, output, problem and note huge and
+    full of characters that escaping multiplies): is results.json under 1 MB and feedback.html under
+    4 MB, with a note that something was cut, and the scores untouched?"""
+    from attnkit.cli import bounded_feedback
+    from attnkit.feedback import load_catalogue
+    from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, TRUNCATED_NOTE, results_json
+
+    flood = '<"&>' * 50_000
+    record = {
+        "student_id": "flood", "assignment": ASSIGNMENT, "fingerprint": "x",
+        "tests": [{"name": f"t{i}", "nodeid": f"t{i}", "grade_id": "check_masking", "max_score": 1.0, "score": float(i % 2),
+                   "status": "failed", "output": flood, "diagnoses": []} for i in range(300)],
+        "problems": [flood] * 500, "notes": [flood] * 500,
+        "cells": [{"index": i, "grade_id": "", "ok": False, "error_type": flood, "message": flood, "output": flood, "seconds": 0.0}
+                  for i in range(500)],
+    }
+    results = results_json(record)
+    assert len(json.dumps(results, ensure_ascii=False, indent=1).encode()) <= MAX_RESULTS_BYTES
+    assert results["score"] == 150 and results["max_score"] == 300
+    assert TRUNCATED_NOTE in results["notes"]
+    page = bounded_feedback(results, load_catalogue(Path(__file__).resolve().parents[1] / "autograder"))
+    assert len(page.encode()) <= MAX_FEEDBACK_BYTES
+    assert 'id="score">150 / 300<' in page

@@ -372,7 +372,7 @@ def grade_jobs(
             end.close()
         if worker.chunk is not None:
             chunk_failed(worker, reason)
-        if remaining and (work or not pool):
+        if remaining and work and len(pool) < workers:
             feed(start_worker())
 
     for _ in range(workers):
@@ -391,6 +391,9 @@ def grade_jobs(
                 if "started" in message:
                     worker.current, worker.since = message["started"], time.monotonic()
                 elif "chunk_done" in message:
+                    if any(job.key in remaining for job in worker.chunk or []):
+                        # A session that ended without a record for someone: find whom, alone.
+                        chunk_failed(worker, "评分会话结束时没有得到这份提交的结果")
                     feed(worker)
                 elif "chunk_failed" in message:
                     chunk_failed(worker, f"评分过程出错（{message['chunk_failed'][:300]}）")

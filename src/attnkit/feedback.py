@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from attnkit.engine import STUDENTS_FOLDER
 from attnkit.scoring import PARTS
@@ -23,7 +24,7 @@ _ENV = jinja2.Environment(
 # Every page carries this as a second wall behind escaping: no script, no frame, nothing fetched
 # from anywhere; only the inline styles the templates use, and data: images.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-_ENV.globals["csp"] = CSP
+_ENV.globals["csp"] = markupsafe.Markup(CSP)  # our constant: its quotes stay quotes
 
 
 def feedback_link(student_id: str, assignment: str) -> str:

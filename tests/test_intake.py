@@ -479,3 +479,14 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
     page = bounded_feedback(results, load_catalogue(Path(__file__).resolve().parents[1] / "autograder"))
     assert len(page.encode()) <= MAX_FEEDBACK_BYTES
     assert 'id="score">150 / 300<' in page
+
+
+def test_an_empty_class_is_an_error_not_an_empty_report(tmp_path: Path) -> None:
+    """An empty submissions folder (a wrong path, an unzip that failed): does the grader say so and
+    exit non-zero, rather than write an empty report and exit 0?"""
+    (tmp_path / "submitted").mkdir()
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    run = subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"), "--quiet"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "没有任何学生文件夹" in run.stderr

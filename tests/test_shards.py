@@ -94,7 +94,7 @@ def test_merged_grades_equal_one_unsharded_run(graded: dict[str, Path]) -> None:
     assert scores(graded["merged"]) == scores(graded["whole"])
     assert (graded["merged"] / "report.html").is_file()
     for student in STUDENTS:
-        assert (graded["merged"] / student / ASSIGNMENT / "feedback.html").is_file()
+        assert (graded["merged"] / "students" / student / ASSIGNMENT / "feedback.html").is_file()
 
 
 def test_the_class_is_graded_as_expected(graded: dict[str, Path]) -> None:

@@ -170,6 +170,15 @@ def max_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]
     return float(diff[index]), index
 
 
+def assert_real_attention(got: Any, expected: torch.Tensor, what: str) -> None:
+    """A property test (an error on empty rows, no leak from the future) pays only if the same
+    call also computes correct attention: raising or ignoring inputs alone earns nothing."""
+    try:
+        assert_close(got, expected, what)
+    except AssertionError as problem:
+        fail(f"{problem}这项检查只在同一个函数也能算出正确的注意力时给分。")
+
+
 def expect_value_error(call: Any, what: str) -> None:
     """``call()`` must raise ValueError (a student's ValueError comes back as a ValueError subclass)."""
     try:

@@ -4,7 +4,8 @@ choice; PyTorch instead returns zeros or NaN). The masks are built here (trusted
 import pytest
 import torch
 
-from checks import assert_shape, expect_value_error, fail, fmt_index, unpack_pair
+import reference
+from checks import assert_real_attention, assert_shape, expect_value_error, fail, fmt_index, unpack_pair
 
 pytestmark = pytest.mark.grade_id("check_empty_row")
 
@@ -23,9 +24,12 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
     batch = torch.broadcast_shapes(query.shape[:-2], repaired.shape[:-2])
     assert_shape(output, (*batch, query.shape[-2], value.shape[-1]), "输出")
     assert_shape(weights, (*batch, query.shape[-2], key.shape[-2]), "权重")
-    # Only "it works": the values themselves are graded in the other parts, not twice here.
     if not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(output).all())):
         fail(f"{where}：补上可访问的键之后，每个查询都有键可用，权重和输出应是有限的数（不应有 NaN 或无穷大）。")
+    # And real attention: a function that computes nothing but raises on empty rows earns 0 here.
+    expected_output, expected_weights = reference.scaled_attention(query, key, value, repaired)
+    assert_real_attention(weights, expected_weights, f"{where}：补上可访问的键之后的权重")
+    assert_real_attention(output, expected_output, f"{where}：补上可访问的键之后的输出")
 
 
 def expect_error_only_for_the_empty_row(student, query, key, value, allowed, where, empty_row):
@@ -82,3 +86,6 @@ def test_no_error_when_every_row_keeps_a_key(student):
         if broken.any():
             fail(f"{name}中出现了 NaN 或无穷大（第一处在位置 {fmt_index(tuple(int(i) for i in broken.nonzero()[0]))}），"
                  "每个查询都有可访问的键时结果应是有限的数。")
+    expected_output, expected_weights = reference.scaled_attention(Q, K, V, allowed)
+    assert_real_attention(weights, expected_weights, "每个查询只剩一个可访问的键时的权重")
+    assert_real_attention(output, expected_output, "每个查询只剩一个可访问的键时的输出")

@@ -52,8 +52,11 @@ def test_causal_and_padding_combined(student):
         if mask.dtype != torch.bool:
             fail(f"{name} 应是布尔张量（torch.bool），实际数据类型为 {mask.dtype}。")
     try:
+        # Shapes first, values after: two thin masks ((n, 1) and (1, n)) would broadcast to n * n
+        # elements on the trusted side if `&` came before this check.
+        if torch.broadcast_shapes(causal.shape, padding.shape, (2, 2, 4, 4)) != (2, 2, 4, 4):
+            raise RuntimeError("does not fit")
         combined = causal & padding
-        combined.expand(2, 2, 4, 4)
     except RuntimeError:
         fail(
             f"因果掩码 {fmt_shape(causal.shape)} 与填充掩码 {fmt_shape(padding.shape)} 用 & 组合后"

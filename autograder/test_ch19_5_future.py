@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from attnkit.proxy import StudentRaised
-from checks import assert_shape, fail, fmt_index, max_change, unpack_pair
+import reference
+from checks import assert_real_attention, assert_shape, fail, fmt_index, max_change, unpack_pair
 
 pytestmark = pytest.mark.grade_id("check_future")
 
@@ -63,6 +64,7 @@ def test_future_key_and_value_do_not_leak(student):
     before, _ = unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")
     after, _ = unpack_pair(student.scaled_attention(Q, changed_key, changed_value, causal(T)), "scaled_attention")
     check_positions(before, after, 2, "因果注意力（改动第 3 个位置的键和值）", (2, 2, T, 2))
+    assert_real_attention(before, reference.scaled_attention(Q, K, V, causal(T))[0], "因果注意力（改动前）的输出")
 
 
 @pytest.mark.points(2)
@@ -73,6 +75,7 @@ def test_later_query_does_not_change_earlier_outputs(student):
     before, _ = unpack_pair(student.scaled_attention(Q, K, V), "scaled_attention")
     after, _ = unpack_pair(student.scaled_attention(changed_query, K, V), "scaled_attention")
     check_positions(before, after, 3, "改动第 4 个查询", (2, 2, T, 2))
+    assert_real_attention(before, reference.scaled_attention(Q, K, V)[0], "不加掩码时（改动前）的输出")
 
 
 def perturbed_input():
@@ -95,6 +98,8 @@ def test_multi_head_future_with_your_causal_mask(student):
     before, _ = unpack_pair(before, "multi_head_attention")
     after, _ = unpack_pair(after, "multi_head_attention")
     check_positions(before, after, 2, f"多头注意力 + 你的 causal_allowed({T})", (2, T, D))
+    expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
+    assert_real_attention(before, expected, f"多头注意力 + 你的 causal_allowed({T})（改动前）的输出")
 
 
 @pytest.mark.points(2)
@@ -105,3 +110,5 @@ def test_multi_head_future_with_trusted_mask(student):
         student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention"
     )
     check_positions(before, after, 2, "多头注意力 + 因果掩码", (2, T, D))
+    expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
+    assert_real_attention(before, expected, "多头注意力 + 因果掩码（改动前）的输出")

@@ -238,7 +238,7 @@ def grade(submitted: Path, out: Path, jobs: int = 2, extra_env: dict | None = No
         _, stderr = process.communicate()
         returncode = None
     graded = Graded(out, returncode, time.monotonic() - clock, stderr, started)
-    for path in sorted(out.glob(f"*/{ASSIGNMENT}/results.json")):
+    for path in sorted(out.glob(f"students/*/{ASSIGNMENT}/results.json")):
         graded.results[path.parent.parent.name] = json.loads(path.read_text(encoding="utf-8"))
     if (out / "grades.csv").is_file():
         with open(out / "grades.csv", newline="", encoding="utf-8") as handle:
@@ -525,7 +525,7 @@ def test_the_batch_completes(world: World) -> None:
     assert set(attack.grades) == expected
     assert set(attack.results) == expected
     for student_id in expected:
-        assert (attack.out / student_id / ASSIGNMENT / "feedback.html").is_file()
+        assert (attack.out / "students" / student_id / ASSIGNMENT / "feedback.html").is_file()
         assert float(attack.grades[student_id]["score"]) == attack.score(student_id)
     assert (attack.out / "report.html").is_file()
     assert attack.seconds < 240, f"the attack run took {attack.seconds:.0f} s"
@@ -564,8 +564,8 @@ def test_out_holds_only_the_graders_files(world: World) -> None:
     """Does OUT contain only what the grader wrote (no fake results.json or grades.csv), and do
     grades.csv and each results.json agree?"""
     out = world.attack.out
-    expected = {"grades.csv", "report.html"} | {
-        f"{s.student_id}/{ASSIGNMENT}/{name}" for s in world.roster for name in ("results.json", "feedback.html")
+    expected = {"grades.csv", "report.html", "skipped.json"} | {
+        f"students/{s.student_id}/{ASSIGNMENT}/{name}" for s in world.roster for name in ("results.json", "feedback.html")
     }
     found = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert found == expected
@@ -593,7 +593,7 @@ def test_hanging_call_is_named_and_the_rest_grades(world: World) -> None:
     assert lost, "the hanging input was never used: the attack did not run"
     assert all("超时" in t["output"] for t in lost), [(t["name"], t["output"]) for t in lost]
     assert results["score"] == world.clean.score("bystander_a") - sum(t["max_score"] for t in lost)
-    feedback = (world.attack.out / "hang_call" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
+    feedback = (world.attack.out / "students" / "hang_call" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
     for test in lost:
         assert html.escape(test["name"], quote=False) in feedback
     assert results["sandbox"]["restarts"] >= 1
@@ -671,7 +671,7 @@ def test_fake_results_land_nowhere(world: World) -> None:
     assert "vandal,ch19-attention,0," in grades and ",100,100\n" not in grades.replace("bystander", "")
     assert "<html" in (world.attack.out / "report.html").read_text(encoding="utf-8").lower()
     for student_id in ("vandal", "bystander_a"):
-        results = json.loads((world.attack.out / student_id / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
+        results = json.loads((world.attack.out / "students" / student_id / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
         assert results["tests"], f"{student_id}'s results.json is the grader's, not a forgery"
     assert not (world.setting.submitted / "vandal" / ASSIGNMENT / "results.json").exists()
     assert world.after == world.before
@@ -733,7 +733,7 @@ def test_no_network(world: World) -> None:
 def test_output_floods_are_bounded(world: World) -> None:
     """Does 64 MB written to print, sys.__stdout__, fds 1 and 2 and stderr (and printed on every
     call) leave results.json, feedback.html and report.html small and the grading quick?"""
-    folder = world.attack.out / "flood" / ASSIGNMENT
+    folder = world.attack.out / "students" / "flood" / ASSIGNMENT
     assert (folder / "results.json").stat().st_size < 1_000_000
     assert (folder / "feedback.html").stat().st_size < 1_000_000
     assert [c["index"] for c in world.results("flood")["cells"] if c["index"] in attack_cells(6)], "no flood cell ran"
@@ -747,7 +747,7 @@ def test_student_markup_is_escaped(world: World) -> None:
     """Is HTML in a student's error messages shown as text, never as markup, in the student's
     feedback page and the TA's class report?"""
     marker = f"ADVXSS{world.setting.tag}"
-    pages = [world.attack.out / student / ASSIGNMENT / "feedback.html" for student in ("flood", "hang_cell")]
+    pages = [world.attack.out / "students" / student / ASSIGNMENT / "feedback.html" for student in ("flood", "hang_cell")]
     for page in (*pages, world.attack.out / "report.html"):  # hang_cell is listed among the broken
         text = page.read_text(encoding="utf-8")
         assert f"&lt;script&gt;{marker}" in text, f"{page.name}: the message never arrived"
@@ -803,7 +803,7 @@ def test_grader_environment_is_not_visible(world: World) -> None:
     absent from the student's feedback?"""
     report = world.probe("snoop", "snoop")
     assert report["secret"] == ""
-    feedback = (world.attack.out / "snoop" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
+    feedback = (world.attack.out / "students" / "snoop" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
     assert f"s3cr3t-{world.setting.tag}" not in feedback
 
 

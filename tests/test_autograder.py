@@ -228,9 +228,26 @@ answer_growth_factor = 4
 RIGHT_ANSWER_TEXTS = ("(2, 3, 8)", "(2, 2, 3, 4)", "(2, 2, 3, 3)", "(5, 3)", "(5, 7)", "16", "True", "False", "[2, 3, 8]")
 
 
+# Computes no attention at all, yet has both properties the property tests look for: it raises
+# ValueError exactly when a row is empty, and each output depends on its own position only (so
+# nothing from the future leaks, and a changed position's own output moves).
+PROPERTY_FAKER = '''
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    if allowed is not None and not allowed.any(dim=-1).all():
+        raise ValueError("empty row")
+    shapes = [query.shape[:-2], key.shape[:-2]] + ([allowed.shape[:-2]] if allowed is not None else [])
+    batch = torch.broadcast_shapes(*shapes)
+    weights = torch.eye(query.shape[-2], key.shape[-2], dtype=query.dtype).expand(*batch, -1, -1)
+    return weights @ value + query.mean(dim=-1, keepdim=True), weights
+'''
+
+
 def submissions() -> dict[str, str | Path]:
     sources: dict[str, str | Path] = {
         "reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS,
+        "property_faker": REFERENCE + PROPERTY_FAKER,
     }
     for name, path in (("solution_notebook", SOLUTION), ("release_notebook", RELEASE)):
         if path.exists():
@@ -354,6 +371,16 @@ def test_correct_alternatives_score_full_marks(autograder_results, name):
     results = autograder_results[f"alternative_{name}"]
     assert score(results) == 100, summary(results)
     assert all_diagnoses(results) == set()
+
+
+def test_faked_properties_earn_nothing(autograder_results):
+    """Does a function that computes no attention, but raises ValueError on empty rows and never
+    leaks the future, earn 0 from the empty-row and future-perturbation tests (it earned 20)?"""
+    results = autograder_results["property_faker"]
+    for part in ("check_empty_row", "check_future"):
+        tests = [result for result in results if result.grade_id == part]
+        assert tests and sum(result.score for result in tests) == 0, summary(results)
+        assert all("正确的注意力" in result.output for result in tests if result.nodeid.endswith(("fully_masked", "inside_batch", "do_not_leak"))), summary(results)
 
 
 def test_wrong_answers_are_named_not_revealed(autograder_results):

@@ -46,7 +46,7 @@ def hashes(folder: Path) -> dict[str, str]:
 
 
 def results(out: Path, student: str) -> dict:
-    return json.loads((out / student / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
+    return json.loads((out / "students" / student / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
 
 
 def build_class(submitted: Path) -> None:
@@ -135,7 +135,7 @@ def test_unreadable_submissions_score_zero_with_a_reason(graded: dict, student: 
     r = results(graded["out"], student)
     assert r["score"] == 0 and r["max_score"] == 100
     assert any(reason in problem for problem in r["problems"]), r["problems"]
-    assert (graded["out"] / student / ASSIGNMENT / "feedback.html").is_file()
+    assert (graded["out"] / "students" / student / ASSIGNMENT / "feedback.html").is_file()
 
 
 def test_submissions_are_never_modified(graded: dict) -> None:
@@ -145,7 +145,7 @@ def test_submissions_are_never_modified(graded: dict) -> None:
 
 def test_pages_are_written_in_chinese(graded: dict) -> None:
     """Do the feedback page and the class report exist and speak the chapter's language?"""
-    page = (graded["out"] / "syntax" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
+    page = (graded["out"] / "students" / "syntax" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
     assert "多头注意力" in page and "SyntaxError" in page
     report = (graded["out"] / "report.html").read_text(encoding="utf-8")
     assert "分数分布" in report and "无法正常运行的提交" in report and "invalid" in report
@@ -190,17 +190,17 @@ def test_an_interrupted_run_resumes(tmp_path: Path) -> None:
     process = subprocess.Popen([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet"],
                                env=env, start_new_session=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list(out.glob("*/*/results.json"))) < 2:
+    while time.monotonic() < deadline and len(list(out.glob("students/*/*/results.json"))) < 2:
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    done_before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/results.json")}
+    done_before = {p: p.stat().st_mtime_ns for p in out.glob("students/*/*/results.json")}
     assert 2 <= len(done_before) < 12
     resumed = attnkit("grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2")
     assert resumed.returncode == 0
     assert f"{12 - len(done_before)} 份需要评分" in resumed.stderr
     assert all(p.stat().st_mtime_ns == mtime for p, mtime in done_before.items())
-    assert len(list(out.glob("*/*/results.json"))) == 12
+    assert len(list(out.glob("students/*/*/results.json"))) == 12
     assert not list(out.rglob("*.tmp")), "no half-written files are left behind"
 
 

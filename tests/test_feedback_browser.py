@@ -32,7 +32,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
                    check=True, env=env, timeout=300)
-    return base / "out" / "wangfang" / "ch19-attention" / "feedback.html"
+    return base / "out" / "students" / "wangfang" / "ch19-attention" / "feedback.html"
 
 
 def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:

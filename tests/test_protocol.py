@@ -92,3 +92,20 @@ def test_an_oversized_frame_is_refused_before_reading_it() -> None:
         theirs.sendall(struct.pack("!II", protocol.MAX_FRAME_BYTES, 1))
         with pytest.raises(protocol.ProtocolError):
             protocol.receive(ours)
+
+
+def test_a_huge_tensor_is_refused_both_ways() -> None:
+    """Is a tensor above MAX_TENSOR_ELEMENTS refused when sent (a clear reason, before any copy of
+    an expanded view) and when a forged frame claims one (before its bytes are used)?"""
+    with pytest.raises(protocol.Unsupported, match="过大"):
+        protocol.encode(torch.zeros(1, dtype=torch.bool).expand(protocol.MAX_TENSOR_ELEMENTS + 1))
+    thin = protocol.encode(torch.zeros(protocol.MAX_TENSOR_ELEMENTS, dtype=torch.bool))
+    assert protocol.decode(thin).shape == (protocol.MAX_TENSOR_ELEMENTS,)
+    # A forged frame that claims (and carries) one element more: refused.
+    count = protocol.MAX_TENSOR_ELEMENTS + 1
+    sizes = f"[{count}]".encode()
+    header = f'{{"__tensor__": 0, "dtype": "bool", "shape": [{count}]}}'.encode()
+    body = struct.pack("!I", len(sizes)) + sizes + header
+    forged = struct.pack("!II", len(body), count) + body + bytes(count)
+    with pytest.raises(protocol.ProtocolError, match="too large"):
+        protocol.decode(forged)

@@ -47,12 +47,12 @@ def rows(out: Path) -> list[dict[str, str]]:
 
 
 def graded_students(out: Path) -> set[str]:
-    return {path.parent.parent.name for path in out.glob(f"*/{ASSIGNMENT}/results.json")}
+    return {path.parent.parent.name for path in out.glob(f"students/*/{ASSIGNMENT}/results.json")}
 
 
 def scores(out: Path) -> dict[str, dict]:
     found = {}
-    for path in out.glob(f"*/{ASSIGNMENT}/results.json"):
+    for path in out.glob(f"students/*/{ASSIGNMENT}/results.json"):
         data = json.loads(path.read_text(encoding="utf-8"))
         found[data["student_id"]] = {
             "score": data["score"],
@@ -94,7 +94,7 @@ def test_merged_grades_equal_one_unsharded_run(graded: dict[str, Path]) -> None:
     assert scores(graded["merged"]) == scores(graded["whole"])
     assert (graded["merged"] / "report.html").is_file()
     for student in STUDENTS:
-        assert (graded["merged"] / student / ASSIGNMENT / "feedback.html").is_file()
+        assert (graded["merged"] / "students" / student / ASSIGNMENT / "feedback.html").is_file()
 
 
 def test_the_class_is_graded_as_expected(graded: dict[str, Path]) -> None:

@@ -372,7 +372,7 @@ def attnkit_command(submitted: Path, out: Path, jobs: int, autograder: Path | No
 
 def read_results(out: Path) -> dict[str, dict]:
     results = {}
-    for path in sorted(out.glob(f"*/{ASSIGNMENT}/results.json")):
+    for path in sorted(out.glob(f"students/*/{ASSIGNMENT}/results.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         results[data["student_id"]] = data
     return results

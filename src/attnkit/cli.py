@@ -17,10 +17,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from attnkit.engine import (
+    ASSIGNMENT,
     DEFAULT_AUTOGRADER,
     PROJECT_ROOT,
+    STUDENTS_FOLDER,
     GradingError,
     Job,
     atomic_write,
@@ -34,7 +37,7 @@ from attnkit.engine import (
 from attnkit.feedback import feedback_html, load_catalogue, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.sandbox import Limits
-from attnkit.scoring import PARTS, results_json
+from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, PARTS, fit, results_json
 
 console = Console(stderr=True)
 
@@ -90,13 +93,24 @@ def write_record(out: Path, record: dict[str, Any], catalogue: dict) -> dict[str
     results = results_json(record)
     folder = results_path(out, record).parent
     atomic_write(folder / "results.json", json.dumps(results, ensure_ascii=False, indent=1))
-    atomic_write(folder / "feedback.html", feedback_html(results, catalogue))
+    atomic_write(folder / "feedback.html", bounded_feedback(results, catalogue))
     return results
+
+
+def bounded_feedback(results: dict[str, Any], catalogue: dict) -> str:
+    """The feedback page, under MAX_FEEDBACK_BYTES: escaping can make the page several times
+    larger than results.json, so the texts are cut further (a copy) until it fits."""
+    page = feedback_html(results, catalogue)
+    budget = MAX_RESULTS_BYTES
+    while len(page.encode()) > MAX_FEEDBACK_BYTES and budget > 1_000:
+        budget //= 2
+        page = feedback_html(fit(json.loads(json.dumps(results)), budget), catalogue)
+    return page
 
 
 def collect(out: Path, jobs: list[Job] | None = None) -> list[dict[str, Any]]:
     """Every results.json under ``out`` (or just those of ``jobs``)."""
-    paths = [results_path(out, job) for job in jobs] if jobs is not None else sorted(out.glob("*/*/results.json"))
+    paths = [results_path(out, job) for job in jobs] if jobs is not None else sorted((out / STUDENTS_FOLDER).glob("*/*/results.json"))
     collected = []
     for path in paths:
         try:
@@ -106,12 +120,21 @@ def collect(out: Path, jobs: list[Job] | None = None) -> list[dict[str, Any]]:
     return collected
 
 
+# OWASP, CSV injection: a cell starting with one of these is a formula to a spreadsheet; a
+# leading single quote makes it text. Only text cells are escaped: our scores stay numbers.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str) -> str:
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
 def grades_csv(all_results: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS])
     for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
-        writer.writerow([r["student_id"], r["assignment"], f"{r['score']:g}", f"{r['max_score']:g}",
+        writer.writerow([csv_text(r["student_id"]), csv_text(r["assignment"]), f"{r['score']:g}", f"{r['max_score']:g}",
                          *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)])
     return buffer.getvalue()
 
@@ -120,9 +143,19 @@ def isolation_line(all_results: list[dict[str, Any]]) -> str:
     return describe_isolation([r.get("sandbox", {}).get("isolation", []) for r in all_results])
 
 
-def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float) -> None:
+def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float, skipped: list[dict[str, str]] | None = None) -> None:
+    skipped = skipped or []
+    atomic_write(out / "skipped.json", json.dumps(skipped, ensure_ascii=False, indent=1))
     atomic_write(out / "grades.csv", grades_csv(all_results))
-    atomic_write(out / "report.html", report_html(all_results, catalogue, seconds, isolation_line(all_results)))
+    atomic_write(out / "report.html", report_html(all_results, catalogue, seconds, skipped, isolation_line(all_results)))
+
+
+def read_skipped(out: Path) -> list[dict[str, str]]:
+    try:
+        found = json.loads((out / "skipped.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
 def summary_table(all_results: list[dict[str, Any]]) -> Table:
@@ -130,7 +163,9 @@ def summary_table(all_results: list[dict[str, Any]]) -> Table:
     for column in ("学生", "分数", "诊断", "问题"):
         table.add_column(column)
     for r in sorted(all_results, key=lambda r: r["student_id"]):
-        table.add_row(r["student_id"], f"{r['score']:g}/{r['max_score']:g}", ", ".join(r["diagnoses"]) or "-", "；".join(r["problems"])[:60] or "-")
+        score = "未评分" if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
+        # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
+        table.add_row(*(Text(cell) for cell in (r["student_id"], score, ", ".join(r["diagnoses"]) or "-", "；".join(r["problems"])[:60] or "-")))
     return table
 
 
@@ -143,7 +178,11 @@ def command_grade(args: argparse.Namespace) -> int:
     if not (args.autograder / "catalogue.py").is_file():
         raise GradingError(f"hidden test suite not found at {args.autograder}")
     digest = grader_digest(args.autograder)
-    jobs = shard_of(find_jobs(args.submitted, args.assignment, digest), args.shard)
+    intake = find_jobs(args.submitted, args.assignment, digest)
+    if not intake.jobs and not intake.skipped:
+        raise GradingError(f"提交文件夹 {args.submitted} 里没有任何学生文件夹（应为 <学号>/{ASSIGNMENT}/attention.ipynb），没有可评分的提交")
+    jobs = shard_of(intake.jobs, args.shard)
+    skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
     catalogue = load_catalogue(args.autograder)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
@@ -163,15 +202,27 @@ def command_grade(args: argparse.Namespace) -> int:
         hide = hidden_paths(args.submitted, args.out, args.autograder, *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record)
     all_results = collect(args.out, jobs)
-    write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started)
+    write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started, skipped)
+    not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
         from attnkit.gradebook import record_grades
 
-        record_grades(args.gradebook, all_results, args.submitted)
+        # Only what was really graded goes into the gradebook: no "not graded" zeros.
+        warnings = record_grades(args.gradebook, [r for r in all_results if not r.get("not_graded")], args.submitted)
+        for warning in warnings:
+            console.print(warning, markup=False)
+    # Always printed, --quiet or not: these need the TA's attention.
+    for r in not_graded:
+        console.print(f"未评分：{r['student_id']}/{r['assignment']}：{r['not_graded']}", markup=False)
+    for item in skipped:
+        console.print(f"已跳过：{item['where']}：{item['reason']}", markup=False)
     if not args.quiet:
         console.print(summary_table(all_results))
         console.print(isolation_line(all_results))
         console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")
+    if not_graded or skipped:
+        console.print(f"{len(not_graded)} 份提交未能评分，{len(skipped)} 项被跳过（见 report.html）", markup=False)
+        return 1
     return 0
 
 
@@ -187,7 +238,7 @@ def command_check(args: argparse.Namespace) -> int:
         grade_args = build_parser().parse_args(
             ["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force", "--no-isolation"]
         )
-        command_grade(grade_args)
+        code = command_grade(grade_args)
         results = collect(out)[0]
         if results.get("isolation") != "isolated":
             print("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。")
@@ -203,26 +254,30 @@ def command_check(args: argparse.Namespace) -> int:
             print(f"诊断 {mistake}（{info.get('section', '')}）：{info.get('zh', '')}")
         print(f"总分 {results['score']:g}/{results['max_score']:g}")
         if args.out:
-            print(f"反馈页面：{out / 'me' / 'ch19-attention' / 'feedback.html'}")
-    return 0
+            print(f"反馈页面：{out / STUDENTS_FOLDER / 'me' / ASSIGNMENT / 'feedback.html'}")
+    return code
 
 
 def command_merge(args: argparse.Namespace) -> int:
     all_results: dict[tuple[str, str], dict[str, Any]] = {}
+    skipped: list[dict[str, str]] = []
     for shard in args.shards:
+        for item in read_skipped(shard):
+            if item not in skipped:
+                skipped.append(item)
         for results in collect(shard):
             key = (results["student_id"], results["assignment"])
             all_results[key] = results
-            source = shard / key[0] / key[1]
-            target = args.out / key[0] / key[1]
+            source = results_path(shard, results).parent
+            target = results_path(args.out, results).parent
             if source.resolve() != target.resolve():
                 target.mkdir(parents=True, exist_ok=True)
                 for name in ("results.json", "feedback.html"):
                     if (source / name).is_file():
                         atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
-    write_class_outputs(args.out, list(all_results.values()), load_catalogue(DEFAULT_AUTOGRADER), 0.0)
+    write_class_outputs(args.out, list(all_results.values()), load_catalogue(DEFAULT_AUTOGRADER), 0.0, skipped)
     console.print(f"合并了 {len(all_results)} 份结果，写入 {args.out}")
-    return 0
+    return 1 if skipped or any(r.get("not_graded") for r in all_results.values()) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,29 +3,64 @@
 The parent process is the only writer: workers send records back, and each record is written
 atomically as soon as it arrives, so an interrupted run loses nothing already graded and a
 re-run grades only what changed (the submission's bytes or the grader's own files).
+
+Nothing in the submissions folder is trusted (see notebook.py): intake walks it without following
+links and reads only regular files below the cap. A worker that dies or stalls costs only the
+submission it was grading: its chunk's other submissions are graded again on a new worker.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
-import queue
+import signal
+import stat
+import time
+import unicodedata
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import attnkit
-from attnkit.notebook import fingerprint
+from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, read_submitted
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_AUTOGRADER = PROJECT_ROOT / "autograder"
+# The one assignment autograder/ holds a hidden suite for, and the notebook it expects.
+ASSIGNMENT = "ch19-attention"
+NOTEBOOK_NAME = "attention.ipynb"
+# Per-student outputs live under OUT/students/<id>/<assignment>/: a student id is data, and no id
+# can then collide with a class-level file (grades.csv, report.html) of OUT itself.
+STUDENTS_FOLDER = "students"
+MAX_ID_LENGTH = 200
 
 
 class GradingError(Exception):
     """Grading itself could not run (not a student's fault): the CLI exits non-zero."""
+
+
+@dataclass
+class Skipped:
+    """Something in the submissions folder that was not graded, and why (for the summary and report)."""
+
+    where: str  # the path below the submissions folder, printable
+    reason: str  # Chinese
+
+    def to_dict(self) -> dict[str, str]:
+        return {"where": self.where, "reason": self.reason}
+
+
+@dataclass
+class Intake:
+    jobs: list[Job] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def grader_digest(autograder: Path) -> str:
@@ -34,20 +69,153 @@ def grader_digest(autograder: Path) -> str:
     return fingerprint([p for p in files if "__pycache__" not in p.parts], salt=attnkit.__version__)
 
 
-def find_jobs(submitted: Path, assignment: str | None, digest: str) -> list[Job]:
-    """``submitted/<student_id>/<assignment>/*.ipynb``, sorted; every student folder is a job."""
+def id_problem(name: str) -> str:
+    """Why a folder name cannot be a student id (empty: it can). Ids are written into CSV cells,
+    JSON, HTML and the gradebook, which all need text: bytes that are not UTF-8 and control
+    characters are refused; everything else (markup, `=`, `javascript:`) is data, escaped where shown."""
+    if display_name(name) != name:
+        return "文件夹名不是有效的 UTF-8 文本，无法作为学号，未评分"
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name):
+        return "文件夹名含有控制字符，无法作为学号，未评分"
+    if len(name) > MAX_ID_LENGTH:
+        return f"文件夹名过长（超过 {MAX_ID_LENGTH} 个字符），无法作为学号，未评分"
+    return ""
+
+
+def _entries(folder_fd: int) -> list[tuple[str, int]]:
+    """(name, lstat mode) of a folder's entries, sorted; nothing is followed."""
+    found = []
+    with os.scandir(folder_fd) as entries:
+        for entry in entries:
+            try:
+                found.append((entry.name, entry.stat(follow_symlinks=False).st_mode))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def _open_folder(name: str, parent_fd: int) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+
+
+def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
+    """``submitted/<student_id>/<assignment>/<notebook>.ipynb``: a job per student with a folder of
+    the known assignment; everything else is listed in ``skipped`` with its reason."""
     if not submitted.is_dir():
         raise GradingError(f"submissions folder not found: {submitted}")
-    jobs = []
-    for student_dir in sorted(p for p in submitted.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        assignments = sorted(p for p in student_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-        if assignment:
-            assignments = [student_dir / assignment]
-        for assignment_dir in assignments:
-            notebooks = sorted(assignment_dir.glob("*.ipynb")) if assignment_dir.is_dir() else []
-            notebooks = [p for p in notebooks if ".ipynb_checkpoints" not in p.parts]
-            jobs.append(Job(student_dir.name, assignment_dir.name, [str(p) for p in notebooks], fingerprint(notebooks, salt=digest)))
-    return jobs
+    if assignment is not None and assignment != ASSIGNMENT:
+        raise GradingError(f"no hidden test suite for assignment {assignment!r} (only {ASSIGNMENT!r})")
+    intake = Intake()
+    root_fd = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's folder
+    try:
+        for name, mode in _entries(root_fd):
+            if name.startswith("."):
+                continue
+            shown = display_name(name)
+            if stat.S_ISLNK(mode) or stat.S_ISDIR(mode):
+                problem = id_problem(name)
+                if problem:
+                    intake.skipped.append(Skipped(ascii(shown)[1:-1], problem))
+                    continue
+                _student(submitted, root_fd, name, mode, digest, intake)
+            elif name.endswith(".ipynb"):
+                intake.skipped.append(Skipped(shown, "笔记本直接放在了提交文件夹下，而不在 <学号>/<作业>/ 文件夹中，未评分"))
+            else:
+                intake.skipped.append(Skipped(shown, f"不是学生文件夹（{_kind(mode)}），未评分"))
+    finally:
+        os.close(root_fd)
+    return intake
+
+
+def _kind(mode: int) -> str:
+    from attnkit.notebook import kind_of
+
+    return "普通文件" if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: str, intake: Intake) -> None:
+    def job(problems: list[str], notebooks: list[str] = [], digests: list[str] = [], notes: list[str] = []) -> Job:
+        salt = hashlib.sha256(digest.encode())
+        for path, sha in zip(notebooks, digests):
+            salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
+        for problem in problems:
+            salt.update(problem.encode() + b"\0")
+        return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes))
+
+    if stat.S_ISLNK(mode):
+        intake.jobs.append(job(["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+        return
+    try:
+        student_fd = _open_folder(student_id, root_fd)
+    except OSError as error:
+        intake.jobs.append(job([f"无法打开学生文件夹：{error.strerror}"]))
+        return
+    try:
+        entries = _entries(student_fd)
+        assignment_mode = next((m for n, m in entries if n == ASSIGNMENT), None)
+        strays = [n for n, m in entries if n.endswith(".ipynb") and n != ASSIGNMENT]
+        for name, entry_mode in entries:
+            shown = display_name(name)
+            if name.startswith(".") or name == ASSIGNMENT:
+                continue
+            if name.endswith(".ipynb"):
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"笔记本直接放在了学生文件夹里，而不在 {ASSIGNMENT}/ 文件夹中，未评分"))
+            elif stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode):
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"没有作业“{shown}”的隐藏测试（本次只评 {ASSIGNMENT}），未评分，也未写入成绩册"))
+        if assignment_mode is None:
+            if strays:
+                names = "、".join(display_name(n) for n in strays)
+                intake.jobs.append(job([f"笔记本 {names} 直接放在了学生文件夹里，而不在 {ASSIGNMENT}/ 文件夹中，未评分"]))
+            else:
+                intake.skipped.append(Skipped(student_id, f"学生文件夹里没有 {ASSIGNMENT}/ 文件夹，未评分"))
+            return
+        if stat.S_ISLNK(assignment_mode):
+            intake.jobs.append(job([f"作业文件夹 {ASSIGNMENT} 是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+            return
+        if not stat.S_ISDIR(assignment_mode):
+            intake.jobs.append(job([f"{ASSIGNMENT} 不是文件夹（{_kind(assignment_mode)}），没有找到任何 .ipynb 笔记本"]))
+            return
+        try:
+            assignment_fd = _open_folder(ASSIGNMENT, student_fd)
+        except OSError as error:
+            intake.jobs.append(job([f"无法打开作业文件夹：{error.strerror}"]))
+            return
+        try:
+            candidates = [n for n, _ in _entries(assignment_fd) if n.endswith(".ipynb") and not n.startswith(".")]
+        finally:
+            os.close(assignment_fd)
+    finally:
+        os.close(student_fd)
+    folder = submitted / student_id / ASSIGNMENT
+    notes: list[str] = []
+    if NOTEBOOK_NAME in candidates:
+        chosen = [NOTEBOOK_NAME]
+        for extra in candidates:
+            if extra != NOTEBOOK_NAME:
+                notes.append(f"文件夹里还有笔记本 {display_name(extra)}，只评分了 {NOTEBOOK_NAME}")
+                intake.skipped.append(Skipped(f"{student_id}/{ASSIGNMENT}/{display_name(extra)}", f"同一作业文件夹里有 {NOTEBOOK_NAME}，这个多出来的笔记本未评分"))
+    elif len(candidates) > 1:
+        names = "、".join(display_name(n) for n in candidates)
+        intake.jobs.append(job([f"作业文件夹里有多个笔记本（{names}）而没有 {NOTEBOOK_NAME}，无法确定评分哪一个，未评分；请只保留一个"]))
+        return
+    else:
+        chosen = candidates
+    if not chosen:
+        intake.jobs.append(job(["没有找到任何 .ipynb 笔记本"], notes=notes))
+        return
+    name = chosen[0]
+    shown = display_name(name)
+    if shown != name:
+        intake.jobs.append(job([f"{shown}：文件名不是有效的 UTF-8 文本，未读取"], notes=notes))
+        return
+    try:
+        # Read (capped, links refused) to fingerprint the exact bytes; the worker reads them
+        # again the same way and checks this digest before grading them.
+        data = read_submitted(submitted, folder / name)
+    except Unsafe as error:
+        intake.jobs.append(job([f"{name}：{error}"], notes=notes))
+        return
+    intake.jobs.append(job([], [str(folder / name)], [digest_of(data)], notes))
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
@@ -61,7 +229,7 @@ def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
 def results_path(out: Path, job: Job | dict) -> Path:
     student_id = job.student_id if isinstance(job, Job) else job["student_id"]
     assignment = job.assignment if isinstance(job, Job) else job["assignment"]
-    return out / student_id / assignment / "results.json"
+    return out / STUDENTS_FOLDER / student_id / assignment / "results.json"
 
 
 def is_current(out: Path, job: Job) -> bool:
@@ -71,11 +239,11 @@ def is_current(out: Path, job: Job) -> bool:
         return False
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    with open(temporary, "wb") as handle:
+        handle.write(text.encode("utf-8") if isinstance(text, str) else text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
@@ -88,6 +256,44 @@ def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:
         yield jobs[start : start + size]
 
 
+def not_graded_record(job: Job, reason: str) -> dict[str, Any]:
+    """The record of a submission whose grading killed or stalled its worker even on its own.
+    An empty fingerprint: the next run tries it again."""
+    return {
+        "student_id": job.student_id,
+        "assignment": job.assignment,
+        "fingerprint": "",
+        "tests": [],
+        "problems": [f"未能评分：{reason}"],
+        "notes": [],
+        "not_graded": reason,
+    }
+
+
+def death_reason(exitcode: int | None) -> str:
+    """Why a worker process ended, in the words shown to the student and the TA."""
+    if exitcode is not None and exitcode < 0:
+        number = -exitcode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = str(number)
+        if number == signal.SIGKILL:
+            return f"评分进程被强制终止（{name}，多半是内存耗尽）"
+        return f"评分进程因信号 {name} 崩溃"
+    return f"评分进程意外退出（退出码 {exitcode}）"
+
+
+@dataclass
+class _Worker:
+    process: Any
+    inbox: Any  # our end of its task pipe
+    outbox: Any  # our end of its result pipe
+    chunk: list[Job] | None = None
+    current: str | None = None  # the submission it is grading now
+    since: float = 0.0  # when it started ``current`` (or its chunk)
+
+
 def grade_jobs(
     jobs: list[Job],
     autograder: Path,
@@ -95,47 +301,124 @@ def grade_jobs(
     limits: Limits,
     hide: list[str],
     on_record: Callable[[dict], None],
-) -> None:
-    """Run ``jobs`` on ``workers`` processes; call ``on_record`` (in this process) for each result."""
+) -> list[str]:
+    """Run ``jobs`` on ``workers`` processes; call ``on_record`` (in this process) for each result,
+    including a "not graded" record for a submission that kills or stalls a worker on its own.
+    Returns the keys of those not graded."""
     if not jobs:
-        return
+        return []
     workers = max(1, min(workers, len(jobs)))
     # fork: workers start with torch already imported. Safe because this process has run no torch
     # op (so no OpenMP thread pool exists to deadlock a child) and runs no other threads.
     context = multiprocessing.get_context("fork")
-    tasks = context.Queue()
-    results = context.Queue()
-    for chunk in chunks(jobs, workers):
-        tasks.put(chunk)
-    for _ in range(workers):
-        tasks.put(None)
-    processes = [
-        context.Process(target=worker_main, args=(tasks, results, str(autograder), limits, hide), daemon=True)
-        for _ in range(workers)
-    ]
-    for process in processes:
+    work: deque[list[Job]] = deque(chunks(jobs, workers))
+    remaining = {job.key: job for job in jobs}
+    not_graded: list[str] = []
+    # A submission is bounded by the sandbox's own limits; this is the last resort for a worker
+    # stuck on the trusted side, far above anything an honest notebook needs.
+    stall_seconds = (limits.notebook_seconds + limits.submission_seconds) * (limits.restarts + 1) + 120
+    pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
+
+    def start_worker() -> _Worker:
+        # One pipe pair per worker, no shared queue: a worker killed mid-write (OOM) would leave a
+        # shared queue's lock held and every other worker blocked forever.
+        task_reader, task_writer = context.Pipe(duplex=False)
+        result_reader, result_writer = context.Pipe(duplex=False)
+        process = context.Process(target=worker_main, args=(task_reader, result_writer, str(autograder), limits, hide), daemon=True)
         process.start()
-    done_workers = 0
-    remaining = {job.key for job in jobs}
+        task_reader.close()
+        result_writer.close()
+        worker = _Worker(process, task_writer, result_reader)
+        pool[result_reader] = worker
+        return worker
+
+    def feed(worker: _Worker) -> None:
+        while work and not any(job.key in remaining for job in work[0]):
+            work.popleft()
+        worker.current, worker.since = None, time.monotonic()
+        worker.chunk = [job for job in work.popleft() if job.key in remaining] if work else None
+        try:
+            worker.inbox.send(worker.chunk)
+        except OSError:
+            pass  # it died: noticed below, and the chunk goes back
+
+    def chunk_failed(worker: _Worker, reason: str) -> None:
+        """Its ungraded submissions go back: the one it was on alone (the likely culprit), the
+        rest together; a submission that fails alone is recorded as not graded."""
+        left = [job for job in worker.chunk or [] if job.key in remaining]
+        worker.chunk = None
+        if len(left) == 1:
+            job = left[0]
+            del remaining[job.key]
+            not_graded.append(job.key)
+            on_record(not_graded_record(job, reason))
+            return
+        culprit = [job for job in left if job.key == worker.current]
+        rest = [job for job in left if job.key != worker.current]
+        if not culprit:  # died between submissions: find it one by one
+            work.extendleft([job] for job in reversed(rest))
+        else:
+            if rest:
+                work.appendleft(rest)
+            work.appendleft(culprit)
+
+    def bury(worker: _Worker, reason: str) -> None:
+        del pool[worker.outbox]
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(timeout=5)
+        reason = reason or death_reason(worker.process.exitcode)
+        for end in (worker.inbox, worker.outbox):
+            end.close()
+        if worker.chunk is not None:
+            chunk_failed(worker, reason)
+        if remaining and work and len(pool) < workers:
+            feed(start_worker())
+
+    for _ in range(workers):
+        feed(start_worker())
     try:
-        while done_workers < workers:
-            try:
-                record = results.get(timeout=1.0)
-            except queue.Empty:
-                if not any(process.is_alive() for process in processes):
-                    break
-                continue
-            if "fatal" in record:
-                raise GradingError(record["fatal"])
-            if "worker_done" in record:
-                done_workers += 1
-                continue
-            remaining.discard(f"{record['student_id']}/{record['assignment']}")
-            on_record(record)
+        while remaining and pool:
+            for outbox in multiprocessing.connection.wait(list(pool), timeout=0.5):
+                worker = pool[outbox]
+                try:
+                    message = outbox.recv()
+                except (EOFError, OSError):
+                    bury(worker, "")
+                    continue
+                if "fatal" in message:
+                    raise GradingError(message["fatal"])
+                if "started" in message:
+                    worker.current, worker.since = message["started"], time.monotonic()
+                elif "chunk_done" in message:
+                    if any(job.key in remaining for job in worker.chunk or []):
+                        # A session that ended without a record for someone: find whom, alone.
+                        chunk_failed(worker, "评分会话结束时没有得到这份提交的结果")
+                    feed(worker)
+                elif "chunk_failed" in message:
+                    chunk_failed(worker, f"评分过程出错（{message['chunk_failed'][:300]}）")
+                    feed(worker)
+                else:
+                    key = f"{message['student_id']}/{message['assignment']}"
+                    if key in remaining:
+                        del remaining[key]
+                        on_record(message)
+            for worker in list(pool.values()):
+                if worker.chunk is not None and time.monotonic() - worker.since > stall_seconds:
+                    bury(worker, f"评分超时（超过 {stall_seconds:.0f} 秒没有完成）")
+                elif not worker.process.is_alive() and not worker.outbox.poll():
+                    bury(worker, "")
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-            process.join(timeout=5)
+        for worker in pool.values():
+            try:
+                worker.inbox.send(None)
+            except OSError:
+                pass
+        for worker in pool.values():
+            worker.process.join(timeout=5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(timeout=5)
     if remaining:
-        raise GradingError(f"{len(remaining)} submission(s) were not graded: a worker died")
+        raise GradingError(f"{len(remaining)} submission(s) were not graded: no worker could run")
+    return not_graded

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
+from attnkit.engine import STUDENTS_FOLDER
 from attnkit.scoring import PARTS
 
 _ENV = jinja2.Environment(
@@ -18,6 +21,16 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+# Every page carries this as a second wall behind escaping: no script, no frame, nothing fetched
+# from anywhere; only the inline styles the templates use, and data: images.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+_ENV.globals["csp"] = markupsafe.Markup(CSP)  # our constant: its quotes stay quotes
+
+
+def feedback_link(student_id: str, assignment: str) -> str:
+    """A relative link from report.html to a student's page: each id is one percent-encoded path
+    segment, so no id (``javascript:…``, ``../``, ``?``, ``#``) can become a scheme or leave OUT."""
+    return "/".join([STUDENTS_FOLDER, urllib.parse.quote(student_id, safe=""), urllib.parse.quote(assignment, safe=""), "feedback.html"])
 
 
 def load_catalogue(autograder: Path) -> dict[str, dict[str, str]]:
@@ -68,7 +81,10 @@ def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]])
     )
 
 
-def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str, str]], seconds: float, isolation: str = "") -> str:
+def report_html(
+    all_results: list[dict[str, Any]], catalogue: dict[str, dict[str, str]], seconds: float,
+    skipped: list[dict[str, str]] | None = None, isolation: str = "",
+) -> str:
     scores = [r["score"] for r in all_results]
     bins = [0] * 10
     for score, maximum in ((r["score"], r["max_score"] or 100) for r in all_results):
@@ -80,7 +96,7 @@ def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str
             entry["total"] += 1
             entry["passed"] += t["status"] == "passed"
     diagnoses = Counter(d for r in all_results for d in r["diagnoses"])
-    broken = [r for r in all_results if r["problems"] or any(c.get("error_type") in ("__timeout__", "__crashed__") for c in r["cells"])]
+    broken = [r for r in all_results if not r.get("not_graded") and (r["problems"] or any(c.get("error_type") in ("__timeout__", "__crashed__") for c in r["cells"]))]
     return _ENV.get_template("report.html.j2").render(
         results=sorted(all_results, key=lambda r: r["student_id"]),
         count=len(all_results),
@@ -92,5 +108,8 @@ def report_html(all_results: list[dict[str, Any]], catalogue: dict[str, dict[str
         diagnoses=diagnoses.most_common(),
         catalogue=catalogue,
         broken=broken,
+        not_graded=[r for r in all_results if r.get("not_graded")],
+        skipped=skipped or [],
+        link=feedback_link,
         seconds=seconds,
     )

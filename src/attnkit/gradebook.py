@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.engine import PROJECT_ROOT, atomic_write
+from attnkit.notebook import Unsafe, digest_of, read_submitted
 
 SOURCE = PROJECT_ROOT / "solutions"
 
@@ -30,11 +31,13 @@ def grade_cells(notebook: Path) -> list[dict[str, Any]]:
     return found
 
 
-def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: Path | None = None, source: Path = SOURCE) -> None:
+def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: Path | None = None, source: Path = SOURCE) -> list[str]:
     """Create assignments, notebooks and grade cells, then each student's submission and scores.
 
     With ``submitted``, the graded notebooks are also copied to ``autograded/`` beside the
-    database, where formgrader looks for them when a TA grades the free-text answers.
+    database, where formgrader looks for them when a TA grades the free-text answers: read the
+    way intake read them (no links, regular files, capped) and written only if their bytes are
+    exactly those graded (results.json ``notebooks`` sha256). Returns warnings for the TA.
     """
     # nbgrader's Gradebook runs `alembic` on a new database: the venv's bin/ must be on PATH.
     os.environ["PATH"] = f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -70,10 +73,22 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
                     grade = gradebook.find_grade(cell["name"], notebook.stem, assignment, results["student_id"])
                     grade.auto_score = part["score"]
         gradebook.db.commit()
+    warnings: list[str] = []
     if submitted is not None:
         for results in all_results:
             folder = submitted / results["student_id"] / results["assignment"]
             target = database.parent / "autograded" / results["student_id"] / results["assignment"]
-            for notebook in sorted(folder.glob("*.ipynb")):
-                target.mkdir(parents=True, exist_ok=True)
-                atomic_write(target / notebook.name, notebook.read_text(encoding="utf-8", errors="replace"))
+            for notebook in results.get("notebooks", []):
+                name = notebook.get("name", "")
+                if not name or "/" in name or name.startswith("."):
+                    continue
+                try:
+                    data = read_submitted(submitted, folder / name)
+                except Unsafe as error:
+                    warnings.append(f"未复制到 autograded/：{results['student_id']}/{name}：{error}")
+                    continue
+                if digest_of(data) != notebook.get("sha256"):
+                    warnings.append(f"未复制到 autograded/：{results['student_id']}/{name}：文件在评分之后被改动过")
+                    continue
+                atomic_write(target / name, data)
+    return warnings

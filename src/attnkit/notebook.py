@@ -1,13 +1,21 @@
-"""Reading submitted notebooks as they really arrive: edited, reordered, stripped or broken.
+"""Reading submitted notebooks as they really arrive: edited, reordered, stripped, broken, or hostile.
 
 Uses ``json`` rather than ``nbformat``: importing nbformat costs ~0.9 s in a venv with jupyter
 (its schema validator builds a grammar at import), and we only need the cells.
+
+A submission folder holds whatever a zip, a tar or an LMS download can: symlinks to anything,
+FIFOs, sockets, device nodes, sparse files of any size, names that are not UTF-8. So a file is
+read only through :func:`read_submitted`: every path component below the submissions folder is
+opened without following links, the file itself with O_NOFOLLOW | O_NONBLOCK (a FIFO cannot
+block us), and it must be a regular file no larger than the cap, checked on the open descriptor.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +23,102 @@ MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
 # Cell tag for instructor demo cells (figures, experiments) whose results nothing later uses.
 # Skipping them is most of a notebook's run time; a student who tags their own code only skips it.
 SKIP_TAG = "skip-grading"
+
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOCTTY: a terminal device never
+# becomes our controlling terminal. Neither matters for a regular file, the only kind we read.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class Unsafe(Exception):
+    """A submitted path that is not a regular file inside the student's own folder (message: Chinese)."""
+
+
+def display_name(name: str) -> str:
+    """A file or folder name as it can be shown and stored: bytes that are not UTF-8 become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in the student's language."""
+    if stat.S_ISLNK(mode):
+        return "符号链接"
+    if stat.S_ISDIR(mode):
+        return "文件夹"
+    if stat.S_ISFIFO(mode):
+        return "命名管道（FIFO）"
+    if stat.S_ISSOCK(mode):
+        return "套接字"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "设备文件"
+    return "特殊文件"
+
+
+def _open_below(root: Path, path: Path) -> tuple[int, int]:
+    """(folder fd, fd) of ``path``'s parent and ``path`` itself, every component below ``root``
+    opened without following links. The caller closes both."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise Unsafe("文件不在提交文件夹内，未读取") from None
+    if not parts or any(part in ("", ".", "..") for part in parts):
+        raise Unsafe("文件路径不合法，未读取")
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's own folder: trusted
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=folder)
+            except OSError as error:
+                raise Unsafe(f"路径中的“{display_name(part)}”不是普通文件夹（可能是符号链接），未读取") from error
+            os.close(folder)
+            folder = inner
+        name = parts[-1]
+        try:
+            before = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except OSError as error:
+            raise Unsafe(f"无法读取文件：{error.strerror}") from None
+        # Checked before open: opening a device node can itself have effects (a tape rewinds).
+        if not stat.S_ISREG(before.st_mode):
+            raise Unsafe(f"这是{kind_of(before.st_mode)}而不是普通文件，未读取")
+        try:
+            handle = os.open(name, _FILE_FLAGS, dir_fd=folder)
+        except OSError as error:
+            raise Unsafe(f"无法读取文件：{error.strerror}") from None
+        return folder, handle
+    except BaseException:
+        os.close(folder)
+        raise
+
+
+def read_submitted(root: Path, path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
+    """The bytes of ``path`` (below the submissions folder ``root``) if it is a regular file of at
+    most ``limit`` bytes reached through real folders only; otherwise :class:`Unsafe` saying why."""
+    folder, handle = _open_below(root, path)
+    try:
+        info = os.fstat(handle)
+        # Checked again on the descriptor: the name may have been swapped since the lstat.
+        if not stat.S_ISREG(info.st_mode):
+            raise Unsafe(f"这是{kind_of(info.st_mode)}而不是普通文件，未读取")
+        if info.st_size > limit:
+            raise Unsafe(f"文件过大（{info.st_size // 1024 // 1024} MB，上限 {limit // 1024 // 1024} MB），无法评分")
+        chunks = bytearray()
+        while len(chunks) <= limit:  # never more than limit + 1 bytes, whatever st_size said
+            chunk = os.read(handle, min(1 << 20, limit + 1 - len(chunks)))
+            if not chunk:
+                break
+            chunks += chunk
+        if len(chunks) > limit:
+            raise Unsafe(f"文件过大（超过 {limit // 1024 // 1024} MB），无法评分")
+        return bytes(chunks)
+    except OSError as error:
+        raise Unsafe(f"无法读取文件：{error.strerror}") from None
+    finally:
+        os.close(handle)
+        os.close(folder)
+
+
+def digest_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -45,20 +149,32 @@ def _text(source: object) -> str:
 
 
 def read_notebook(path: Path) -> Notebook:
-    """Parse one .ipynb file; never raises for bad content, reports it instead."""
-    notebook = Notebook(path)
+    """Parse one .ipynb file of trusted origin (a path the user named); never raises for bad content.
+    Submitted files go through :func:`read_submitted` and :func:`parse_notebook` instead."""
     try:
-        raw = path.read_bytes()
-    except OSError as error:
-        notebook.problem = f"无法读取文件：{error.strerror}"
+        raw = read_submitted(path.parent, path)
+    except Unsafe as error:
+        notebook = Notebook(path)
+        notebook.problem = str(error)
         return notebook
+    return parse_notebook(raw, path)
+
+
+def parse_notebook(raw: bytes, path: Path) -> Notebook:
+    """Parse a notebook's bytes; never raises for bad content, reports it instead."""
+    notebook = Notebook(path)
     if len(raw) > MAX_NOTEBOOK_BYTES:
         notebook.problem = f"文件过大（{len(raw) // 1024 // 1024} MB），无法评分"
         return notebook
     try:
         data = json.loads(raw.decode("utf-8-sig"))
+    except RecursionError:
+        # json's decoder recurses once per level: a notebook nested 100,000 deep must cost this
+        # notebook, not the worker.
+        notebook.problem = "不是有效的 Jupyter 笔记本（JSON 嵌套层数过深）"
+        return notebook
     except (UnicodeDecodeError, ValueError) as error:
-        notebook.problem = f"不是有效的 Jupyter 笔记本（JSON 解析失败：{error}）"
+        notebook.problem = f"不是有效的 Jupyter 笔记本（JSON 解析失败：{str(error)[:200]}）"
         return notebook
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list):
@@ -70,7 +186,9 @@ def read_notebook(path: Path) -> Notebook:
             continue
         meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
         nbgrader = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
-        grade_id = str(nbgrader.get("grade_id", ""))
+        raw_id = nbgrader.get("grade_id", "")
+        # str() of a deeply nested list would recurse too; an id is a short string or nothing.
+        grade_id = raw_id[:200] if isinstance(raw_id, str) else ""
         if grade_id and grade_id in seen_ids:
             notebook.notes.append(f"单元格 {grade_id} 出现了不止一次（按顺序全部运行，后定义的生效）")
         seen_ids.add(grade_id)
@@ -85,7 +203,7 @@ def read_notebook(path: Path) -> Notebook:
 
 
 def fingerprint(paths: list[Path], salt: str = "") -> str:
-    """A digest of the files' names and bytes (plus ``salt``): what a regrade depends on."""
+    """A digest of the (trusted) files' names and bytes (plus ``salt``): what a regrade depends on."""
     digest = hashlib.sha256(salt.encode())
     for path in sorted(paths):
         digest.update(path.name.encode() + b"\0")

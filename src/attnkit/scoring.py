@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from attnkit.isolation import level as isolation_level
+
+# Per-student output caps, whatever the notebook prints or raises: each message is cut to a fixed
+# size, and the whole results.json (feedback.html) is then cut, largest text first, to stay
+# under its cap. The grader's own fields (scores, ids, digests) are never cut.
+MAX_TEXT = 2_000  # characters of one message, output, problem or note
+MAX_ITEMS = 100  # failed cells, problems, notes kept per submission
+MAX_RESULTS_BYTES = 1_000_000
+MAX_FEEDBACK_BYTES = 4_000_000
+TRUNCATED_NOTE = "反馈内容过长，部分信息已被截断（评分不受影响）"
 
 # The notebook's autograded grade cells, in notebook order, with the chapter section each covers.
 PARTS: dict[str, str] = {
@@ -28,15 +38,58 @@ def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def clip(text: Any, limit: int = MAX_TEXT) -> str:
+    """``text`` (whatever came back) as a string of at most about ``limit`` characters."""
+    text = text if isinstance(text, str) else str(text)
+    return text if len(text) <= limit else text[:limit] + f"……（已截断，共 {len(text)} 个字符）"
+
+
+def _clip_items(items: list[Any], limit: int = MAX_ITEMS) -> list[str]:
+    kept = [clip(item) for item in items[:limit]]
+    if len(items) > limit:
+        kept.append(f"……另有 {len(items) - limit} 条未显示")
+    return kept
+
+
+def _student_texts(results: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """(container, key) of every field whose text the submission controls."""
+    places: list[tuple[Any, Any]] = [(t, "output") for t in results["tests"]]
+    places += [(cell, key) for cell in results["cells"] for key in ("message", "output")]
+    places += [(results[name], i) for name in ("problems", "notes") for i in range(len(results[name]))]
+    return places
+
+
+def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str, Any]:
+    """Cut the longest texts (in place) until the JSON encoding is at most ``max_bytes``."""
+    def size() -> int:
+        return len(json.dumps(results, ensure_ascii=False, indent=1).encode())
+
+    cut = False
+    while size() > max_bytes:
+        places = [(container, key) for container, key in _student_texts(results) if isinstance(container[key], str)]
+        if not places:
+            break
+        container, key = max(places, key=lambda place: len(place[0][place[1]]))
+        text = container[key]
+        if len(text) <= 16:
+            break
+        container[key] = text[: len(text) // 2] + "……（已截断）"
+        cut = True
+    if cut and TRUNCATED_NOTE not in results["notes"]:
+        results["notes"].append(TRUNCATED_NOTE)
+    return results
+
+
 def results_json(record: dict[str, Any]) -> dict[str, Any]:
-    """The per-submission results.json: Gradescope's keys first, then ours."""
+    """The per-submission results.json: Gradescope's keys first, then ours. Texts that come from
+    the submission are cut to fixed sizes, and the whole stays under MAX_RESULTS_BYTES."""
     tests = record.get("tests", [])
     parts: dict[str, dict[str, float]] = {grade_id: {"score": 0.0, "max_score": 0.0} for grade_id in PARTS}
     for test in tests:
         part = parts.setdefault(test.get("grade_id") or "other", {"score": 0.0, "max_score": 0.0})
         part["score"] += test["score"]
         part["max_score"] += test["max_score"]
-    return {
+    results = {
         "score": round(sum(t["score"] for t in tests), 4),
         "max_score": round(sum(t["max_score"] for t in tests), 4),
         "output_format": "text",
@@ -45,7 +98,7 @@ def results_json(record: dict[str, Any]) -> dict[str, Any]:
                 "name": t["name"],
                 "score": t["score"],
                 "max_score": t["max_score"],
-                "output": t["output"],
+                "output": clip(t["output"]),
                 "status": t["status"],
                 "grade_id": t["grade_id"],
                 "diagnoses": t["diagnoses"],
@@ -57,11 +110,17 @@ def results_json(record: dict[str, Any]) -> dict[str, Any]:
         "assignment": record["assignment"],
         "fingerprint": record["fingerprint"],
         "parts": parts,
-        "problems": record.get("problems", []),
-        "notes": record.get("notes", []),
-        "cells": [c for c in record.get("cells", []) if not c.get("ok")],
+        "problems": _clip_items(record.get("problems", [])),
+        "notes": _clip_items(record.get("notes", [])),
+        "cells": [
+            {**c, "message": clip(c.get("message", "")), "output": clip(c.get("output", "")), "error_type": clip(c.get("error_type", ""), 200)}
+            for c in [c for c in record.get("cells", []) if not c.get("ok")][:MAX_ITEMS]
+        ],
         "sandbox": record.get("sandbox", {}),
         "isolation": isolation_level(record.get("sandbox", {}).get("isolation", [])),
         "evidence": record.get("evidence", {}),
         "seconds": round(record.get("seconds", 0.0), 4),
+        "notebooks": record.get("notebooks", []),
+        "not_graded": record.get("not_graded", ""),
     }
+    return fit(results)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from attnkit.notebook import CodeCell, read_notebook
+from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_submitted
 from attnkit.proxy import Outcome, Student
 from attnkit.scoring import HEATMAP_PARTS
 from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote
@@ -26,8 +26,12 @@ class Job:
 
     student_id: str
     assignment: str
-    notebooks: list[str]  # paths, in the order they run
+    notebooks: list[str]  # paths below ``root``, in the order they run (regular files at intake)
     fingerprint: str
+    root: str = ""  # the submissions folder: nothing above it is followed
+    digests: list[str] = field(default_factory=list)  # sha256 of each notebook's bytes at intake
+    problems: list[str] = field(default_factory=list)  # found at intake (student-facing, Chinese)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -60,8 +64,16 @@ class Opened:
 class SandboxProvider:
     """The ``student`` fixture's source in a worker: a sandbox per submission, from the zygote."""
 
-    def __init__(self, zygote: Zygote, jobs: list[Job], limits: Limits, finished: Callable[[Opened], None]) -> None:
+    def __init__(
+        self,
+        zygote: Zygote,
+        jobs: list[Job],
+        limits: Limits,
+        finished: Callable[[Opened], None],
+        started: Callable[[str], None] = lambda key: None,
+    ) -> None:
         self.zygote = zygote
+        self.started = started  # tells the parent which submission a dying worker was on
         self.jobs = {job.key: job for job in jobs}
         self.limits = limits
         self.finished = finished
@@ -74,13 +86,25 @@ class SandboxProvider:
     def open(self, submission_id: str) -> Student:
         started = time.perf_counter()
         job = self.jobs[submission_id]
+        self.started(submission_id)
         cells: list[CodeCell] = []
-        problems: list[str] = []
-        notes: list[str] = []
+        problems: list[str] = list(job.problems)
+        notes: list[str] = list(job.notes)
         offset = 0
-        for path in job.notebooks:
-            notebook = read_notebook(Path(path))
-            name = Path(path).name
+        for position, path in enumerate(job.notebooks):
+            name = display_name(Path(path).name)
+            # Read again the way intake did (no links, regular file, capped) and check that these
+            # are the very bytes intake fingerprinted: the grade belongs to those bytes only.
+            try:
+                raw = read_submitted(Path(job.root), Path(path))
+            except Unsafe as error:
+                problems.append(f"{name}：{error}")
+                continue
+            if position < len(job.digests) and digest_of(raw) != job.digests[position]:
+                problems.append(f"{name}：评分期间文件被改动过，未评分")
+                continue
+            notebook = parse_notebook(raw, Path(path))
+            del raw
             if not notebook.readable:
                 problems.append(f"{name}：{notebook.problem}")
                 continue
@@ -88,7 +112,7 @@ class SandboxProvider:
             for cell in notebook.cells:
                 cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check, cell.skip))
             offset += 10_000
-        if not job.notebooks:
+        if not job.notebooks and not problems:
             problems.append("没有找到任何 .ipynb 笔记本")
         session: Submission | None = None
         if cells:
@@ -148,7 +172,8 @@ def evidence(student: Student, reference: dict) -> dict[str, Any]:
 
 
 def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote, emit: Callable[[dict], None]) -> None:
-    """Grade ``jobs`` in one pytest session, emitting each submission's record when it is done."""
+    """Grade ``jobs`` in one pytest session, emitting each submission's record when it is done
+    (and ``{"started": key}`` when one begins, so the parent knows whom a crash belongs to)."""
     import pytest
 
     from attnkit import plugin as plugin_module
@@ -166,6 +191,9 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
             "tests": tests,
             "problems": opened.problems,
             "notes": opened.notes,
+            # What the gradebook may copy to autograded/: these names with exactly these bytes.
+            "notebooks": [{"name": display_name(Path(path).name), "sha256": digest}
+                          for path, digest in zip(opened.job.notebooks, opened.job.digests)],
             "cells": [asdict(run) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
             "evidence": evidence(opened.student, catalogue.reference_namespace()) if opened.session and weights_matter(tests) else {},
@@ -173,7 +201,7 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
         }
         emit(record)
 
-    provider = SandboxProvider(zygote, jobs, limits, finished)
+    provider = SandboxProvider(zygote, jobs, limits, finished, started=lambda key: emit({"started": key}))
     plugin = GradingPlugin(provider)
     args = [
         str(autograder), "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
@@ -182,30 +210,62 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
         "-p", "no:logging", "-p", "no:unraisableexception", "-p", "no:threadexception",
     ]
     code = pytest.main(args, plugins=[plugin_module, plugin])
-    if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the suite itself broke
-        raise RuntimeError(provider.fatal or f"the hidden test suite could not run (pytest exit code {int(code)})")
+    if provider.fatal:
+        raise GraderBroken(provider.fatal)
+    if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the session broke
+        raise RuntimeError(f"隐藏测试的 pytest 会话异常结束（退出码 {int(code)}）")
 
 
-def worker_main(tasks: Any, results: Any, autograder: str, limits: Limits, hide: list[str]) -> None:
-    """Process entry point: take chunks from ``tasks`` until ``None``; put records on ``results``."""
+class GraderBroken(Exception):
+    """Grading itself cannot run on this machine (not one submission's doing): the run stops."""
+
+
+def _expendable() -> None:
+    # If the host runs out of memory, the kernel should kill a worker (one chunk is regraded)
+    # rather than the parent that holds the class's results. Raising one's own score needs no
+    # privilege; a failure only loses this preference.
+    try:
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("500")
+    except OSError:
+        pass
+
+
+def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str]) -> None:
+    """Process entry point: grade chunks received on the pipe ``inbox`` until ``None``; send
+    messages on the pipe ``results``.
+
+    Every message carries this worker's pid. After each chunk: ``{"chunk_done": True}``, or
+    ``{"chunk_failed": reason}`` when the chunk's pytest session broke (the parent retries its
+    ungraded submissions one by one to find the culprit); ``{"fatal": reason}`` when grading
+    cannot run at all (the zygote or a sandbox cannot start)."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    _expendable()
     import torch
 
     torch.set_num_threads(1)
+    pid = os.getpid()
+
+    def emit(message: dict) -> None:
+        results.send({**message, "pid": pid})
+
     try:
         zygote = Zygote(hide=hide, trusted=limits.trusted)
     except Exception as error:  # noqa: BLE001
-        results.put({"fatal": f"could not start the sandbox zygote: {error}"})
+        emit({"fatal": f"could not start the sandbox zygote: {error}"})
         return
     try:
-        while (chunk := tasks.get()) is not None:
+        while (chunk := inbox.recv()) is not None:
             try:
-                run_chunk(chunk, Path(autograder), limits, zygote, results.put)
-            except Exception as error:  # noqa: BLE001 - the parent reports it and stops
-                results.put({"fatal": f"{type(error).__name__}: {error}"})
+                run_chunk(chunk, Path(autograder), limits, zygote, emit)
+            except GraderBroken as error:
+                emit({"fatal": str(error)})
                 return
+            except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError, pytest's own
+                emit({"chunk_failed": f"{type(error).__name__}: {str(error)[:500]}"})
+            else:
+                emit({"chunk_done": True})
             finally:
                 sys.modules.pop("catalogue", None)
     finally:
         zygote.close()
-        results.put({"worker_done": os.getpid()})

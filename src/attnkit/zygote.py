@@ -152,7 +152,6 @@ class Sandbox:
 
     # -- lock down -----------------------------------------------------------------------------
     def lock_down(self, mode: Mode, capped: bool) -> None:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if mode.isolated:
             self.isolation += enter_root(mode)
             workdir = SANDBOX_HOME
@@ -176,6 +175,9 @@ class Sandbox:
         os.closerange(channel + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         if capped:
             self.isolation.append("cgroup-memory-and-pids")
+        # Die with the zygote (and so with the grader). Armed after the change of user: the
+        # kernel clears it whenever a process's user changes.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         os.chdir(workdir)
         os.environ.update(HOME=workdir, MPLCONFIGDIR=workdir, IPYTHONDIR=workdir, TMPDIR=workdir)
         self._limits(capped)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -96,12 +96,23 @@ class Backend(Protocol):
     def variable(self, name: str) -> Outcome: ...
 
 
+# A backend may also offer ``call_with(name, args, kwargs, substitutes) -> Outcome``: the call runs
+# with each name in ``substitutes`` bound, for that call only, to a stand-in that asks the trusted
+# side for the reference function's result (tensors in, tensors out). Backends without it run the
+# plain call.
+Substitutes = dict[str, Callable[..., Any]]
+
+
 @dataclass
 class Student:
     """Proxy to one submission. Attribute access on an API name returns a callable."""
 
     backend: Backend
     calls: list[Call] = field(default_factory=list)
+    # Set by the plugin while a test is re-run with reference dependencies: these names are the
+    # trusted reference functions, both for the test's own direct calls and inside the student's
+    # functions (for the duration of each call only).
+    substitutes: Substitutes = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in API_FUNCTIONS:
@@ -112,9 +123,25 @@ class Student:
         """Call the student's function ``name``; raise what it raised, as a mirrored class."""
         # Record what was sent as it was sent: a test may edit its tensors in place afterwards.
         args, kwargs = snapshot(args), snapshot(kwargs)
-        outcome = self.backend.call(name, args, kwargs)
+        if name in self.substitutes:
+            # The test's own call to a substituted function: the reference answers, here, and it
+            # is no evidence about the student (not recorded for diagnosis).
+            return self._result(name, run_in_namespace(self.substitutes, name, args, kwargs))
+        outcome = self._run(name, args, kwargs)
         self.calls.append(Call(name, args, kwargs, outcome))
         return self._result(name, outcome)
+
+    def probe(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        """One unrecorded call (diagnosis probes), in the same substitution mode as the test."""
+        if name in self.substitutes:
+            return run_in_namespace(self.substitutes, name, snapshot(args), snapshot(kwargs))
+        return self._run(name, snapshot(args), snapshot(kwargs))
+
+    def _run(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        call_with = getattr(self.backend, "call_with", None)
+        if self.substitutes and call_with is not None:
+            return call_with(name, args, kwargs, self.substitutes)
+        return self.backend.call(name, args, kwargs)
 
     def get(self, name: str) -> Any:
         """The value of a top-level variable of the submission (an answer cell)."""
@@ -191,5 +218,48 @@ class LocalBackend:
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
         return run_in_namespace(self.namespace, name, args, kwargs)
 
+    def call_with(self, name: str, args: tuple, kwargs: dict, substitutes: Substitutes) -> Outcome:
+        """``call`` with ``substitutes`` bound for this call only, as the sandbox does it: the
+        student's namespace gets stand-ins that forward plain data to the reference while the
+        call runs and refuse afterwards (a stashed stand-in is useless), and the original
+        bindings come back in ``finally``."""
+        live: list[Substitutes] = [substitutes]
+        saved = {key: self.namespace[key] for key in substitutes if key in self.namespace}
+        for key in substitutes:
+            self.namespace[key] = substitute_stub(key, live)
+        try:
+            return run_in_namespace(self.namespace, name, args, kwargs)
+        finally:
+            live.clear()
+            for key in substitutes:
+                if key in saved:
+                    self.namespace[key] = saved[key]
+                else:
+                    self.namespace.pop(key, None)
+
     def variable(self, name: str) -> Outcome:
         return read_variable(self.namespace, name)
+
+
+def substitute_stub(name: str, live: list[Substitutes]) -> Callable[..., Any]:
+    """A stand-in for ``name`` that works only while ``live`` holds the substitutes (in-process
+    development backend; the sandbox's stand-in asks the trusted side over its channel)."""
+
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        if not live:
+            raise RuntimeError(f"参考的 {name} 只在评分时的那一次调用中可用")
+        outcome = run_in_namespace(live[0], name, snapshot(args), snapshot(kwargs))
+        if outcome.raised:
+            raise builtin_exception(outcome.error_type or "RuntimeError", outcome.message)
+        return outcome.value
+
+    stub.__name__ = stub.__qualname__ = name
+    return stub
+
+
+def builtin_exception(type_name: str, message: str) -> Exception:
+    """A plain built-in exception of that name (RuntimeError for anything else)."""
+    cls = getattr(builtins, type_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    return cls(message)

@@ -65,6 +65,8 @@ class TestResult:
     diagnoses: list[str] = field(default_factory=list)
     # Student functions replaced by the reference for this test (a dependency that failed its own tests).
     substituted: list[str] = field(default_factory=list)
+    # The student functions this test grades (its ``function`` markers).
+    functions: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -248,6 +250,7 @@ class GradingPlugin:
             status="failed" if message is not None else "passed",
             output=output,
             substituted=list(swapped),
+            functions=list(functions_of(item)),
         )
         proxy = item.funcargs.get("student")
         if message is not None:

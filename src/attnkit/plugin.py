@@ -67,6 +67,8 @@ class TestResult:
     substituted: list[str] = field(default_factory=list)
     # The student functions this test grades (its ``function`` markers).
     functions: list[str] = field(default_factory=list)
+    # The student's exception, structured (``error_info``), when one made the test fail.
+    error: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +101,7 @@ def substitution_note(functions: dict[str, str], passed: bool) -> str:
     parts = list(PARTS)
     names = "、".join(functions)
     where = "、".join(dict.fromkeys(
-        f"第 {parts.index(grade_id) + 1} 部分（{PARTS[grade_id]}）" if grade_id in PARTS else "它自己的检查"
+        f"第 {parts.index(grade_id) + 1} 部分「{PARTS[grade_id]}」" if grade_id in PARTS else "它自己的检查"
         for grade_id in functions.values()
     ))
     own = "你的实现没有" if len(functions) == 1 else "你的这些实现没有"
@@ -115,6 +117,38 @@ def title_of(item: pytest.Item) -> str:
     return first or getattr(item, "originalname", item.name)
 
 
+def error_info(error: BaseException) -> dict[str, Any]:
+    """A student's exception, structured for the page: type, message, the failing line of their
+    own code and where it is (section title, line in the cell), a Chinese explanation, warnings,
+    and a key shared by failures with one cause (the page shows each cause once)."""
+    if not isinstance(error, StudentRaised) or error.type_name == "NotImplementedError":
+        return {}
+    from attnkit.explain import explain
+
+    where = error.where or {}
+    text = str(where.get("text") or "")
+    function = str(where.get("function") or error.function)
+    section = str(where.get("section") or "")
+    line = where.get("line")
+    place = f"「{section}」一节，" if section else ""
+    place += f"函数 {function}" + (f" 的第 {line} 行（从单元格第一行数起）" if isinstance(line, int) else "")
+    message = str(error)
+    return {
+        "type": error.type_name,
+        "message": message[:2000],
+        "function": function,
+        "section": section,
+        "line": line if isinstance(line, int) else None,
+        "text": text,
+        "place": place,
+        "explanation": explain(error.type_name, message, text, error.warnings),
+        "warnings": list(error.warnings),
+        # One cause: the same exception from the same line of the same function (torch's message
+        # differs with each test's shapes); without a line, the same message.
+        "key": f"{error.type_name}|{function}|{text}" if text else f"{error.type_name}|{function}|{message[:300]}",
+    }
+
+
 def failure_message(error: BaseException) -> str:
     """What the student reads about a failure: curated text, never the test's source."""
     if isinstance(error, StudentTimeout):
@@ -126,7 +160,15 @@ def failure_message(error: BaseException) -> str:
     if isinstance(error, StudentRaised):
         if error.type_name == "NotImplementedError":
             return f"{error.function} 还没有完成（仍是 raise NotImplementedError()）。"
-        return f"你的 {error.function} 抛出了 {error.type_name}：{error}"
+        info = error_info(error)
+        text = f"你的 {error.function} 抛出了 {error.type_name}：{error}"
+        if info.get("text"):
+            text += f"\n出错的一行：{info['place']}：{info['text']}"
+        if info.get("explanation"):
+            text += f"\n{info['explanation']}"
+        if info.get("warnings"):
+            text += "\n运行时的警告：" + "；".join(info["warnings"])
+        return text
     if isinstance(error, AssertionError):
         return str(error) or "检查未通过。"
     # The student's value had an unexpected structure, so a check could not even be computed.
@@ -232,13 +274,21 @@ class GradingPlugin:
             call.duration, call.start, call.stop, user_properties=item.user_properties,
         )
         if call.when == "call" or (call.when == "setup" and failed):
-            self.record(item, str(submission_id), message, diagnose=call.when == "call")
+            error = call.excinfo.value if failed else None
+            self.record(item, str(submission_id), message, diagnose=call.when == "call", error=error)
         return report
 
-    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool) -> None:
+    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool,
+               error: BaseException | None = None) -> None:
         points = points_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
+        proxy = item.funcargs.get("student")
         output = message or ""
+        if message is not None and isinstance(proxy, Student) and not isinstance(error, StudentRaised):
+            # A wrong value, not an exception: still show what the student's code warned about.
+            warned = list(dict.fromkeys(w for call in proxy.calls for w in call.outcome.warnings))[:3]
+            if warned:
+                output += "\n你的代码运行时发出了警告：" + "；".join(warned)
         if swapped:
             output = substitution_note(swapped, message is None) + output
         result = TestResult(
@@ -251,8 +301,8 @@ class GradingPlugin:
             output=output,
             substituted=list(swapped),
             functions=list(functions_of(item)),
+            error=error_info(error) if error is not None else {},
         )
-        proxy = item.funcargs.get("student")
         if message is not None:
             failed = self.failed_functions.setdefault(submission_id, {})
             for name in functions_of(item):

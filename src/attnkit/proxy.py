@@ -10,12 +10,15 @@ the catalogue of known mistakes.
 from __future__ import annotations
 
 import builtins
+import linecache
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import torch
 
 from attnkit import protocol
+from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
 
 API_FUNCTIONS = (
     "scaled_attention",
@@ -32,6 +35,8 @@ class StudentRaised(Exception):
 
     type_name: str = "Exception"
     function: str = ""
+    where: dict | None = None
+    warnings: list[str] = []
 
 
 class StudentTimeout(Exception):
@@ -58,12 +63,15 @@ _MIRROR_CLASSES: dict[str, type[Exception]] = {
 }
 
 
-def student_exception(function: str, type_name: str, message: str) -> Exception:
+def student_exception(function: str, type_name: str, message: str, where: dict | None = None,
+                      warnings: list[str] | None = None) -> Exception:
     """Re-create the student's exception as a trusted class with the same builtin base."""
     cls = _MIRROR_CLASSES.get(type_name, type("StudentException", (StudentRaised,), {}))
     error = cls(message)
     error.type_name = type_name
     error.function = function
+    error.where = where
+    error.warnings = list(warnings or [])
     return error
 
 
@@ -74,6 +82,10 @@ class Outcome:
     value: Any = None
     error_type: str | None = None
     message: str = ""
+    # Where in the student's own code it failed ({function, line, text, cell_text}, plus section and
+    # cell once the trusted side has found the cell), and the warnings the call raised.
+    where: dict | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def raised(self) -> bool:
@@ -159,7 +171,7 @@ class Student:
             raise StudentMissing(outcome.message)
         if outcome.error_type == "__crashed__":
             raise SandboxCrashed(outcome.message)
-        raise student_exception(name, outcome.error_type, outcome.message)
+        raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings)
 
 
 def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plain: bool = True) -> Outcome:
@@ -168,13 +180,20 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
     function = namespace.get(name)
     if not callable(function):
         return Outcome(error_type="__missing__", message=f"没有找到函数 {name}")
-    try:
-        result = function(*args, **kwargs)
-        return Outcome(value=protocol.decode(protocol.encode(result)) if plain else result)
-    except protocol.Unsupported as error:
-        return unreadable(name, error)
-    except Exception as error:  # the student's own exception, reported by name and message
-        return Outcome(error_type=type(error).__name__, message=str(error)[:2000])
+    # Every warning of this call, even one Python already showed once (torch's about x.T): the
+    # feedback shows them beside a failure.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = function(*args, **kwargs)
+            outcome = Outcome(value=protocol.decode(protocol.encode(result)) if plain else result)
+        except protocol.Unsupported as error:
+            outcome = unreadable(name, error)
+        except Exception as error:  # the student's own exception, reported by name and message
+            outcome = Outcome(error_type=type(error).__name__, message=str(error)[:2000], where=student_frame(error.__traceback__))
+    seen = dict.fromkeys(warning_text(w.message, w.category, w.filename, w.lineno) for w in caught)
+    outcome.warnings = list(seen)[:MAX_WARNINGS]
+    return outcome
 
 
 def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
@@ -212,6 +231,8 @@ class LocalBackend:
     @classmethod
     def from_source(cls, source: str) -> "LocalBackend":
         namespace: dict = {"__name__": "__submission__"}
+        # Registered like IPython registers a cell, so a failing line can be shown.
+        linecache.cache["<submission>"] = (len(source), None, source.splitlines(True), "<submission>")
         exec(compile(source, "<submission>", "exec"), namespace)
         return cls(namespace)
 

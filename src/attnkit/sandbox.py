@@ -322,7 +322,22 @@ class Submission:
             value=reply.get("value"),
             error_type=str(error_type) if error_type is not None else None,
             message=str(reply.get("message") or ""),
+            where=self._locate(reply.get("where")),
+            warnings=[str(item)[:600] for item in reply.get("warnings", [])][:5] if isinstance(reply.get("warnings"), list) else [],
         )
+
+    def _locate(self, where: Any) -> dict | None:
+        """The failing line's cell, found among this submission's cells by its text (the sandbox
+        knows IPython's name for it, not the notebook's): its index and section title."""
+        if not isinstance(where, dict):
+            return None
+        text = str(where.get("cell_text") or "")
+        located = {key: where.get(key) for key in ("function", "line", "text") if isinstance(where.get(key), (str, int))}
+        for cell in reversed(self.cells):  # a later definition wins, as in the notebook
+            if text and cell.source.strip() == text.strip():
+                located.update(cell=cell.index, section=getattr(cell, "section", ""))
+                break
+        return located
 
     def describe(self) -> dict[str, Any]:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""

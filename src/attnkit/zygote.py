@@ -286,6 +286,10 @@ class Sandbox:
         else:
             outcome = Outcome(error_type="__protocol__", message=f"unknown op {op!r}")
         reply = {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
+        if outcome.where:
+            reply["where"] = outcome.where
+        if outcome.warnings:
+            reply["warnings"] = outcome.warnings
         output = self.output.take()
         if output:
             reply["output"] = output

@@ -153,19 +153,19 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     "answer_forms": '''
 import numpy as np
 
-trace_projected = [2, 3, 8]
-trace_split = [2.0, 2.0, 3.0, 4.0]
-trace_weights = (np.int64(2), 2, 3, 3)
-trace_mixed = tuple(np.array([2, 2, 3, 4]).tolist())
-trace_merged = torch.tensor([2, 3, 8])
-trace_output = (torch.tensor(2), 3, torch.tensor(8.0))
-answer_weights_shape = [5, 7]
+trace_projected = [4, 5, 12]
+trace_split = [4.0, 3.0, 5.0, 4.0]
+trace_weights = (np.int64(4), 3, 5, 5)
+trace_mixed = tuple(np.array([4, 3, 5, 4]).tolist())
+trace_merged = torch.tensor([4, 5, 12])
+trace_output = (torch.tensor(4), 5, torch.tensor(12.0))
+answer_weights_shape = [6, 4]
 answer_causal_sees_current = np.bool_(True)
 answer_earlier_outputs_change = torch.tensor(False)
 answer_heads_split_sequence = 0
 answer_weights_factor = 1.0
-answer_output_factor = np.int64(2)
-answer_growth_factor = 16.0
+answer_output_factor = np.int64(3)
+answer_growth_factor = 9.0
 ''',
     "prints_and_warns": '''
 import sys
@@ -211,22 +211,36 @@ class SourceProvider:
 
 # Well-formed but wrong answers: the feedback must name them without giving the right values away.
 WRONG_ANSWERS = '''
-trace_projected = (2, 3, 4)
-trace_split = (2, 3, 2, 4)
-trace_weights = (2, 2, 3, 4)
-trace_mixed = (2, 2, 4, 3)
-trace_merged = (2, 8, 3)
-trace_output = (2, 3, 4)
-answer_output_shape = (3, 5)
-answer_weights_shape = (7, 5)
+trace_projected = (4, 5, 4)
+trace_split = (4, 5, 3, 4)
+trace_weights = (4, 3, 5, 4)
+trace_mixed = (4, 3, 4, 5)
+trace_merged = (4, 12, 5)
+trace_output = (4, 5, 4)
+answer_output_shape = (9, 6)
+answer_weights_shape = (4, 6)
 answer_causal_sees_current = False
 answer_heads_split_sequence = True
-answer_weights_factor = 2
+answer_weights_factor = 3
 answer_output_factor = 1
 answer_earlier_outputs_change = True
-answer_growth_factor = 4
+answer_growth_factor = 3
 '''
-RIGHT_ANSWER_TEXTS = ("(2, 3, 8)", "(2, 2, 3, 4)", "(2, 2, 3, 3)", "(5, 3)", "(5, 7)", "16", "True", "False", "[2, 3, 8]")
+RIGHT_ANSWER_TEXTS = ("(4, 5, 12)", "(4, 3, 5, 4)", "(4, 3, 5, 5)", "(6, 9)", "(6, 4)", "True", "False", "[4, 5, 12]")
+# The chapter's own printed answers, which the notebook no longer asks for: copying them must fail.
+CHAPTER_ANSWERS = '''
+trace_projected = (2, 3, 8)
+trace_split = (2, 2, 3, 4)
+trace_weights = (2, 2, 3, 3)
+trace_mixed = (2, 2, 3, 4)
+trace_merged = (2, 3, 8)
+trace_output = (2, 3, 8)
+answer_output_shape = (5, 3)
+answer_weights_shape = (5, 7)
+answer_weights_factor = 1
+answer_output_factor = 2
+answer_growth_factor = 16
+'''
 
 
 # The new catalogue entries written in other styles a student would use: each must be diagnosed as
@@ -357,6 +371,7 @@ def scaled_attention(query, key, value, allowed=None):
 def submissions() -> dict[str, str | Path]:
     sources: dict[str, str | Path] = {
         "reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS,
+        "chapter_answers": REFERENCE + CHAPTER_ANSWERS,
     }
     for name, path in (("solution_notebook", SOLUTION), ("release_notebook", RELEASE)):
         if path.exists():
@@ -636,3 +651,15 @@ def test_a_stashed_stand_in_refuses_after_its_call():
     stand_in = student.backend.namespace["_stash"]["attention"]
     with pytest.raises(RuntimeError):
         stand_in(x, x, x)
+
+
+def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
+    """The shape trace and the self-test ask for other numbers than the chapter prints: do the
+    chapter's own answers fail every question whose numbers changed (and keep the rest)?"""
+    results = {r.nodeid.split("::")[-1]: r for r in autograder_results["chapter_answers"]}
+    changed = ("test_projection_and_split", "test_weights_and_mixing", "test_merge_and_output",
+               "test_output_and_weights_shapes", "test_values_times_two", "test_earlier_outputs_and_growth")
+    for name in changed:
+        assert results[name].status == "failed", name
+    for name in ("test_causal_sees_current", "test_heads_do_not_split_sequence"):
+        assert results[name].status == "passed", name

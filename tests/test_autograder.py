@@ -663,3 +663,36 @@ def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
         assert results[name].status == "failed", name
     for name in ("test_causal_sees_current", "test_heads_do_not_split_sequence"):
         assert results[name].status == "passed", name
+
+
+def run_visible_cells(mistake_source: str = "") -> dict[str, str]:
+    """Run the solution notebook's code cells in order in this process (trusted: our own notebook),
+    with ``mistake_source`` run right after the model answers, as a student's wrong cell would
+    replace them; return the cells that raised (grade_id or first line -> error type)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    namespace: dict = {"__name__": "__main__"}
+    failed: dict[str, str] = {}
+    cells = [c for c in json.loads(SOLUTION.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    last_solution = max(i for i, c in enumerate(cells) if c["metadata"].get("nbgrader", {}).get("grade_id") == "multi_head_attention")
+    for index, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        name = cell["metadata"].get("nbgrader", {}).get("grade_id") or source.splitlines()[0]
+        try:
+            exec(compile(source, "<cell>", "exec"), namespace)
+        except Exception as error:  # noqa: BLE001 - a failing visible check is what we look for
+            failed[name] = type(error).__name__
+        if mistake_source and cell["metadata"].get("nbgrader", {}).get("solution") and index <= last_solution:
+            exec(compile(mistake_source, "<mistake>", "exec"), namespace)
+    return failed
+
+
+@pytest.mark.parametrize("mistake_id", ["scale_by_dv", "scale_by_fixed_number", "shared_projection", "multi_head_scale_by_model_width"])
+def test_visible_self_checks_catch_the_cheap_mistakes(mistake_id):
+    """Do the notebook's visible, torch-only self-checks already stop the mistakes the hidden suite
+    punishes (√d_v or a fixed √2 as the scale, one projection for Q/K/V, √D in multi-head), while
+    the model answers pass every one of them?"""
+    assert run_visible_cells() == {}
+    failed = run_visible_cells(catalogue.by_id(mistake_id).source)
+    assert "AssertionError" in failed.values(), failed

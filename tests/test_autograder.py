@@ -696,3 +696,33 @@ def test_visible_self_checks_catch_the_cheap_mistakes(mistake_id):
     assert run_visible_cells() == {}
     failed = run_visible_cells(catalogue.by_id(mistake_id).source)
     assert "AssertionError" in failed.values(), failed
+
+
+FAILING_STYLES = {
+    # name: (the student's scaled_attention body line that fails, what the explanation must say)
+    "dot_t": ("scores = query @ key.T", ".T 会把张量的所有维度倒过来"),
+    "matmul_shapes": ("scores = query @ value.transpose(-2, -1)", "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维"),
+    "view_non_contiguous": ("scores = (query @ key.transpose(-2, -1)).transpose(-2, -1).view(-1)", "view 只能用在内存连续的张量上"),
+    "dtype_mismatch": ("scores = query @ key.transpose(-2, -1).double()", "数据类型不一致"),
+}
+
+
+@pytest.mark.parametrize("style", list(FAILING_STYLES))
+def test_common_torch_failures_are_explained_at_the_students_line(style):
+    """Does a common torch failure come back with the student's own failing line (never the
+    grader's), a Chinese explanation, and no traceback or path?"""
+    from attnkit.plugin import error_info, failure_message
+
+    line, explanation = FAILING_STYLES[style]
+    source = f"import torch\n\ndef scaled_attention(query, key, value, allowed=None):\n    {line}\n    return scores, scores\n"
+    student = Student(LocalBackend.from_source(source))
+    query = torch.randn(2, 3, 4, 5)  # (B, h, T, d_k)
+    value = torch.randn(2, 3, 4, 7)  # d_v = 7 != d_k
+    with pytest.raises(Exception) as caught:
+        student.scaled_attention(query, query, value)
+    info = error_info(caught.value)
+    assert info["text"] == line and info["line"] == 4 and info["function"] == "scaled_attention"
+    assert explanation in info["explanation"], info
+    message = failure_message(caught.value)
+    assert line in message and explanation in message
+    assert "Traceback" not in message and ".py" not in message and "site-packages" not in message

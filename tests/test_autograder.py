@@ -37,7 +37,7 @@ DESIGN_IDS = {
     "no_scale", "scale_by_dk", "softmax_wrong_axis", "mask_by_multiplying", "mask_after_softmax",
     "mask_inverted", "mask_not_applied", "no_empty_row_error", "causal_excludes_diagonal",
     "causal_upper_triangle", "padding_on_queries", "split_without_transpose",
-    "merge_without_transpose", "missing_output_projection",
+    "merge_without_transpose", "missing_output_projection", "causal_true_means_blocked",
 }
 
 REFERENCE = catalogue.reference_source()

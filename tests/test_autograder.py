@@ -726,3 +726,47 @@ def test_common_torch_failures_are_explained_at_the_students_line(style):
     message = failure_message(caught.value)
     assert line in message and explanation in message
     assert "Traceback" not in message and ".py" not in message and "site-packages" not in message
+
+
+def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
+    """During a swapped call, does the trusted side answer the stand-in for the swapped name only,
+    refuse huge inputs and stop after its call budget, without the call itself failing?"""
+    from attnkit.notebook import CodeCell
+    from attnkit.sandbox import Limits, Submission, Zygote
+
+    source = REFERENCE + '''
+import torch
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    report = []
+    small = torch.ones(1, 2, 2)
+    try:
+        scaled_attention(torch.zeros(2_000_000, 1), torch.zeros(2_000_000, 1), torch.zeros(2_000_000, 1))
+        report.append("huge answered")
+    except RuntimeError:
+        report.append("huge refused")
+    answered = 0
+    for _ in range(100):
+        try:
+            scaled_attention(small, small, small)
+            answered += 1
+        except RuntimeError:
+            pass
+    report.append(answered)
+    return report
+'''
+    reference = catalogue.reference_namespace()
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, source)], Limits())
+    try:
+        session.start()
+        outcome = session.call_with("multi_head_attention", (torch.zeros(1, 2, 2), *[torch.eye(2)] * 4, 1), {},
+                                    {"scaled_attention": reference["scaled_attention"]})
+        later = session.call("scaled_attention", (torch.ones(1, 2, 2),) * 3, {})
+    finally:
+        session.close()
+        zygote.close()
+    assert outcome.error_type is None, outcome
+    assert outcome.value[0] == "huge refused"
+    assert outcome.value[1] == Submission.MAX_CALLBACKS - 1  # the refused huge call counted too
+    assert later.error_type is None  # the student's own function, unaffected

@@ -180,8 +180,10 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
     function = namespace.get(name)
     if not callable(function):
         return Outcome(error_type="__missing__", message=f"没有找到函数 {name}")
-    # Every warning of this call, even one Python already showed once (torch's about x.T): the
-    # feedback shows them beside a failure.
+    # Every warning of this call, even one Python or torch already showed once (torch warns about
+    # x.T once per process): the feedback shows them beside a failure.
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -191,6 +193,8 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
             outcome = unreadable(name, error)
         except Exception as error:  # the student's own exception, reported by name and message
             outcome = Outcome(error_type=type(error).__name__, message=str(error)[:2000], where=student_frame(error.__traceback__))
+        finally:
+            torch.set_warn_always(warn_always)
     seen = dict.fromkeys(warning_text(w.message, w.category, w.filename, w.lineno) for w in caught)
     outcome.warnings = list(seen)[:MAX_WARNINGS]
     return outcome

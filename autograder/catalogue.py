@@ -156,8 +156,8 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="掩码的含义用反了。本章的 allowed=True 表示“允许访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反），应屏蔽的是 allowed 为 False 的位置。",
-        en="The mask's meaning is inverted. In this chapter allowed=True means 'may attend' (as in PyTorch's scaled_dot_product_attention, the opposite of nn.MultiheadAttention); the positions to block are those where allowed is False.",
+        zh="你的代码屏蔽的是 allowed 为 True 的位置（例如 masked_fill(allowed, …)），留下的恰好是不允许访问的位置。本章的 allowed=True 表示“允许访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反），应屏蔽的是 allowed 为 False 的位置：masked_fill(~allowed, float(\"-inf\"))。",
+        en="Your code blocks the positions where allowed is True (e.g. masked_fill(allowed, ...)), keeping exactly the ones that may not be attended. In this chapter allowed=True means 'may attend' (as in PyTorch's scaled_dot_product_attention, the opposite of nn.MultiheadAttention); block where allowed is False: masked_fill(~allowed, float('-inf')).",
     ),
     Mistake(
         id="mask_not_applied",
@@ -297,6 +297,131 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
         en="The output projection W_O is missing after concatenating the heads. Multi-head attention returns Concat(O_1, ..., O_h) W_O; the projection mixes the heads' results.",
     ),
     Mistake(
+        id="causal_true_means_blocked",
+        section="第 5 节",
+        function="causal_allowed",
+        source='''\
+import torch
+
+
+def causal_allowed(size):
+    return torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
+''',
+        zh="你的 causal_allowed 在未来位置（j > i）为 True、在当前与之前的位置为 False，这是 nn.MultiheadAttention 的约定（True 表示“禁止访问”）。本章的约定相反：True 表示“允许访问”，应在 j ≤ i 处为 True，例如 torch.ones(size, size, dtype=torch.bool).tril()。",
+        en="Your causal_allowed is True at future positions (j > i) and False at the current and earlier ones: nn.MultiheadAttention's convention (True = may NOT attend). This chapter's is the opposite: True = may attend, so it must be True where j <= i, e.g. torch.ones(size, size, dtype=torch.bool).tril().",
+    ),
+    Mistake(
+        id="additive_mask_wrong_sign",
+        section="第 5 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores + (~allowed).to(scores.dtype) * 1e9
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="你把掩码变成了加到分数上的数，但符号反了：被屏蔽的位置加上了一个很大的正数，于是权重几乎全部落在不允许访问的位置上。你选出被屏蔽位置的方式（~allowed）是对的；加上的应是 -∞（或 -1e9 这样很大的负数），这样 exp 之后才为 0。",
+        en="The mask is added to the scores, but with the wrong sign: blocked positions get a large positive number, so nearly all the weight goes to positions that may not be attended. Selecting the blocked positions (~allowed) is right; what is added must be -inf (or a large negative number such as -1e9) so that exp gives 0.",
+    ),
+    Mistake(
+        id="scale_by_dv",
+        section="第 3 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(value.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="你的代码用值向量的维数 d_v（value.shape[-1]）来缩放分数。分数是查询与键的点积，它的方差随键的维数 d_k 增长，所以要除以 √d_k，即 query.shape[-1] 或 key.shape[-1] 的平方根；d_k = d_v 时两者恰好相同，所以本章的例子看不出区别。",
+        en="Your code scales the scores by the value width d_v (value.shape[-1]). The scores are query-key dot products whose variance grows with the key width d_k, so divide by sqrt(d_k), the square root of query.shape[-1] or key.shape[-1]; when d_k = d_v, as in the chapter's example, the two coincide.",
+    ),
+    Mistake(
+        id="scale_by_fixed_number",
+        section="第 3 节",
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(2)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh="你的代码总是把分数除以同一个固定的数 √2（本章例子里 d_k = 2），而不是按输入的键维数计算 √d_k。d_k 换成别的值时缩放就错了；应写成 sqrt(query.shape[-1])。",
+        en="Your code always divides the scores by the same fixed number, sqrt(2) (d_k = 2 in the chapter's example), instead of sqrt(d_k) computed from the input's key width. With any other d_k the scaling is wrong; write sqrt(query.shape[-1]).",
+    ),
+    Mistake(
+        id="multi_head_scale_by_model_width",
+        section="第 6 节",
+        function="multi_head_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)  # (B, h, T_q, D/h)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    scores = query @ key.transpose(-2, -1) / sqrt(x.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return merge_heads(weights @ value) @ w_o, weights
+''',
+        zh="你的多头注意力把每个头的分数除以 √D（整个模型宽度的平方根）。每个头里的点积只在 D/h 维上求和，所以应除以 √(D/h)，即每个头的维数 d_k 的平方根；直接调用 scaled_attention 处理拆好的头就会自动用对的维数。",
+        en="Your multi-head attention divides each head's scores by sqrt(D), the whole model width. Each head's dot products sum over only D/h dimensions, so divide by sqrt(D/h), the per-head d_k; calling scaled_attention on the split heads uses the right width automatically.",
+    ),
+    Mistake(
+        id="shared_projection",
+        section="第 6 节",
+        function="multi_head_attention",
+        source='''\
+import torch
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)
+    key = split_heads(source @ w_q, num_heads)
+    value = split_heads(source @ w_q, num_heads)
+    heads, weights = scaled_attention(query, key, value, allowed)
+    return merge_heads(heads) @ w_o, weights
+''',
+        zh="你的代码用同一个投影矩阵 w_q 算出了 Q、K 和 V，w_k 与 w_v 没有用到。查询、键、值各有自己的投影：Q = X W_Q，K = X W_K（或上下文 W_K），V = X W_V，这样“要找什么”“能提供什么线索”“提供什么内容”才能分开学习。",
+        en="Your code computes Q, K and V all with the same projection w_q; w_k and w_v are never used. Queries, keys and values each have their own projection (Q = X W_Q, K = X W_K, V = X W_V, keys and values from the context when given), so what is sought, what matches and what is delivered are learned separately.",
+    ),
+    Mistake(
         id="no_divisibility_check",
         section="第 6 节",
         function="split_heads",
@@ -314,6 +439,42 @@ def split_heads(x, num_heads):
 )
 
 _BY_ID = {mistake.id: mistake for mistake in MISTAKES}
+
+
+@lru_cache(maxsize=1)
+def probes() -> dict[str, list[tuple[tuple, dict]]]:
+    """Extra inputs per function, replayed on the student's function and on every mistake when a
+    test that called it fails: inputs on which the catalogue's mistakes all differ from each other
+    and from the reference (sizes > 1, d_k != d_v != 2, masks that keep several keys per row, rows
+    with every key allowed and rows with some blocked, T != every head count). A failed test may
+    have stopped at a degenerate call (causal_allowed(1), where [[False]] fits several mistakes);
+    these keep a diagnosis from resting on such a call alone."""
+    import torch
+
+    g = torch.Generator().manual_seed(1999)
+    query = torch.randn(2, 2, 4, 5, generator=g, dtype=torch.float64)  # (B, h, T_q, d_k)
+    key = torch.randn(2, 2, 6, 5, generator=g, dtype=torch.float64)  # (B, h, T_k, d_k)
+    value = torch.randn(2, 2, 6, 3, generator=g, dtype=torch.float64)  # (B, h, T_k, d_v)
+    allowed = torch.tensor(  # (T_q, T_k): the first row keeps every key, the others some
+        [[1, 1, 1, 1, 1, 1], [1, 0, 1, 0, 0, 1], [0, 1, 1, 1, 0, 0], [1, 0, 0, 0, 1, 0]], dtype=torch.bool
+    )
+    width, heads = 6, 2
+    x = torch.randn(2, 5, width, generator=g, dtype=torch.float64)  # (B, T, D)
+    context = torch.randn(2, 4, width, generator=g, dtype=torch.float64)
+    weights = [torch.randn(width, width, generator=g, dtype=torch.float64) / width**0.5 for _ in range(4)]
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    return {
+        "scaled_attention": [((query, key, value), {}), ((query, key, value, allowed), {})],
+        "causal_allowed": [((3,), {}), ((5,), {})],
+        "padding_allowed": [((torch.tensor([3, 5, 1]), 5), {})],
+        "split_heads": [((torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6), 2), {})],
+        "merge_heads": [((torch.arange(2 * 3 * 5 * 2, dtype=torch.float32).reshape(2, 3, 5, 2),), {})],
+        "multi_head_attention": [
+            ((x, *weights, heads), {}),
+            ((x, *weights, 3), {"allowed": causal}),
+            ((x, *weights, heads), {"context": context}),
+        ],
+    }
 
 
 def by_id(mistake_id: str) -> Mistake:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from checks import assert_close, assert_dtype, assert_shape, unpack_pair
 
-pytestmark = pytest.mark.grade_id("check_scaled_attention")
+pytestmark = [pytest.mark.grade_id("check_scaled_attention"), pytest.mark.function("scaled_attention")]
 
 # The chapter prints 4 decimals: a value rounds to the printed one when it is within 5e-5 of it
 # (plus float32 rounding of values up to 10).

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number, unpack_pair
 
-pytestmark = pytest.mark.grade_id("check_masking")
+pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention")]
 
 CHAPTER_ATOL = 5e-5 + 2e-6
 

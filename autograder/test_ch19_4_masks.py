@@ -24,6 +24,7 @@ def expected_padding(lengths, size):
 
 
 @pytest.mark.points(5)
+@pytest.mark.function("causal_allowed")
 def test_causal_allowed(student):
     """causal_allowed(size)：是否为 (size, size) 的布尔矩阵，且恰好在 j ≤ i（含对角线）处为 True？"""
     for size in (1, 3, 6):
@@ -32,6 +33,7 @@ def test_causal_allowed(student):
 
 
 @pytest.mark.points(5)
+@pytest.mark.function("padding_allowed")
 def test_padding_allowed(student):
     """padding_allowed(lengths, size)：形状是否为 (B, 1, 1, size)，且只在键位置小于序列长度处为 True？"""
     lengths = torch.tensor([3, 5, 1])
@@ -43,6 +45,7 @@ def test_padding_allowed(student):
 
 
 @pytest.mark.points(5)
+@pytest.mark.function("causal_allowed", "padding_allowed")
 def test_causal_and_padding_combined(student):
     """把你的因果掩码与填充掩码用 & 组合后做注意力（长度 4 与 2 的两个序列）：结果是否正确？"""
     lengths = torch.tensor([4, 2])

@@ -56,6 +56,7 @@ def check_positions(before, after, changed, what, shape):
 
 
 @pytest.mark.points(3)
+@pytest.mark.function("scaled_attention")
 def test_future_key_and_value_do_not_leak(student):
     """本章的检查：加因果掩码后，改动第 3 个位置的键和值，前两个位置的输出是否保持不变（而第 3 个位置的输出改变）？"""
     changed_key, changed_value = K.clone(), V.clone()
@@ -68,6 +69,7 @@ def test_future_key_and_value_do_not_leak(student):
 
 
 @pytest.mark.points(2)
+@pytest.mark.function("scaled_attention")
 def test_later_query_does_not_change_earlier_outputs(student):
     """第 8 节问题 7：不加掩码，只改动第 4 个查询，前 3 个输出是否不变（第 4 个输出改变）？"""
     changed_query = Q.clone()
@@ -85,6 +87,8 @@ def perturbed_input():
 
 
 @pytest.mark.points(3)
+@pytest.mark.function("multi_head_attention")
+@pytest.mark.depends_on("causal_allowed", "scaled_attention", "split_heads", "merge_heads")
 def test_multi_head_future_with_your_causal_mask(student):
     """多头注意力配你的 causal_allowed(5)：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
     mask = student.causal_allowed(T)
@@ -103,6 +107,8 @@ def test_multi_head_future_with_your_causal_mask(student):
 
 
 @pytest.mark.points(2)
+@pytest.mark.function("multi_head_attention")
+@pytest.mark.depends_on("scaled_attention", "split_heads", "merge_heads")
 def test_multi_head_future_with_trusted_mask(student):
     """多头注意力配正确的因果掩码：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
     before, _ = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")

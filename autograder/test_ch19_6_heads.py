@@ -39,6 +39,7 @@ def check_split(got, x, heads):
 
 
 @pytest.mark.points(4)
+@pytest.mark.function("split_heads")
 def test_split_heads(student):
     """split_heads：(2, 5, 6) 拆成 2 个头和 3 个头时，形状是否为 (B, h, T, D/h)，每个头是否拿到每个位置的对应一段特征？"""
     for heads in (2, 3):
@@ -46,6 +47,7 @@ def test_split_heads(student):
 
 
 @pytest.mark.points(4)
+@pytest.mark.function("merge_heads")
 def test_merge_heads(student):
     """merge_heads：(2, 3, 5, 2) 拼回后形状是否为 (2, 5, 6)、元素是否到位，拆开再拼回是否得到原输入？"""
     heads = torch.arange(2 * 3 * 5 * 2, dtype=torch.float32).reshape(2, 3, 5, 2)
@@ -65,6 +67,7 @@ def test_merge_heads(student):
 
 
 @pytest.mark.points(2)
+@pytest.mark.function("split_heads")
 def test_split_heads_rejects_indivisible_width(student):
     """宽度 6 不能被 4 个头整除：split_heads 是否抛出 ValueError？"""
     expect_value_error(lambda: student.split_heads(X, 4), "宽度 6 不能被 4 个头整除时，split_heads")

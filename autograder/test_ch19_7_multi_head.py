@@ -12,7 +12,13 @@ from torch import nn
 
 from checks import assert_close, assert_dtype, assert_shape, unpack_pair
 
-pytestmark = pytest.mark.grade_id("check_multi_head")
+# Each test grades multi_head_attention alone: when the student's scaled_attention, split_heads or
+# merge_heads failed its own tests, a failing test here is re-run with the reference ones.
+pytestmark = [
+    pytest.mark.grade_id("check_multi_head"),
+    pytest.mark.function("multi_head_attention"),
+    pytest.mark.depends_on("scaled_attention", "split_heads", "merge_heads"),
+]
 
 D = 6
 _g = torch.Generator().manual_seed(1907)

@@ -1,7 +1,9 @@
 """Grade cell check_shape_trace (5 points): section 6's shape trace, as answer variables.
 
-The expected shapes are computed here by running the reference functions on the section's sizes
-(B=2, T=3, D=8, two heads). The feedback names a wrong answer but never shows the right one.
+The notebook asks for a configuration the chapter does not print (B=4, T=5, D=12, three heads; the
+chapter traces B=2, T=3, D=8, two heads), so the answers take reasoning, not copying. The expected
+shapes are computed here by running the reference functions on those sizes. The feedback names a
+wrong answer but never shows the right one.
 """
 
 import pytest
@@ -14,7 +16,7 @@ pytestmark = pytest.mark.grade_id("check_shape_trace")
 
 
 def traced_shapes():
-    batch, length, width, heads = 2, 3, 8, 2
+    batch, length, width, heads = 4, 5, 12, 3  # as the notebook asks (not the chapter's 2, 3, 8, 2)
     x = torch.zeros(batch, length, width)
     w = torch.eye(width)
     projected = x @ w
@@ -37,22 +39,22 @@ EXPECTED = traced_shapes()
 
 def check_answers(student, names):
     items = [(name, answer_shape, EXPECTED[name]) for name in names]
-    judge_answers(student, items, "对照第 6 节，按各维的含义重新推一遍。")
+    judge_answers(student, items, "这里是 D=12、三个头、B=4、T=5，不是第 6 节的例子：对照第 6 节，按各维的含义重新推一遍。")
 
 
 @pytest.mark.points(2)
 def test_projection_and_split(student):
-    """第 6 节形状追踪：投影后的 Q/K/V 与拆成两个头之后的形状是否正确？"""
+    """形状追踪（D=12、三个头、B=4、T=5）：投影后的 Q/K/V 与拆成三个头之后的形状是否正确？"""
     check_answers(student, ["trace_projected", "trace_split"])
 
 
 @pytest.mark.points(2)
 def test_weights_and_mixing(student):
-    """第 6 节形状追踪：每个头的权重与混合值向量之后的形状是否正确？"""
+    """形状追踪（D=12、三个头、B=4、T=5）：每个头的权重与混合值向量之后的形状是否正确？"""
     check_answers(student, ["trace_weights", "trace_mixed"])
 
 
 @pytest.mark.points(1)
 def test_merge_and_output(student):
-    """第 6 节形状追踪：把头拼回去与输出投影之后的形状是否正确？"""
+    """形状追踪（D=12、三个头、B=4、T=5）：把头拼回去与输出投影之后的形状是否正确？"""
     check_answers(student, ["trace_merged", "trace_output"])

@@ -1,5 +1,7 @@
 """Grade cell check_self_test (5 points): section 8's self-test, as answer variables.
 
+Questions 2, 6 and 8 are asked with other numbers than the chapter prints (6 queries, 4 keys,
+9-dimensional values; values times 3; length 100 to 300), so the answers take reasoning, not copying.
 Where natural the expected answer is computed here with the reference functions rather than
 written as a literal. The feedback names a wrong answer but never shows the right one.
 """
@@ -18,8 +20,8 @@ _g = torch.Generator().manual_seed(1909)
 
 @pytest.mark.points(1)
 def test_output_and_weights_shapes(student):
-    """第 8 节问题 2：5 个查询、7 把键、值向量 3 维时，输出与权重的形状答对了吗？"""
-    query, key, value = torch.randn(5, 4, generator=_g), torch.randn(7, 4, generator=_g), torch.randn(7, 3, generator=_g)
+    """第 8 节问题 2（换了数）：6 个查询、4 把键、值向量 9 维时，输出与权重的形状答对了吗？"""
+    query, key, value = torch.randn(6, 5, generator=_g), torch.randn(4, 5, generator=_g), torch.randn(4, 9, generator=_g)
     output, weights = reference.scaled_attention(query, key, value)
     judge_answers(student, [
         ("answer_output_shape", answer_shape, tuple(output.shape)),
@@ -44,10 +46,10 @@ def test_heads_do_not_split_sequence(student):
 
 @pytest.mark.points(1)
 def test_values_times_two(student):
-    """第 8 节问题 6：只把所有值向量乘 2，权重与输出各变为原来的几倍，答对了吗？"""
+    """第 8 节问题 6（换了数）：只把所有值向量乘 3，权重与输出各变为原来的几倍，答对了吗？"""
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
     output, weights = reference.scaled_attention(query, key, value)
-    output2, weights2 = reference.scaled_attention(query, key, 2 * value)
+    output2, weights2 = reference.scaled_attention(query, key, 3 * value)
     judge_answers(student, [
         ("answer_weights_factor", answer_int, round(float((weights2 / weights).mean()))),
         ("answer_output_factor", answer_int, round(float((output2 / output).mean()))),
@@ -56,7 +58,7 @@ def test_values_times_two(student):
 
 @pytest.mark.points(1)
 def test_earlier_outputs_and_growth(student):
-    """第 8 节问题 7–8：改动第三个查询时前两个输出会不会变、序列从 128 增至 512 时权重元素数增加几倍，答对了吗？"""
+    """第 8 节问题 7–8（第 8 题换了数）：改动第三个查询时前两个输出会不会变、序列从 100 增至 300 时权重元素数变为几倍，答对了吗？"""
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
     changed = query.clone()
     changed[2] += 1
@@ -65,5 +67,5 @@ def test_earlier_outputs_and_growth(student):
     batch, heads = 2, 4  # any fixed batch and head count: the ratio of B*h*T*T
     judge_answers(student, [
         ("answer_earlier_outputs_change", answer_bool, not torch.equal(before[:2], after[:2])),
-        ("answer_growth_factor", answer_int, (batch * heads * 512 * 512) // (batch * heads * 128 * 128)),
+        ("answer_growth_factor", answer_int, (batch * heads * 300 * 300) // (batch * heads * 100 * 100)),
     ], HINT)

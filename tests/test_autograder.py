@@ -30,13 +30,14 @@ if str(AUTOGRADER) not in sys.path:
     sys.path.insert(0, str(AUTOGRADER))
 import catalogue  # noqa: E402  (the hidden suite's own module, imported the way pytest imports it)
 from contract import GRADE_POINTS  # noqa: E402
+from wrong_submissions import UNCATALOGUED  # noqa: E402
 
 # The mistake ids results.json promises (design.md); the catalogue may add more.
 DESIGN_IDS = {
     "no_scale", "scale_by_dk", "softmax_wrong_axis", "mask_by_multiplying", "mask_after_softmax",
     "mask_inverted", "mask_not_applied", "no_empty_row_error", "causal_excludes_diagonal",
     "causal_upper_triangle", "padding_on_queries", "split_without_transpose",
-    "merge_without_transpose", "missing_output_projection",
+    "merge_without_transpose", "missing_output_projection", "causal_true_means_blocked",
 }
 
 REFERENCE = catalogue.reference_source()
@@ -152,19 +153,19 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     "answer_forms": '''
 import numpy as np
 
-trace_projected = [2, 3, 8]
-trace_split = [2.0, 2.0, 3.0, 4.0]
-trace_weights = (np.int64(2), 2, 3, 3)
-trace_mixed = tuple(np.array([2, 2, 3, 4]).tolist())
-trace_merged = torch.tensor([2, 3, 8])
-trace_output = (torch.tensor(2), 3, torch.tensor(8.0))
-answer_weights_shape = [5, 7]
+trace_projected = [4, 5, 12]
+trace_split = [4.0, 3.0, 5.0, 4.0]
+trace_weights = (np.int64(4), 3, 5, 5)
+trace_mixed = tuple(np.array([4, 3, 5, 4]).tolist())
+trace_merged = torch.tensor([4, 5, 12])
+trace_output = (torch.tensor(4), 5, torch.tensor(12.0))
+answer_weights_shape = [6, 4]
 answer_causal_sees_current = np.bool_(True)
 answer_earlier_outputs_change = torch.tensor(False)
 answer_heads_split_sequence = 0
 answer_weights_factor = 1.0
-answer_output_factor = np.int64(2)
-answer_growth_factor = 16.0
+answer_output_factor = np.int64(3)
+answer_growth_factor = 9.0
 ''',
     "prints_and_warns": '''
 import sys
@@ -210,22 +211,161 @@ class SourceProvider:
 
 # Well-formed but wrong answers: the feedback must name them without giving the right values away.
 WRONG_ANSWERS = '''
-trace_projected = (2, 3, 4)
-trace_split = (2, 3, 2, 4)
-trace_weights = (2, 2, 3, 4)
-trace_mixed = (2, 2, 4, 3)
-trace_merged = (2, 8, 3)
-trace_output = (2, 3, 4)
-answer_output_shape = (3, 5)
-answer_weights_shape = (7, 5)
+trace_projected = (4, 5, 4)
+trace_split = (4, 5, 3, 4)
+trace_weights = (4, 3, 5, 4)
+trace_mixed = (4, 3, 4, 5)
+trace_merged = (4, 12, 5)
+trace_output = (4, 5, 4)
+answer_output_shape = (9, 6)
+answer_weights_shape = (4, 6)
 answer_causal_sees_current = False
 answer_heads_split_sequence = True
-answer_weights_factor = 2
+answer_weights_factor = 3
 answer_output_factor = 1
 answer_earlier_outputs_change = True
-answer_growth_factor = 4
+answer_growth_factor = 3
 '''
-RIGHT_ANSWER_TEXTS = ("(2, 3, 8)", "(2, 2, 3, 4)", "(2, 2, 3, 3)", "(5, 3)", "(5, 7)", "16", "True", "False", "[2, 3, 8]")
+RIGHT_ANSWER_TEXTS = ("(4, 5, 12)", "(4, 3, 5, 4)", "(4, 3, 5, 5)", "(6, 9)", "(6, 4)", "True", "False", "[4, 5, 12]")
+# The chapter's own printed answers, which the notebook no longer asks for: copying them must fail.
+CHAPTER_ANSWERS = '''
+trace_projected = (2, 3, 8)
+trace_split = (2, 2, 3, 4)
+trace_weights = (2, 2, 3, 3)
+trace_mixed = (2, 2, 3, 4)
+trace_merged = (2, 3, 8)
+trace_output = (2, 3, 8)
+answer_output_shape = (5, 3)
+answer_weights_shape = (5, 7)
+answer_weights_factor = 1
+answer_output_factor = 2
+answer_growth_factor = 16
+'''
+
+
+# The new catalogue entries written in other styles a student would use: each must be diagnosed as
+# exactly its own id (a mask meaning "blocked" must never be called causal_excludes_diagonal).
+NEW_ENTRY_STYLES: dict[str, tuple[str, str]] = {
+    "triu_function": ("causal_true_means_blocked", '''
+import torch
+
+def causal_allowed(size):
+    return torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
+'''),
+    "not_tril": ("causal_true_means_blocked", '''
+import torch
+
+def causal_allowed(size):
+    return ~torch.ones(size, size, dtype=torch.bool).tril()
+'''),
+    "arange_greater": ("causal_true_means_blocked", '''
+import torch
+
+def causal_allowed(size):
+    return torch.arange(size)[None, :] > torch.arange(size)[:, None]
+'''),
+    "bias_plus_1e9": ("additive_mask_wrong_sign", '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        bias = torch.zeros_like(scores).masked_fill(~allowed, 1e9)
+        scores = scores + bias
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
+    "literal_1_4142": ("scale_by_fixed_number", '''
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / 1.4142
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
+    "value_size_power": ("scale_by_dv", '''
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = torch.matmul(query, key.transpose(-1, -2)) / value.size(-1) ** 0.5
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+'''),
+    "inline_einsum_sqrt_d_model": ("multi_head_scale_by_model_width", '''
+import math
+import torch
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    d_model = w_q.shape[0]
+    q, k, v = split_heads(x @ w_q, num_heads), split_heads(source @ w_k, num_heads), split_heads(source @ w_v, num_heads)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d_model)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(-1)
+    return merge_heads(weights @ v) @ w_o, weights
+'''),
+    "one_projection_reused": ("shared_projection", '''
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    projected = split_heads(source @ w_q, num_heads)
+    heads, weights = scaled_attention(split_heads(x @ w_q, num_heads), projected, projected, allowed)
+    return merge_heads(heads) @ w_o, weights
+'''),
+}
+
+# A student whose scaled_attention is wrong and whose multi_head_attention keeps whatever
+# scaled_attention it finds bound during its calls (the reference's stand-in, when the grader swaps
+# it in), and the reference's answers on every input seen so far, to use them in later calls.
+STASHER = '''
+_stash = {}
+_seen = []
+_answers = []
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    _stash.setdefault("attention", scaled_attention)
+    if not _answers:
+        for args in list(_seen)[:50]:
+            try:
+                _answers.append((args, scaled_attention(*args)))
+            except Exception:
+                pass
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    heads, weights = scaled_attention(query, key, value, allowed)
+    return merge_heads(heads) @ w_o, weights
+
+_own_attention = scaled_attention
+
+def scaled_attention(query, key, value, allowed=None):
+    if len(_seen) < 50:
+        _seen.append((query, key, value, allowed))
+    for (q, k, v, a), answer in _answers:
+        if q.shape == query.shape and torch.equal(q, query) and torch.equal(k, key):
+            return answer
+    stashed = _stash.get("attention")
+    if stashed is not None:
+        try:
+            return stashed(query, key, value, allowed)
+        except Exception:
+            pass
+    return _own_attention(query, key, value, allowed)
+'''
 
 
 # Computes no attention at all, yet has both properties the property tests look for: it raises
@@ -248,6 +388,7 @@ def submissions() -> dict[str, str | Path]:
     sources: dict[str, str | Path] = {
         "reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS,
         "property_faker": REFERENCE + PROPERTY_FAKER,
+        "chapter_answers": REFERENCE + CHAPTER_ANSWERS,
     }
     for name, path in (("solution_notebook", SOLUTION), ("release_notebook", RELEASE)):
         if path.exists():
@@ -256,6 +397,11 @@ def submissions() -> dict[str, str | Path]:
         sources[f"alternative_{name}"] = REFERENCE + "\n" + source
     for mistake in catalogue.MISTAKES:
         sources[f"mistake_{mistake.id}"] = REFERENCE + "\n" + mistake.source
+    for name, (_, source) in UNCATALOGUED.items():
+        sources[f"wrong_{name}"] = REFERENCE + "\n" + source
+    for name, (_, source) in NEW_ENTRY_STYLES.items():
+        sources[f"style_{name}"] = REFERENCE + "\n" + source
+    sources["stasher"] = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
     return sources
 
 
@@ -402,3 +548,252 @@ def test_feedback_never_shows_test_source(autograder_results):
     assert messages, "some submissions must fail"
     for message in messages:
         assert not any(leak in message for leak in leaks), message
+
+
+NEW_IDS = (
+    "causal_true_means_blocked", "additive_mask_wrong_sign", "scale_by_dv", "scale_by_fixed_number",
+    "multi_head_scale_by_model_width", "shared_projection",
+)
+
+
+def test_new_entries_are_in_the_catalogue():
+    """Are the issue's new mistakes catalogued (each then checked by the per-mistake test above)?"""
+    ids = {mistake.id for mistake in catalogue.MISTAKES}
+    assert set(NEW_IDS) <= ids
+
+
+SINGLE_FUNCTION = [(f"mistake_{m.id}", m.function) for m in catalogue.MISTAKES] + [
+    (f"wrong_{name}", function) for name, (function, _) in UNCATALOGUED.items()
+]
+
+
+@pytest.mark.parametrize("submission,function", SINGLE_FUNCTION, ids=[name for name, _ in SINGLE_FUNCTION])
+def test_a_mistake_in_one_function_costs_only_that_functions_tests(autograder_results, submission, function):
+    """Does a solution with one wrong function lose points only on tests that grade that function
+    (multi-head, future perturbation and mask tests re-run with the reference dependency)?"""
+    results = autograder_results[submission]
+    assert score(results) < 100, summary(results)
+    for result in results:
+        if result.status != "passed":
+            assert function in result.functions, f"{result.nodeid} grades {result.functions}, not {function}:\n" + summary(results)
+
+
+def test_a_swapped_dependency_is_named_on_the_page(autograder_results):
+    """When the student's scaled_attention is wrong, do the multi-head tests pass with the reference
+    in its place and say so, pointing at part 1?"""
+    results = autograder_results["mistake_softmax_wrong_axis"]
+    multi_head = [r for r in results if r.grade_id == "check_multi_head"]
+    assert multi_head and all(r.status == "passed" and r.substituted == ["scaled_attention"] for r in multi_head), summary(results)
+    for result in multi_head:
+        assert "这一项用参考的 scaled_attention 代替了你的实现" in result.output
+        assert "第 1 部分" in result.output and "先修正它" in result.output
+    # Tests of the student's own scaled_attention are never given the reference.
+    assert all(not r.substituted for r in results if "scaled_attention" in r.functions)
+    # A correct submission's dependent tests run as they are, with nothing substituted.
+    assert all(not r.substituted and not r.output for r in autograder_results["reference"])
+
+
+def test_a_stashed_reference_gains_nothing(autograder_results):
+    """Does a student that keeps whatever scaled_attention it sees during a swapped multi-head call
+    (and the answers it got through it) score no more than the same mistake without the trick?"""
+    stasher, plain = autograder_results["stasher"], autograder_results["mistake_softmax_wrong_axis"]
+    assert score(stasher) <= score(plain), summary(stasher)
+    own = lambda results: {r.nodeid: r.status for r in results if "scaled_attention" in r.functions}  # noqa: E731
+    assert own(stasher) == own(plain)
+
+
+@pytest.mark.parametrize("style", list(NEW_ENTRY_STYLES))
+def test_new_entries_written_in_other_styles_are_diagnosed_as_themselves(autograder_results, style):
+    """Is each new mistake, written the way a student might, diagnosed as exactly its own id?"""
+    expected, _ = NEW_ENTRY_STYLES[style]
+    results = autograder_results[f"style_{style}"]
+    assert score(results) < 100
+    assert all_diagnoses(results) == {expected}, summary(results)
+
+
+@pytest.mark.parametrize("submission", ["mistake_causal_true_means_blocked", "style_triu_function", "style_not_tril", "style_arange_greater"])
+def test_a_mask_meaning_blocked_is_never_called_excludes_diagonal(autograder_results, submission):
+    """A causal mask with True = blocked (triu(diagonal=1)) is [[False]] at size 1, like a mask that
+    excludes the diagonal: is it never diagnosed causal_excludes_diagonal?"""
+    results = autograder_results[submission]
+    assert "causal_excludes_diagonal" not in all_diagnoses(results), summary(results)
+    assert all_diagnoses(results) == {"causal_true_means_blocked"}
+
+
+def test_uncatalogued_mistakes_are_never_given_a_catalogue_id(autograder_results):
+    """Do at least ten realistic mistakes that are not in the catalogue get no diagnosis at all
+    (a wrong name is worse than none)?"""
+    assert len(UNCATALOGUED) >= 10
+    named = {name: sorted(all_diagnoses(autograder_results[f"wrong_{name}"])) for name in UNCATALOGUED}
+    assert all(not ids for ids in named.values()), named
+    assert all(score(autograder_results[f"wrong_{name}"]) < 100 for name in UNCATALOGUED)
+
+
+def test_the_sandbox_forgets_everything_a_swapped_call_saw():
+    """In the real sandbox: after a multi-head call run with the reference scaled_attention swapped
+    in, does the student's own scaled_attention still give its own (wrong) answer, even on an input
+    whose reference answer it asked for during that call, with nothing kept from the call?"""
+    from attnkit.notebook import CodeCell
+    from attnkit.sandbox import Limits, Submission, Zygote
+
+    source = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
+    reference = catalogue.reference_namespace()
+    wrong = catalogue.mistake_namespaces()["softmax_wrong_axis"]
+    query = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # (T=3, d=2)
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 5, 6, generator=generator)  # (B, T, D)
+    weights = [torch.randn(6, 6, generator=generator) for _ in range(4)]
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, source)], Limits())
+    try:
+        session.start()
+        assert all(run.ok for run in session.runs), session.runs
+        before = session.call("scaled_attention", (query, query, query), {})
+        swapped = session.call_with("multi_head_attention", (x, *weights, 2), {}, {"scaled_attention": reference["scaled_attention"]})
+        after = session.call("scaled_attention", (query, query, query), {})
+        stash, answers = session.variable("_stash"), session.variable("_answers")
+    finally:
+        session.close()
+        zygote.close()
+    expected_mha = reference["multi_head_attention"](x, *weights, 2)[0]
+    assert swapped.error_type is None and torch.allclose(swapped.value[0], expected_mha, atol=1e-5), swapped
+    own = wrong["scaled_attention"](query, query, query)[1]
+    right = reference["scaled_attention"](query, query, query)[1]
+    assert torch.allclose(before.value[1], own) and not torch.allclose(own, right)
+    assert torch.allclose(after.value[1], own), "the reference leaked into a later call"
+    assert stash.value == {} and answers.value == []
+
+
+def test_a_stashed_stand_in_refuses_after_its_call():
+    """In-process (the development backend): is the stand-in a student kept from a swapped call
+    useless afterwards, and the student's own binding restored?"""
+    student = Student(LocalBackend.from_source(REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER))
+    own = student.backend.namespace["scaled_attention"]
+    x = torch.randn(2, 5, 6)
+    weights = [torch.randn(6, 6) for _ in range(4)]
+    student.substitutes = {"scaled_attention": catalogue.reference_namespace()["scaled_attention"]}
+    student.multi_head_attention(x, *weights, 2)
+    student.substitutes = {}
+    assert student.backend.namespace["scaled_attention"] is own
+    stand_in = student.backend.namespace["_stash"]["attention"]
+    with pytest.raises(RuntimeError):
+        stand_in(x, x, x)
+
+
+def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
+    """The shape trace and the self-test ask for other numbers than the chapter prints: do the
+    chapter's own answers fail every question whose numbers changed (and keep the rest)?"""
+    results = {r.nodeid.split("::")[-1]: r for r in autograder_results["chapter_answers"]}
+    changed = ("test_projection_and_split", "test_weights_and_mixing", "test_merge_and_output",
+               "test_output_and_weights_shapes", "test_values_times_two", "test_earlier_outputs_and_growth")
+    for name in changed:
+        assert results[name].status == "failed", name
+    for name in ("test_causal_sees_current", "test_heads_do_not_split_sequence"):
+        assert results[name].status == "passed", name
+
+
+def run_visible_cells(mistake_source: str = "") -> dict[str, str]:
+    """Run the solution notebook's code cells in order in this process (trusted: our own notebook),
+    with ``mistake_source`` run right after the model answers, as a student's wrong cell would
+    replace them; return the cells that raised (grade_id or first line -> error type)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    namespace: dict = {"__name__": "__main__"}
+    failed: dict[str, str] = {}
+    cells = [c for c in json.loads(SOLUTION.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    last_solution = max(i for i, c in enumerate(cells) if c["metadata"].get("nbgrader", {}).get("grade_id") == "multi_head_attention")
+    for index, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        name = cell["metadata"].get("nbgrader", {}).get("grade_id") or source.splitlines()[0]
+        try:
+            exec(compile(source, "<cell>", "exec"), namespace)
+        except Exception as error:  # noqa: BLE001 - a failing visible check is what we look for
+            failed[name] = type(error).__name__
+        if mistake_source and cell["metadata"].get("nbgrader", {}).get("solution") and index <= last_solution:
+            exec(compile(mistake_source, "<mistake>", "exec"), namespace)
+    return failed
+
+
+@pytest.mark.parametrize("mistake_id", ["scale_by_dv", "scale_by_fixed_number", "shared_projection", "multi_head_scale_by_model_width"])
+def test_visible_self_checks_catch_the_cheap_mistakes(mistake_id):
+    """Do the notebook's visible, torch-only self-checks already stop the mistakes the hidden suite
+    punishes (√d_v or a fixed √2 as the scale, one projection for Q/K/V, √D in multi-head), while
+    the model answers pass every one of them?"""
+    assert run_visible_cells() == {}
+    failed = run_visible_cells(catalogue.by_id(mistake_id).source)
+    assert "AssertionError" in failed.values(), failed
+
+
+FAILING_STYLES = {
+    # name: (the student's scaled_attention body line that fails, what the explanation must say)
+    "dot_t": ("scores = query @ key.T", ".T 会把张量的所有维度倒过来"),
+    "matmul_shapes": ("scores = query @ value.transpose(-2, -1)", "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维"),
+    "view_non_contiguous": ("scores = (query @ key.transpose(-2, -1)).transpose(-2, -1).view(-1)", "view 只能用在内存连续的张量上"),
+    "dtype_mismatch": ("scores = query @ key.transpose(-2, -1).double()", "数据类型不一致"),
+}
+
+
+@pytest.mark.parametrize("style", list(FAILING_STYLES))
+def test_common_torch_failures_are_explained_at_the_students_line(style):
+    """Does a common torch failure come back with the student's own failing line (never the
+    grader's), a Chinese explanation, and no traceback or path?"""
+    from attnkit.plugin import error_info, failure_message
+
+    line, explanation = FAILING_STYLES[style]
+    source = f"import torch\n\ndef scaled_attention(query, key, value, allowed=None):\n    {line}\n    return scores, scores\n"
+    student = Student(LocalBackend.from_source(source))
+    query = torch.randn(2, 3, 4, 5)  # (B, h, T, d_k)
+    value = torch.randn(2, 3, 4, 7)  # d_v = 7 != d_k
+    with pytest.raises(Exception) as caught:
+        student.scaled_attention(query, query, value)
+    info = error_info(caught.value)
+    assert info["text"] == line and info["line"] == 4 and info["function"] == "scaled_attention"
+    assert explanation in info["explanation"], info
+    message = failure_message(caught.value)
+    assert line in message and explanation in message
+    assert "Traceback" not in message and ".py" not in message and "site-packages" not in message
+
+
+def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
+    """During a swapped call, does the trusted side answer the stand-in for the swapped name only,
+    refuse huge inputs and stop after its call budget, without the call itself failing?"""
+    from attnkit.notebook import CodeCell
+    from attnkit.sandbox import Limits, Submission, Zygote
+
+    source = REFERENCE + '''
+import torch
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    report = []
+    small = torch.ones(1, 2, 2)
+    try:
+        scaled_attention(torch.zeros(2_000_000, 1), torch.zeros(2_000_000, 1), torch.zeros(2_000_000, 1))
+        report.append("huge answered")
+    except RuntimeError:
+        report.append("huge refused")
+    answered = 0
+    for _ in range(100):
+        try:
+            scaled_attention(small, small, small)
+            answered += 1
+        except RuntimeError:
+            pass
+    report.append(answered)
+    return report
+'''
+    reference = catalogue.reference_namespace()
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, source)], Limits())
+    try:
+        session.start()
+        outcome = session.call_with("multi_head_attention", (torch.zeros(1, 2, 2), *[torch.eye(2)] * 4, 1), {},
+                                    {"scaled_attention": reference["scaled_attention"]})
+        later = session.call("scaled_attention", (torch.ones(1, 2, 2),) * 3, {})
+    finally:
+        session.close()
+        zygote.close()
+    assert outcome.error_type is None, outcome
+    assert outcome.value[0] == "huge refused"
+    assert outcome.value[1] == Submission.MAX_CALLBACKS - 1  # the refused huge call counted too
+    assert later.error_type is None  # the student's own function, unaffected

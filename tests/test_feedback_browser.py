@@ -64,3 +64,59 @@ def test_screenshot_shows_the_heatmaps(page: Path, tmp_path: Path) -> None:
     dark = sum(count for count, (r, g, b) in colours if r < 80 and g < 80 and b < 80)
     assert blue > 2000, f"heatmap cells not visible ({blue} blue pixels)"
     assert dark > 2000, f"hardly any text rendered ({dark} dark pixels)"
+
+
+@pytest.fixture(scope="module")
+def key_t_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The feedback page of a student whose scaled_attention uses key.T instead of
+    key.transpose(-2, -1) (right on the chapter's 2-D example, wrong with batch and head dims)."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
+    base = tmp_path_factory.mktemp("browser_key_t")
+    notebook = json.loads((DEMO / "xiaolin" / "ch19-attention" / "attention.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "scaled_attention")
+    source = "".join(cell["source"])
+    assert "key.transpose(-2, -1)" in source
+    cell["source"] = source.replace("key.transpose(-2, -1)", "key.T")
+    target = base / "submitted" / "keyt" / "ch19-attention"
+    target.mkdir(parents=True)
+    (target / "attention.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(base / "submitted"), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
+                   check=True, env=env, timeout=300)
+    return base / "out" / "keyt" / "ch19-attention" / "feedback.html"
+
+
+def visible_text(page: Path, tmp_path: Path) -> tuple[str, str]:
+    """(the DOM as Chromium builds it, the text a reader sees: innerText leaves closed <details> out)."""
+    import html
+
+    probe = tmp_path / "visible.html"
+    script = '<script>document.body.setAttribute("data-visible", document.body.innerText)</script></body>'
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", script), encoding="utf-8")
+    dom = chromium("--dump-dom", probe.as_uri(), profile=tmp_path / "profile").stdout
+    start = dom.index('data-visible="') + len('data-visible="')
+    return dom, html.unescape(dom[start:dom.index('"', start)])
+
+
+def test_key_t_page_explains_once_and_folds_the_repeats(key_t_page: Path, tmp_path: Path) -> None:
+    """Does the key.T page show one expanded Chinese explanation ("从这里开始") with the student's
+    failing line and its section title, and fold the other tests that failed for the same reason?"""
+    results = json.loads((key_t_page.parent / "results.json").read_text(encoding="utf-8"))
+    failed = [t for t in results["tests"] if t["status"] == "failed"]
+    assert len(failed) >= 10 and all(t.get("error", {}).get("text", "").startswith("scores = query @ key.T") for t in failed)
+    dom, seen = visible_text(key_t_page, tmp_path)
+    assert dom.count('class="cause"') == 1
+    assert dom.count('<details class="repeat"') == len(failed) and "<details open" not in dom
+    assert seen.count("从这里开始") >= 1
+    assert seen.count(".T 会把张量的所有维度倒过来") == 1, "the explanation is shown once, expanded"
+    # The failing line, once in its own block (torch's warning may quote it again beside itself).
+    assert dom.count("data-failing-line=") == 1 and "scores = query @ key.T / sqrt(query.shape[-1])" in seen
+    assert "「练习 4.1：`scaled_attention`」一节" in seen, "the cell is named by its section title"
+    assert "key.transpose(-2, -1)" in seen
+    assert seen.count("The use of `x.T` on tensors of dimension other than 2") == 1, "torch's warning, shown once with the cause"
+    # The multi-head tests pass with the reference scaled_attention and say so.
+    assert "这一项用参考的 scaled_attention 代替了你的实现" in seen
+    # Never the grader's paths or the hidden tests' source.
+    for leak in ("autograder/", "test_ch19", "student.", "Traceback", "site-packages"):
+        assert leak not in seen, leak

@@ -34,22 +34,22 @@ STUDENT_FUNCTIONS = {
 }
 ANSWER_CELLS = {
     "shape_trace": {
-        "trace_projected": (2, 3, 8),
-        "trace_split": (2, 2, 3, 4),
-        "trace_weights": (2, 2, 3, 3),
-        "trace_mixed": (2, 2, 3, 4),
-        "trace_merged": (2, 3, 8),
-        "trace_output": (2, 3, 8),
+        "trace_projected": (4, 5, 12),
+        "trace_split": (4, 3, 5, 4),
+        "trace_weights": (4, 3, 5, 5),
+        "trace_mixed": (4, 3, 5, 4),
+        "trace_merged": (4, 5, 12),
+        "trace_output": (4, 5, 12),
     },
     "self_test": {
-        "answer_output_shape": (5, 3),
-        "answer_weights_shape": (5, 7),
+        "answer_output_shape": (6, 9),
+        "answer_weights_shape": (6, 4),
         "answer_causal_sees_current": True,
         "answer_heads_split_sequence": False,
         "answer_weights_factor": 1,
-        "answer_output_factor": 2,
+        "answer_output_factor": 3,
         "answer_earlier_outputs_change": False,
-        "answer_growth_factor": 16,
+        "answer_growth_factor": 9,
     },
 }
 MANUAL_CELLS = ("manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row",

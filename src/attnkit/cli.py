@@ -34,7 +34,7 @@ from attnkit.engine import (
     results_path,
     shard_of,
 )
-from attnkit.feedback import feedback_html, load_catalogue, report_html
+from attnkit.feedback import causes, feedback_html, load_catalogue, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.sandbox import Limits
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, PARTS, fit, results_json
@@ -245,8 +245,17 @@ def command_check(args: argparse.Namespace) -> int:
         for part, title in PARTS.items():
             scores = results["parts"].get(part, {})
             print(f"{title:<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
-        for test in results["tests"]:
-            if test["status"] != "passed":
+        tests = [dict(test) for test in results["tests"]]
+        for cause in causes(tests):  # each runtime error once, before the tests it broke
+            print(f"从这里开始 {cause['number']}：你的 {cause['function']} 抛出了 {cause['type']}（{len(cause['tests'])} 项检查因此未通过）")
+            if cause.get("text"):
+                print(f"  出错的一行：{cause['place']}：{cause['text']}")
+            if cause.get("explanation"):
+                print(f"  {cause['explanation']}")
+        for test in tests:
+            if test.get("cause"):
+                print(f"  ✘ {test['name']}：见「从这里开始 {test['cause']}」")
+            elif test["status"] != "passed":
                 print(f"  ✘ {test['name']}：{test['output']}")
         catalogue = load_catalogue(DEFAULT_AUTOGRADER)
         for mistake in results["diagnoses"]:

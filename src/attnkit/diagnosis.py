@@ -4,11 +4,17 @@ A mistake is diagnosed for a failed test when its implementation, given exactly 
 student's code was given, reproduces every one of the student's outcomes (same exception type,
 or results equal within tolerance), while differing from the reference somewhere. NaN in the
 mistake's result means "undefined here" (a softmax over nothing) and matches any student value.
+
+A failed test may have stopped at a degenerate call (``causal_allowed(1)`` is ``[[False]]`` for
+several different mistakes), so the catalogue's *probes* (inputs on which its mistakes all differ)
+are replayed on the student's functions too and must be reproduced as well. When several mistakes
+fit and some fit without the NaN wildcard, only those are named: the wildcard is a concession to
+other styles of the same mistake, never a reason to prefer a looser explanation over an exact one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -66,6 +72,21 @@ def outcomes_match(student: Outcome, candidate: Outcome) -> bool:
     return values_match(student.value, candidate.value)
 
 
+def _has_nan(value: object) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point() and bool(torch.isnan(value).any())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nan(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_nan(item) for item in value.values())
+    return False
+
+
+def _exact(student: Outcome, candidate: Outcome) -> bool:
+    """A match that did not need the NaN wildcard."""
+    return student.raised or candidate.raised or not _has_nan(candidate.value) or _has_nan(student.value)
+
+
 def _diagnosable(calls: Iterable[Call]) -> list[Call]:
     relevant = [call for call in calls if not call.is_variable]
     # An unfinished stub or a crash is not a misconception.
@@ -74,21 +95,43 @@ def _diagnosable(calls: Iterable[Call]) -> list[Call]:
     return relevant
 
 
+Probe = Callable[[str, tuple, dict], Outcome]
+
+
+def probe_calls(calls: Iterable[Call], probes: Mapping[str, list[tuple[tuple, dict]]], run: Probe) -> list[Call]:
+    """The catalogue's probe inputs for every function the failed test called, run on the
+    student's function by ``run`` (through the sandbox)."""
+    names = list(dict.fromkeys(call.name for call in calls if not call.is_variable))
+    extra = []
+    for name in names:
+        for args, kwargs in probes.get(name, []):
+            extra.append(Call(name, args, kwargs, run(name, args, kwargs)))
+    return extra
+
+
 def diagnose(
-    calls: Iterable[Call], reference: dict, mistakes: Mapping[str, dict]
+    calls: Iterable[Call], reference: dict, mistakes: Mapping[str, dict],
+    probes: Mapping[str, list[tuple[tuple, dict]]] | None = None, run: Probe | None = None,
 ) -> list[str]:
-    """Ids of the mistakes whose implementations reproduce all of ``calls``' outcomes."""
+    """Ids of the mistakes whose implementations reproduce all of ``calls``' outcomes (and the
+    student's outcomes on the probe inputs, when ``probes`` and ``run`` are given)."""
     relevant = _diagnosable(calls)
     if not relevant:
         return []
+    if probes and run is not None:
+        relevant = _diagnosable(relevant + probe_calls(relevant, probes, run))
+        if not relevant:
+            return []
 
     inputs = [protocol.encode((call.args, call.kwargs)) for call in relevant]
     expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs)]
-    found = []
+    found, exact = [], []
     for mistake_id, namespace in mistakes.items():
         outcomes = [_replay(namespace, call.name, data) for call, data in zip(relevant, inputs)]
         reproduces_student = all(outcomes_match(call.outcome, got) for call, got in zip(relevant, outcomes))
         differs_from_reference = any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected))
         if reproduces_student and differs_from_reference:
             found.append(mistake_id)
-    return found
+            if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes)):
+                exact.append(mistake_id)
+    return exact or found

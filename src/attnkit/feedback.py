@@ -63,7 +63,29 @@ def _weights_differ(panel: dict[str, Any]) -> bool:
     return any(abs(s - e) > 1e-4 for srow, erow in zip(student, expected) for s, e in zip(srow, erow))
 
 
+def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The distinct runtime errors behind the failed tests, in page order: each is shown once,
+    expanded ("从这里开始"), and the tests it made fail are folded under it. Marks each test
+    with ``cause`` (1-based) and ``repeat`` (not the first test of its cause)."""
+    found: dict[str, dict[str, Any]] = {}
+    for test in tests:
+        error = test.get("error") or {}
+        key = error.get("key")
+        if test.get("status") == "passed" or not key:
+            continue
+        cause = found.get(key)
+        if cause is None:
+            cause = found[key] = {**error, "number": len(found) + 1, "tests": []}
+        test["cause"] = cause["number"]
+        test["repeat"] = bool(cause["tests"])
+        cause["tests"].append(test["name"])
+    return list(found.values())
+
+
 def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) -> str:
+    results = {**results, "tests": [dict(test) for test in results["tests"]]}  # marked below, not the caller's
+    ordered = [t for grade_id in list(PARTS) + ["other"] for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
+    error_causes = causes(ordered)
     parts = []
     for grade_id, title in list(PARTS.items()) + [("other", "其他")]:
         tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
@@ -78,6 +100,7 @@ def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]])
         evidence=evidence,
         show_heatmaps=show_heatmaps,
         heat=heat,
+        causes=error_causes,
     )
 
 

@@ -142,7 +142,9 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) 
             lines.append(f"- {mistake}{where}：{info.get('zh', '')}".rstrip("："))
     for cell in results.get("cells", []):
         if cell.get("error_type"):
-            lines.append(f"单元格 {cell.get('grade_id') or cell.get('index')} 运行出错：{cell.get('error_type')}：{cell.get('message', '')}"[:500])
+            # A student finds a cell by its section heading, not by an index that counts markdown cells.
+            where = f"「{cell['section']}」一节的单元格" if cell.get("section") else f"单元格 {cell.get('grade_id') or cell.get('index')}"
+            lines.append(f"{where}运行出错：{cell.get('error_type')}：{cell.get('message', '')}"[:500])
     return "\n".join(lines)
 
 

@@ -128,6 +128,7 @@ class CodeCell:
     grade_id: str = ""
     is_check: bool = False  # a visible nbgrader test cell: the hidden suite replaces it
     skip: bool = False  # tagged by the instructor as a demo (a plot, an experiment) grading needs not run
+    section: str = ""  # the nearest markdown heading above the cell: how a student finds it
 
 
 @dataclass
@@ -146,6 +147,16 @@ def _text(source: object) -> str:
     if isinstance(source, list):
         return "".join(part for part in source if isinstance(part, str))
     return source if isinstance(source, str) else ""
+
+
+def _heading(markdown: str) -> str:
+    """The last markdown heading (``#`` .. ``######``) of a cell, without its hashes, or ""."""
+    found = ""
+    for line in markdown.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#") and stripped.lstrip("#").startswith(" "):
+            found = stripped.lstrip("#").strip()[:120]
+    return found
 
 
 def read_notebook(path: Path) -> Notebook:
@@ -181,7 +192,10 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
         notebook.problem = "笔记本里没有单元格列表（cells），可能不是 Jupyter 笔记本"
         return notebook
     seen_ids: set[str] = set()
+    section = ""
     for index, cell in enumerate(cells):
+        if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
+            section = _heading(_text(cell.get("source"))) or section
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
@@ -194,7 +208,7 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
         seen_ids.add(grade_id)
         is_check = bool(nbgrader.get("grade")) and not nbgrader.get("solution")
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
-        notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check, SKIP_TAG in tags))
+        notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check, SKIP_TAG in tags, section))
     if not any(cell.source.strip() for cell in notebook.cells):
         notebook.problem = "笔记本中没有任何代码"
     elif not seen_ids - {""}:

@@ -2,7 +2,14 @@
 
 The hidden tests mark each test with ``@pytest.mark.points(n)`` and
 ``@pytest.mark.grade_id("check_...")`` (module-level ``pytestmark`` works too) and call the
-submission only through the ``student`` fixture. One pytest session can grade many submissions:
+submission only through the ``student`` fixture.
+
+Each function is graded on its own: a test marks the student functions it grades with
+``@pytest.mark.function(name, ...)`` and the student functions that those call (or that the test
+feeds them) with ``@pytest.mark.depends_on(name, ...)``. Tests run after the tests of their
+dependencies; when a dependency has failed one of its own tests, a failing dependent test is run
+again with the trusted reference in the dependency's place (for each call only, see
+``Student.substitutes``), and its result says so. One pytest session can grade many submissions:
 the fixture is parametrised over the provider's submission ids with session scope, so pytest runs
 every test for one submission, tears its sandbox down, then moves to the next.
 
@@ -56,6 +63,12 @@ class TestResult:
     status: str  # "passed" | "failed"
     output: str = ""
     diagnoses: list[str] = field(default_factory=list)
+    # Student functions replaced by the reference for this test (a dependency that failed its own tests).
+    substituted: list[str] = field(default_factory=list)
+    # The student functions this test grades (its ``function`` markers).
+    functions: list[str] = field(default_factory=list)
+    # The student's exception, structured (``error_info``), when one made the test fail.
+    error: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,10 +84,69 @@ def grade_id_of(item: pytest.Item) -> str:
     return str(marker.args[0]) if marker else ""
 
 
+def functions_of(item: pytest.Item) -> tuple[str, ...]:
+    """The student functions this test grades (its own ``function`` markers)."""
+    return tuple(name for marker in item.iter_markers("function") for name in marker.args)
+
+
+def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
+    """The student functions the graded ones rely on (``depends_on`` markers)."""
+    return tuple(name for marker in item.iter_markers("depends_on") for name in marker.args)
+
+
+def substitution_note(functions: dict[str, str], passed: bool) -> str:
+    """The page's sentence for a test run with reference dependencies (function -> failed part)."""
+    from attnkit.scoring import PARTS
+
+    parts = list(PARTS)
+    names = "、".join(functions)
+    where = "、".join(dict.fromkeys(
+        f"第 {parts.index(grade_id) + 1} 部分「{PARTS[grade_id]}」" if grade_id in PARTS else "它自己的检查"
+        for grade_id in functions.values()
+    ))
+    own = "你的实现没有" if len(functions) == 1 else "你的这些实现没有"
+    text = f"这一项用参考的 {names} 代替了你的实现，因为{own}通过{where}：先修正它。"
+    if not passed:
+        text += "换上参考实现之后这一项仍未通过，问题在这一项自己检查的函数里："
+    return text
+
+
 def title_of(item: pytest.Item) -> str:
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
     return first or getattr(item, "originalname", item.name)
+
+
+def error_info(error: BaseException) -> dict[str, Any]:
+    """A student's exception, structured for the page: type, message, the failing line of their
+    own code and where it is (section title, line in the cell), a Chinese explanation, warnings,
+    and a key shared by failures with one cause (the page shows each cause once)."""
+    if not isinstance(error, StudentRaised) or error.type_name == "NotImplementedError":
+        return {}
+    from attnkit.explain import explain
+
+    where = error.where or {}
+    text = str(where.get("text") or "")
+    function = str(where.get("function") or error.function)
+    section = str(where.get("section") or "")
+    line = where.get("line")
+    place = f"「{section}」一节，" if section else ""
+    place += f"函数 {function}" + (f" 的第 {line} 行（从单元格第一行数起）" if isinstance(line, int) else "")
+    message = str(error)
+    return {
+        "type": error.type_name,
+        "message": message[:2000],
+        "function": function,
+        "section": section,
+        "line": line if isinstance(line, int) else None,
+        "text": text,
+        "place": place,
+        "explanation": explain(error.type_name, message, text, error.warnings),
+        "warnings": list(error.warnings),
+        # One cause: the same exception from the same line of the same function (torch's message
+        # differs with each test's shapes); without a line, the same message.
+        "key": f"{error.type_name}|{function}|{text}" if text else f"{error.type_name}|{function}|{message[:300]}",
+    }
 
 
 def failure_message(error: BaseException) -> str:
@@ -88,7 +160,15 @@ def failure_message(error: BaseException) -> str:
     if isinstance(error, StudentRaised):
         if error.type_name == "NotImplementedError":
             return f"{error.function} 还没有完成（仍是 raise NotImplementedError()）。"
-        return f"你的 {error.function} 抛出了 {error.type_name}：{error}"
+        info = error_info(error)
+        text = f"你的 {error.function} 抛出了 {error.type_name}：{error}"
+        if info.get("text"):
+            text += f"\n出错的一行：{info['place']}：{info['text']}"
+        if info.get("explanation"):
+            text += f"\n{info['explanation']}"
+        if info.get("warnings"):
+            text += "\n运行时的警告：" + "；".join(info["warnings"])
+        return text
     if isinstance(error, AssertionError):
         return str(error) or "检查未通过。"
     # The student's value had an unexpected structure, so a check could not even be computed.
@@ -103,6 +183,10 @@ class GradingPlugin:
         self.catalogue_module = catalogue_module
         self.results: dict[str, list[TestResult]] = {}
         self._catalogue: Any = None
+        # Per submission: student function -> grade_id of the first of its own tests it failed.
+        self.failed_functions: dict[str, dict[str, str]] = {}
+        # nodeid[submission] -> the dependencies swapped for the reference in that test's run.
+        self.swapped: dict[str, dict[str, str]] = {}
 
     # -- the fixture ---------------------------------------------------------------------------
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -119,13 +203,61 @@ class GradingPlugin:
     def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", "points(n): points this hidden test is worth")
         config.addinivalue_line("markers", "grade_id(name): the notebook grade cell it belongs to")
+        config.addinivalue_line("markers", "function(*names): the student functions this test grades")
+        config.addinivalue_line("markers", "depends_on(*names): student functions the graded ones rely on")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Each test after the tests of its dependencies (otherwise in file order), so that a
+        dependency's own result is known when a dependent test runs."""
+        last_own: dict[str, int] = {}
+        for index, item in enumerate(items):
+            for name in functions_of(item):
+                last_own[name] = index
+        def key(pair: tuple[int, pytest.Item]) -> float:
+            index, item = pair
+            after = [last_own[name] for name in dependencies_of(item) if name in last_own]
+            return max([index, *[position + 0.5 for position in after]])
+        items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         proxy = item.funcargs.get("student")
         if isinstance(proxy, Student):
             proxy.calls = []
+            proxy.substitutes = {}
         yield
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        """Run the test; when it fails and a dependency failed its own tests, run it again with
+        the reference in the dependency's place (the second run's result is the test's)."""
+        proxy = pyfuncitem.funcargs.get("student")
+        if not isinstance(proxy, Student):
+            return None
+        arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        try:
+            pyfuncitem.obj(**arguments)
+            return True
+        except (AssertionError, Exception) as error:
+            if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
+                raise
+            submission_id = str(pyfuncitem.callspec.params.get("student")) if hasattr(pyfuncitem, "callspec") else ""
+            failed = self.failed_functions.get(submission_id, {})
+            swap = {name: failed[name] for name in dependencies_of(pyfuncitem) if name in failed}
+            if not swap:
+                raise
+        reference = self.catalogue().reference_namespace()
+        proxy.calls = []
+        proxy.substitutes = {name: reference[name] for name in swap}
+        self.swapped[pyfuncitem.nodeid] = swap
+        pyfuncitem.obj(**arguments)
+        return True
+
+    def catalogue(self) -> Any:
+        if self._catalogue is None:
+            self._catalogue = importlib.import_module(self.catalogue_module)
+        return self._catalogue
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> TestReport | None:
@@ -142,11 +274,23 @@ class GradingPlugin:
             call.duration, call.start, call.stop, user_properties=item.user_properties,
         )
         if call.when == "call" or (call.when == "setup" and failed):
-            self.record(item, str(submission_id), message, diagnose=call.when == "call")
+            error = call.excinfo.value if failed else None
+            self.record(item, str(submission_id), message, diagnose=call.when == "call", error=error)
         return report
 
-    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool) -> None:
+    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool,
+               error: BaseException | None = None) -> None:
         points = points_of(item)
+        swapped = self.swapped.pop(item.nodeid, {})
+        proxy = item.funcargs.get("student")
+        output = message or ""
+        if message is not None and isinstance(proxy, Student) and not isinstance(error, StudentRaised):
+            # A wrong value, not an exception: still show what the student's code warned about.
+            warned = list(dict.fromkeys(w for call in proxy.calls for w in call.outcome.warnings))[:3]
+            if warned:
+                output += "\n你的代码运行时发出了警告：" + "；".join(warned)
+        if swapped:
+            output = substitution_note(swapped, message is None) + output
         result = TestResult(
             name=title_of(item),
             nodeid=item.nodeid.split("[")[0],
@@ -154,19 +298,27 @@ class GradingPlugin:
             max_score=points,
             score=0.0 if message is not None else points,
             status="failed" if message is not None else "passed",
-            output=message or "",
+            output=output,
+            substituted=list(swapped),
+            functions=list(functions_of(item)),
+            error=error_info(error) if error is not None else {},
         )
-        proxy = item.funcargs.get("student")
+        if message is not None:
+            failed = self.failed_functions.setdefault(submission_id, {})
+            for name in functions_of(item):
+                failed.setdefault(name, result.grade_id)
         if message is not None and diagnose and isinstance(proxy, Student):
             result.diagnoses = self.diagnose(proxy)
+        if isinstance(proxy, Student):
+            proxy.substitutes = {}
         self.results.setdefault(submission_id, []).append(result)
 
     def diagnose(self, proxy: Student) -> list[str]:
         from attnkit.diagnosis import diagnose
 
-        if self._catalogue is None:
-            self._catalogue = importlib.import_module(self.catalogue_module)
-        return diagnose(proxy.calls, self._catalogue.reference_namespace(), self._catalogue.mistake_namespaces())
+        catalogue = self.catalogue()
+        probes = catalogue.probes() if hasattr(catalogue, "probes") else None
+        return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, proxy.probe)
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,15 @@ the catalogue of known mistakes.
 from __future__ import annotations
 
 import builtins
+import linecache
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
 from attnkit import protocol
+from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
 
 API_FUNCTIONS = (
     "scaled_attention",
@@ -32,6 +35,8 @@ class StudentRaised(Exception):
 
     type_name: str = "Exception"
     function: str = ""
+    where: dict | None = None
+    warnings: list[str] = []
 
 
 class StudentTimeout(Exception):
@@ -58,12 +63,15 @@ _MIRROR_CLASSES: dict[str, type[Exception]] = {
 }
 
 
-def student_exception(function: str, type_name: str, message: str) -> Exception:
+def student_exception(function: str, type_name: str, message: str, where: dict | None = None,
+                      warnings: list[str] | None = None) -> Exception:
     """Re-create the student's exception as a trusted class with the same builtin base."""
     cls = _MIRROR_CLASSES.get(type_name, type("StudentException", (StudentRaised,), {}))
     error = cls(message)
     error.type_name = type_name
     error.function = function
+    error.where = where
+    error.warnings = list(warnings or [])
     return error
 
 
@@ -74,6 +82,10 @@ class Outcome:
     value: Any = None
     error_type: str | None = None
     message: str = ""
+    # Where in the student's own code it failed ({function, line, text, cell_text}, plus section and
+    # cell once the trusted side has found the cell), and the warnings the call raised.
+    where: dict | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def raised(self) -> bool:
@@ -96,12 +108,23 @@ class Backend(Protocol):
     def variable(self, name: str) -> Outcome: ...
 
 
+# A backend may also offer ``call_with(name, args, kwargs, substitutes) -> Outcome``: the call runs
+# with each name in ``substitutes`` bound, for that call only, to a stand-in that asks the trusted
+# side for the reference function's result (tensors in, tensors out). Backends without it run the
+# plain call.
+Substitutes = dict[str, Callable[..., Any]]
+
+
 @dataclass
 class Student:
     """Proxy to one submission. Attribute access on an API name returns a callable."""
 
     backend: Backend
     calls: list[Call] = field(default_factory=list)
+    # Set by the plugin while a test is re-run with reference dependencies: these names are the
+    # trusted reference functions, both for the test's own direct calls and inside the student's
+    # functions (for the duration of each call only).
+    substitutes: Substitutes = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in API_FUNCTIONS:
@@ -112,9 +135,25 @@ class Student:
         """Call the student's function ``name``; raise what it raised, as a mirrored class."""
         # Record what was sent as it was sent: a test may edit its tensors in place afterwards.
         args, kwargs = snapshot(args), snapshot(kwargs)
-        outcome = self.backend.call(name, args, kwargs)
+        if name in self.substitutes:
+            # The test's own call to a substituted function: the reference answers, here, and it
+            # is no evidence about the student (not recorded for diagnosis).
+            return self._result(name, run_in_namespace(self.substitutes, name, args, kwargs))
+        outcome = self._run(name, args, kwargs)
         self.calls.append(Call(name, args, kwargs, outcome))
         return self._result(name, outcome)
+
+    def probe(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        """One unrecorded call (diagnosis probes), in the same substitution mode as the test."""
+        if name in self.substitutes:
+            return run_in_namespace(self.substitutes, name, snapshot(args), snapshot(kwargs))
+        return self._run(name, snapshot(args), snapshot(kwargs))
+
+    def _run(self, name: str, args: tuple, kwargs: dict) -> Outcome:
+        call_with = getattr(self.backend, "call_with", None)
+        if self.substitutes and call_with is not None:
+            return call_with(name, args, kwargs, self.substitutes)
+        return self.backend.call(name, args, kwargs)
 
     def get(self, name: str) -> Any:
         """The value of a top-level variable of the submission (an answer cell)."""
@@ -132,7 +171,7 @@ class Student:
             raise StudentMissing(outcome.message)
         if outcome.error_type == "__crashed__":
             raise SandboxCrashed(outcome.message)
-        raise student_exception(name, outcome.error_type, outcome.message)
+        raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings)
 
 
 def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plain: bool = True) -> Outcome:
@@ -141,13 +180,24 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
     function = namespace.get(name)
     if not callable(function):
         return Outcome(error_type="__missing__", message=f"没有找到函数 {name}")
-    try:
-        result = function(*args, **kwargs)
-        return Outcome(value=protocol.decode(protocol.encode(result)) if plain else result)
-    except protocol.Unsupported as error:
-        return unreadable(name, error)
-    except Exception as error:  # the student's own exception, reported by name and message
-        return Outcome(error_type=type(error).__name__, message=str(error)[:2000])
+    # Every warning of this call, even one Python or torch already showed once (torch warns about
+    # x.T once per process): the feedback shows them beside a failure.
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = function(*args, **kwargs)
+            outcome = Outcome(value=protocol.decode(protocol.encode(result)) if plain else result)
+        except protocol.Unsupported as error:
+            outcome = unreadable(name, error)
+        except Exception as error:  # the student's own exception, reported by name and message
+            outcome = Outcome(error_type=type(error).__name__, message=str(error)[:2000], where=student_frame(error.__traceback__))
+        finally:
+            torch.set_warn_always(warn_always)
+    seen = dict.fromkeys(warning_text(w.message, w.category, w.filename, w.lineno) for w in caught)
+    outcome.warnings = list(seen)[:MAX_WARNINGS]
+    return outcome
 
 
 def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
@@ -185,11 +235,56 @@ class LocalBackend:
     @classmethod
     def from_source(cls, source: str) -> "LocalBackend":
         namespace: dict = {"__name__": "__submission__"}
+        # Registered like IPython registers a cell, so a failing line can be shown.
+        linecache.cache["<submission>"] = (len(source), None, source.splitlines(True), "<submission>")
         exec(compile(source, "<submission>", "exec"), namespace)
         return cls(namespace)
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
         return run_in_namespace(self.namespace, name, args, kwargs)
 
+    def call_with(self, name: str, args: tuple, kwargs: dict, substitutes: Substitutes) -> Outcome:
+        """``call`` with ``substitutes`` bound for this call only, as the sandbox does it: the
+        student's namespace gets stand-ins that forward plain data to the reference while the
+        call runs and refuse afterwards (a stashed stand-in is useless), and the original
+        bindings come back in ``finally``."""
+        live: list[Substitutes] = [substitutes]
+        saved = {key: self.namespace[key] for key in substitutes if key in self.namespace}
+        for key in substitutes:
+            self.namespace[key] = substitute_stub(key, live)
+        try:
+            return run_in_namespace(self.namespace, name, args, kwargs)
+        finally:
+            live.clear()
+            for key in substitutes:
+                if key in saved:
+                    self.namespace[key] = saved[key]
+                else:
+                    self.namespace.pop(key, None)
+
     def variable(self, name: str) -> Outcome:
         return read_variable(self.namespace, name)
+
+
+def substitute_stub(name: str, live: list[Substitutes]) -> Callable[..., Any]:
+    """A stand-in for ``name`` that works only while ``live`` holds the substitutes (in-process
+    development backend; the sandbox's stand-in asks the trusted side over its channel)."""
+
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        if not live:
+            raise RuntimeError(f"参考的 {name} 只在评分时的那一次调用中可用")
+        outcome = run_in_namespace(live[0], name, snapshot(args), snapshot(kwargs))
+        if outcome.raised:
+            raise builtin_exception(outcome.error_type or "RuntimeError", outcome.message)
+        return outcome.value
+
+    stub.__name__ = stub.__qualname__ = name
+    return stub
+
+
+def builtin_exception(type_name: str, message: str) -> Exception:
+    """A plain built-in exception of that name (RuntimeError for anything else)."""
+    cls = getattr(builtins, type_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    return cls(message)

@@ -273,6 +273,65 @@ class Submission:
     def variable(self, name: str) -> Outcome:
         return self._ask({"op": "get", "name": name}, name)
 
+    # The most reference calls one substituted call may ask for, and their largest tensor: a
+    # multi-head call needs one; the bound keeps a hostile stand-in from making us compute much.
+    MAX_CALLBACKS = 64
+    MAX_CALLBACK_ELEMENTS = 1_000_000
+
+    def call_with(self, name: str, args: tuple, kwargs: dict, substitutes: dict[str, Any]) -> Outcome:
+        """``call`` with each name in ``substitutes`` standing, inside the sandbox and for this
+        call only, for the trusted function given here: the sandbox runs the call in a throwaway
+        fork whose stand-ins send ``callback`` frames, answered here with the trusted function's
+        result. Callbacks are honoured only while this request is open."""
+        message = {"op": "call_with", "name": name, "args": list(args), "kwargs": kwargs, "substitutes": sorted(substitutes)}
+        if self._given_up or self._channel is None:
+            return self._ask(message, name)
+        original, self._request = self._request, lambda request, seconds: self._request_answering(request, seconds, substitutes)
+        try:
+            return self._ask(message, name)
+        finally:
+            self._request = original  # type: ignore[method-assign]
+
+    def _request_answering(self, message: dict, seconds: float, substitutes: dict[str, Any]) -> dict:
+        """``_request``, answering the sandbox's ``callback`` frames until the real reply comes."""
+        from attnkit.proxy import run_in_namespace
+
+        if self._channel is None:
+            raise SandboxDied("沙箱未运行")
+        started = time.monotonic()
+        deadline = started + seconds
+        answered = 0
+        try:
+            self._channel.settimeout(seconds)
+            protocol.send(self._channel, message)
+            while True:
+                reply = protocol.receive(self._channel, deadline)
+                if not (isinstance(reply, dict) and "callback" in reply):
+                    break
+                callee = reply.get("callback")
+                answered += 1
+                if callee not in substitutes or answered > self.MAX_CALLBACKS or not _small(reply.get("args"), reply.get("kwargs"), limit=self.MAX_CALLBACK_ELEMENTS):
+                    answer = {"error_type": "RuntimeError", "message": f"参考的 {callee} 无法用于这次调用"}
+                else:
+                    args, kwargs = reply.get("args"), reply.get("kwargs")
+                    outcome = run_in_namespace(substitutes, str(callee), tuple(args) if isinstance(args, list) else (),
+                                               kwargs if isinstance(kwargs, dict) else {})
+                    answer = {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
+                self._channel.settimeout(max(0.001, deadline - time.monotonic()))
+                protocol.send(self._channel, answer)
+        except socket.timeout:
+            self.close()
+            raise TimeoutError from None
+        except (OSError, protocol.ProtocolError) as error:
+            self.close()
+            raise SandboxDied(str(error)) from None
+        finally:
+            self.seconds_used += time.monotonic() - started
+        if not isinstance(reply, dict):
+            self.close()
+            raise SandboxDied("沙箱返回了无法识别的数据")
+        return reply
+
     def _ask(self, message: dict, name: str) -> Outcome:
         if self._given_up or self._channel is None:
             return Outcome(error_type="__crashed__", message="你的代码使运行环境多次崩溃或超时，后面的检查无法进行")
@@ -291,7 +350,22 @@ class Submission:
             value=reply.get("value"),
             error_type=str(error_type) if error_type is not None else None,
             message=str(reply.get("message") or ""),
+            where=self._locate(reply.get("where")),
+            warnings=[str(item)[:600] for item in reply.get("warnings", [])][:5] if isinstance(reply.get("warnings"), list) else [],
         )
+
+    def _locate(self, where: Any) -> dict | None:
+        """The failing line's cell, found among this submission's cells by its text (the sandbox
+        knows IPython's name for it, not the notebook's): its index and section title."""
+        if not isinstance(where, dict):
+            return None
+        text = str(where.get("cell_text") or "")
+        located = {key: where.get(key) for key in ("function", "line", "text") if isinstance(where.get(key), (str, int))}
+        for cell in reversed(self.cells):  # a later definition wins, as in the notebook
+            if text and cell.source.strip() == text.strip():
+                located.update(cell=cell.index, section=getattr(cell, "section", ""))
+                break
+        return located
 
     def describe(self) -> dict[str, Any]:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
@@ -303,3 +377,20 @@ class Submission:
             except (TimeoutError, SandboxDied, TypeError, ValueError):
                 pass
         return description
+
+
+def _small(*values: Any, limit: int) -> bool:
+    """Every tensor in ``values`` has at most ``limit`` elements (nested lists/dicts searched)."""
+    import torch
+
+    stack = list(values)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.numel() > limit:
+                return False
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return True

@@ -102,6 +102,7 @@ def results_json(record: dict[str, Any]) -> dict[str, Any]:
                 "status": t["status"],
                 "grade_id": t["grade_id"],
                 "diagnoses": t["diagnoses"],
+                **{key: t[key] for key in ("substituted", "functions", "error") if t.get(key)},
             }
             for t in tests
         ],

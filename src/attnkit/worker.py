@@ -110,7 +110,7 @@ class SandboxProvider:
                 continue
             notes += [f"{name}：{note}" for note in notebook.notes]
             for cell in notebook.cells:
-                cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check, cell.skip))
+                cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check, cell.skip, cell.section))
             offset += 10_000
         if not job.notebooks and not problems:
             problems.append("没有找到任何 .ipynb 笔记本")
@@ -140,6 +140,14 @@ class SandboxProvider:
         finally:
             if opened.session is not None:
                 opened.session.close()
+
+
+def cell_record(run: Any, session: Submission) -> dict[str, Any]:
+    """A cell's run, with the section it sits in (a student finds a cell by its heading, not by
+    an index that counts markdown cells)."""
+    record = asdict(run)
+    record["section"] = next((cell.section for cell in session.cells if cell.index == run.index), "")
+    return record
 
 
 def weights_matter(tests: list[dict[str, Any]]) -> bool:
@@ -194,7 +202,7 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
             # What the gradebook may copy to autograded/: these names with exactly these bytes.
             "notebooks": [{"name": display_name(Path(path).name), "sha256": digest}
                           for path, digest in zip(opened.job.notebooks, opened.job.digests)],
-            "cells": [asdict(run) for run in opened.session.runs] if opened.session else [],
+            "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
             "evidence": evidence(opened.student, catalogue.reference_namespace()) if opened.session and weights_matter(tests) else {},
             "seconds": time.perf_counter() - opened.started,

@@ -244,6 +244,8 @@ class Sandbox:
         if op == "usage":
             usage = resource.getrusage(resource.RUSAGE_SELF)
             return protocol.encode({"cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_kb": usage.ru_maxrss})
+        if op == "call_with":
+            return self.call_with_substitutes(request)
         if op == "call":
             outcome = run_in_namespace(namespace, name, tuple(request["args"]), dict(request["kwargs"]), plain=False)
         elif op == "get":
@@ -251,6 +253,10 @@ class Sandbox:
         else:
             outcome = Outcome(error_type="__protocol__", message=f"unknown op {op!r}")
         reply = {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
+        if outcome.where:
+            reply["where"] = outcome.where
+        if outcome.warnings:
+            reply["warnings"] = outcome.warnings
         output = self.output.take()
         if output:
             reply["output"] = output
@@ -259,6 +265,80 @@ class Sandbox:
         except protocol.Unsupported as error:
             unread = unreadable(name, error)
             return protocol.encode({"value": None, "error_type": unread.error_type, "message": unread.message, "output": output})
+
+    def call_with_substitutes(self, request: dict) -> bytes:
+        """A call with some names bound, for this call only, to stand-ins for the reference.
+
+        Runs in a throwaway fork of this sandbox: whatever the student's code stores while the
+        stand-ins are bound (the stand-in itself, results it obtained through it) dies with the
+        fork, so no later call of the student's own functions can reuse the reference. A stand-in
+        sends a ``callback`` frame (plain data) on the channel and waits for the trusted side's
+        reply; it refuses once its call is over. The fork's reply comes back through a pipe and
+        is sent from here. Where a fork is refused (process limit), the call runs in place and the
+        original bindings are restored in ``finally``.
+        """
+        names = [str(item) for item in request.get("substitutes", [])]
+        try:
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+        except OSError:
+            return self._substituted_reply(request, names)
+        if pid == 0:  # the throwaway fork
+            try:
+                os.close(read_end)
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                frame = self._substituted_reply(request, names)
+                with os.fdopen(write_end, "wb") as pipe:
+                    pipe.write(frame)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        chunks = []
+        with os.fdopen(read_end, "rb") as pipe:
+            while chunk := pipe.read(1 << 16):
+                chunks.append(chunk)
+        os.waitpid(pid, 0)
+        frame = b"".join(chunks)
+        if not frame:
+            return protocol.encode({"value": None, "error_type": "__crashed__", "message": "调用时进程意外退出"})
+        return frame
+
+    def _substituted_reply(self, request: dict, names: list[str]) -> bytes:
+        namespace = self.shell.user_ns
+        live = [True]
+        saved = {key: namespace[key] for key in names if key in namespace}
+        for key in names:
+            namespace[key] = self._stand_in(key, live)
+        try:
+            return self.handle({**request, "op": "call"})
+        finally:
+            live.clear()
+            for key in names:
+                if key in saved:
+                    namespace[key] = saved[key]
+                else:
+                    namespace.pop(key, None)
+
+    def _stand_in(self, name: str, live: list) -> Any:
+        channel = self.channel
+
+        def stand_in(*args: Any, **kwargs: Any) -> Any:
+            if not live:
+                raise RuntimeError(f"参考的 {name} 只在评分时的那一次调用中可用")
+            try:
+                frame = protocol.encode({"callback": name, "args": list(args), "kwargs": dict(kwargs)})
+            except protocol.Unsupported as error:
+                raise TypeError(f"{name} 只接受张量、数字等数据作参数：{error}") from None
+            channel.sendall(frame)
+            reply = protocol.receive(channel)
+            if not isinstance(reply, dict):
+                raise RuntimeError(f"参考的 {name} 没有返回结果")
+            if reply.get("error_type"):
+                raise _builtin_exception(str(reply["error_type"]), str(reply.get("message") or ""))
+            return reply.get("value")
+
+        stand_in.__name__ = stand_in.__qualname__ = name
+        return stand_in
 
     def run_cell(self, source: str) -> dict:
         started = time.perf_counter()
@@ -270,6 +350,15 @@ class Sandbox:
             reply["message"] = str(error)[:2000]
         reply["output"] = self.output.take()
         return reply
+
+
+def _builtin_exception(type_name: str, message: str) -> Exception:
+    import builtins
+
+    cls = getattr(builtins, type_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    return cls(message)
 
 
 def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, mode: Mode, placed: int) -> None:

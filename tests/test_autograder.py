@@ -521,10 +521,12 @@ def test_correct_alternatives_score_full_marks(autograder_results, name):
 
 def test_faked_properties_earn_nothing(autograder_results):
     """Does a function that computes no attention, but raises ValueError on empty rows and never
-    leaks the future, earn 0 from the empty-row and future-perturbation tests (it earned 20)?"""
+    leaks the future, earn 0 from the empty-row and future-perturbation tests of that function (it
+    earned 20)? (The submission's own multi-head function is right: its future test, run with
+    the reference scaled_attention swapped in, grades multi_head_attention and pays.)"""
     results = autograder_results["property_faker"]
     for part in ("check_empty_row", "check_future"):
-        tests = [result for result in results if result.grade_id == part]
+        tests = [result for result in results if result.grade_id == part and "scaled_attention" in result.functions]
         assert tests and sum(result.score for result in tests) == 0, summary(results)
         assert all("正确的注意力" in result.output for result in tests if result.nodeid.endswith(("fully_masked", "inside_batch", "do_not_leak"))), summary(results)
 
@@ -770,7 +772,7 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     try:
         scaled_attention(torch.zeros(2_000_000, 1), torch.zeros(2_000_000, 1), torch.zeros(2_000_000, 1))
         report.append("huge answered")
-    except RuntimeError:
+    except (RuntimeError, TypeError):  # the protocol refuses the tensor before it leaves the sandbox
         report.append("huge refused")
     answered = 0
     for _ in range(100):
@@ -795,5 +797,7 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
         zygote.close()
     assert outcome.error_type is None, outcome
     assert outcome.value[0] == "huge refused"
-    assert outcome.value[1] == Submission.MAX_CALLBACKS - 1  # the refused huge call counted too
+    # The huge call never reached the trusted side (the protocol's size cap refused it in the
+    # sandbox), so the whole budget went to the small calls, and not one more.
+    assert outcome.value[1] == Submission.MAX_CALLBACKS
     assert later.error_type is None  # the student's own function, unaffected

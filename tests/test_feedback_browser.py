@@ -84,16 +84,22 @@ def key_t_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(base / "submitted"), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
                    check=True, env=env, timeout=300)
-    return base / "out" / "keyt" / "ch19-attention" / "feedback.html"
+    return base / "out" / "students" / "keyt" / "ch19-attention" / "feedback.html"
 
 
 def visible_text(page: Path, tmp_path: Path) -> tuple[str, str]:
     """(the DOM as Chromium builds it, the text a reader sees: innerText leaves closed <details> out)."""
     import html
 
+    import re
+
     probe = tmp_path / "visible.html"
     script = '<script>document.body.setAttribute("data-visible", document.body.innerText)</script></body>'
-    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", script), encoding="utf-8")
+    # The page forbids scripts (its Content-Security-Policy): this test-only copy drops that
+    # policy so that the probe script may read what a reader sees.
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text(encoding="utf-8"))
+    assert "Content-Security-Policy" not in text
+    probe.write_text(text.replace("</body>", script), encoding="utf-8")
     dom = chromium("--dump-dom", probe.as_uri(), profile=tmp_path / "profile").stdout
     start = dom.index('data-visible="') + len('data-visible="')
     return dom, html.unescape(dom[start:dom.index('"', start)])

@@ -101,18 +101,34 @@ def collect(out: Path, jobs: list[Job] | None = None) -> list[dict[str, Any]]:
     return collected
 
 
-def grades_csv(all_results: list[dict[str, Any]]) -> str:
+# Columns added when a gradebook is used: what `nbgrader export` reports for the same student.
+TOTAL_COLUMNS = ["manual_score", "late_penalty", "total", "total_max", "total_source"]
+
+
+def grades_csv(all_results: list[dict[str, Any]], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
+    """One row per submission. With ``totals`` (read back from the gradebook), the row also has
+    the manual points a TA entered in formgrader and the total `nbgrader export` reports;
+    ``total_source`` says whether that total came from the gradebook or from attnkit alone."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS])
+    writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS, *(TOTAL_COLUMNS if totals is not None else [])])
     for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
-        writer.writerow([r["student_id"], r["assignment"], f"{r['score']:g}", f"{r['max_score']:g}",
-                         *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)])
+        row = [r["student_id"], r["assignment"], f"{r['score']:g}", f"{r['max_score']:g}",
+               *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)]
+        if totals is not None:
+            found = totals.get((r["student_id"], r["assignment"]))
+            if found is None:
+                row += ["", "0", f"{r['score']:g}", f"{r['max_score']:g}", "attnkit"]
+            else:
+                manual = "" if found["manual"] is None else f"{found['manual']:g}"
+                row += [manual, f"{found['penalty']:g}", f"{found['total']:g}", f"{found['max']:g}", "gradebook"]
+        writer.writerow(row)
     return buffer.getvalue()
 
 
-def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float) -> None:
-    atomic_write(out / "grades.csv", grades_csv(all_results))
+def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float,
+                        totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
+    atomic_write(out / "grades.csv", grades_csv(all_results, totals))
     atomic_write(out / "report.html", report_html(all_results, catalogue, seconds))
 
 
@@ -156,9 +172,12 @@ def command_grade(args: argparse.Namespace) -> int:
     all_results = collect(args.out, jobs)
     write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started)
     if args.gradebook is not None:
-        from attnkit.gradebook import record_grades
+        from attnkit.gradebook import class_totals, record_grades
 
         record_grades(args.gradebook, all_results, args.submitted)
+        # grades.csv again, now with the manual points and totals `nbgrader export` reports.
+        totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in all_results])
+        atomic_write(args.out / "grades.csv", grades_csv(all_results, totals))
     if not args.quiet:
         console.print(summary_table(all_results))
         console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")

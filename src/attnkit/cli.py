@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -68,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="grade one notebook (self-study) and print the feedback")
     check.add_argument("notebook", type=Path)
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
+
+    intake = commands.add_parser("collect", help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
+    intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
+    intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
+    intake.add_argument("--assignment", default="ch19-attention", help="the assignment these files belong to")
 
     merge = commands.add_parser("merge", help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -229,10 +235,31 @@ def command_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_collect(args: argparse.Namespace) -> int:
+    """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
+    from attnkit.lms import collect as collect_download
+
+    notebooks = sorted(p.stem for p in (PROJECT_ROOT / "solutions" / args.assignment).glob("*.ipynb"))
+    if not notebooks:
+        raise GradingError(f"未知作业 {args.assignment}：solutions/{args.assignment}/ 中没有笔记本")
+    found = collect_download(args.sources, args.submitted, args.assignment, notebooks)
+    students = sorted({c.student_id for c in found.placed.values()})
+    console.print(f"已放入 {len(found.placed)} 份笔记本（{len(students)} 名学生）到 {args.submitted}")
+    for candidate in sorted(found.superseded, key=lambda c: c.origin):
+        console.print(f"  较早的重交，未采用：{escape(candidate.origin)}", soft_wrap=True)
+    for origin, reason in sorted(found.unplaced):
+        # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
+        console.print(f"  [red]无法放置[/red]：{escape(origin)}：{escape(reason)}", soft_wrap=True)
+    if found.unplaced:
+        console.print(f"[red]{len(found.unplaced)} 个文件无法放置[/red]（见上）；请手工处理后再评分。")
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"grade": command_grade, "check": command_check, "merge": command_merge}[args.command](args)
+        return {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command](args)
     except GradingError as error:
         console.print(f"[red]无法评分：{error}[/red]")
         return 2

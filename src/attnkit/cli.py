@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import io
 import json
 import os
@@ -11,14 +12,17 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from attnkit import __version__
 from attnkit.engine import (
     DEFAULT_AUTOGRADER,
     PROJECT_ROOT,
@@ -51,6 +55,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description="Grade the attention chapter's notebooks in sandboxes.")
+    parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
+    parser.add_argument("--verbose", action="store_true", help="more detail: each graded submission, and the traceback of a failure")
     commands = parser.add_subparsers(dest="command", required=True)
     grade = commands.add_parser("grade", help="grade a class in nbgrader's layout")
     grade.add_argument("--submitted", type=Path, required=True, help="DIR/<student_id>/<assignment>/<notebook>.ipynb")
@@ -162,6 +168,7 @@ def command_grade(args: argparse.Namespace) -> int:
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
+    record_shard(args.out, args.shard)
     if not args.quiet:
         console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
     # No refresh thread: workers are forked from this process, which must not run other threads.
@@ -169,7 +176,9 @@ def command_grade(args: argparse.Namespace) -> int:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
-            write_record(args.out, record, catalogue)
+            results = write_record(args.out, record, catalogue)
+            if args.verbose:
+                progress.console.print(f"{results['student_id']}/{results['assignment']}：{results['score']:g}/{results['max_score']:g}（{results['seconds']:.2f} 秒）")
             progress.advance(task)
             progress.refresh()
 
@@ -217,7 +226,56 @@ def command_check(args: argparse.Namespace) -> int:
     return 0
 
 
+SHARD_FILE = "shard.json"
+LOCK_FILE = ".attnkit.lock"
+
+
+def record_shard(out: Path, shard: tuple[int, int] | None) -> None:
+    """Which slice an output folder holds, so `merge` can tell a complete set from a partial one."""
+    if shard is None:
+        (out / SHARD_FILE).unlink(missing_ok=True)
+    else:
+        atomic_write(out / SHARD_FILE, json.dumps({"index": shard[0], "count": shard[1]}))
+
+
+def check_shard_set(folders: list[Path]) -> None:
+    """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise GradingError(f"找不到要合并的文件夹：{'、'.join(missing)}")
+    empty = [str(f) for f in folders if not (f / "grades.csv").is_file()]
+    if empty:
+        raise GradingError(f"不是 attnkit grade 的输出（没有 grades.csv）：{'、'.join(empty)}")
+    # A list, not a dict: the same folder given twice is a duplicate shard, not one shard.
+    shards: list[tuple[Path, dict[str, int]]] = []
+    for folder in folders:
+        try:
+            shards.append((folder, json.loads((folder / SHARD_FILE).read_text(encoding="utf-8"))))
+        except FileNotFoundError:
+            continue
+        except ValueError as error:
+            raise GradingError(f"{folder / SHARD_FILE} 无法读取：{error}") from None
+    if not shards:
+        return  # whole runs (e.g. two sections of a class): nothing to check
+    unsharded = [str(f) for f in folders if f not in {folder for folder, _ in shards}]
+    if unsharded:
+        raise GradingError(f"这些文件夹不是用 --shard 评的，不能与分片混合合并：{'、'.join(unsharded)}")
+    counts = {info["count"] for _, info in shards}
+    if len(counts) != 1:
+        raise GradingError(f"分片总数不一致：{sorted(counts)}（每个分片都要用同一个 n 运行 --shard i/n）")
+    count = counts.pop()
+    seen: dict[int, Path] = {}
+    for folder, info in shards:
+        if info["index"] in seen:
+            raise GradingError(f"分片 {info['index']}/{count} 出现两次：{seen[info['index']]} 与 {folder}")
+        seen[info["index"]] = folder
+    absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
+    if absent:
+        raise GradingError(f"分片不全，缺少 {'、'.join(absent)}：请先运行 attnkit grade --shard {absent[0]} …，再合并")
+
+
 def command_merge(args: argparse.Namespace) -> int:
+    check_shard_set(args.shards)
     all_results: dict[tuple[str, str], dict[str, Any]] = {}
     for shard in args.shards:
         for results in collect(shard):
@@ -256,13 +314,49 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """One run per output folder: a second run into the same folder stops at once and says why.
+
+    An flock, so a run that dies (even by SIGKILL) releases it; the file names the holder."""
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "另一个进程"
+        handle.close()
+        raise GradingError(f"{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
+                           f"请等它结束，或换一个 --out。") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"进程 {os.getpid()}，开始于 {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command]
     try:
-        return {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command](args)
+        if args.command in ("grade", "merge"):
+            with output_lock(args.out):
+                return command(args)
+        return command(args)
     except GradingError as error:
-        console.print(f"[red]无法评分：{error}[/red]")
+        if args.verbose:
+            console.print(traceback.format_exc(), markup=False, highlight=False)
+        console.print(f"[red]无法评分：{escape(str(error))}[/red]", soft_wrap=True)
         return 2
+    except KeyboardInterrupt:
+        # Every graded submission was written as it arrived; the next run skips those.
+        console.print("\n已中断。已评完的提交都已保存；再次运行同一条命令即可从中断处继续（只评剩下的）。")
+        return 130
 
 
 def run() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -189,6 +190,9 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
 def worker_main(tasks: Any, results: Any, autograder: str, limits: Limits, hide: list[str]) -> None:
     """Process entry point: take chunks from ``tasks`` until ``None``; put records on ``results``."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    # Ctrl-C reaches the whole process group: the parent handles it (it stops us and tells the
+    # TA how to resume); a worker printing its own KeyboardInterrupt traceback would only confuse.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
     torch.set_num_threads(1)

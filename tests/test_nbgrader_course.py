@@ -202,3 +202,22 @@ def test_a_refused_cell_change_stops_before_touching_the_release(course: Path) -
     assert result.returncode != 0
     assert "manual_extra" in result.stderr and "nbgrader db assignment remove" in result.stderr
     assert tree(course / "assignments") == before
+
+
+def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path) -> None:
+    """nbgrader --force deletes the release before it fails on a notebook it cannot read; it is put back."""
+    source = course / "solutions" / ASSIGNMENT / "attention.ipynb"
+    original = source.read_bytes()
+    notebook = json.loads(original)
+    for cell in notebook["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "check_masking":
+            cell["metadata"]["nbgrader"]["schema_version"] = 99  # "a newer nbgrader": it refuses
+    source.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    before = tree(course / "assignments")
+    try:
+        result = nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    finally:
+        source.write_bytes(original)
+    assert result.returncode != 0
+    assert "已恢复原样" in result.stderr
+    assert tree(course / "assignments") == before

@@ -212,11 +212,14 @@ def guard_generate_assignment(root: Path, source: str, release: str, db_url: str
                     "     然后 nbgrader generate_assignment <作业> --force，最后 make grade 重新登记成绩。",
                   file=sys.stderr)
             sys.exit(1)
-    backup_release(root / release)
+    backup_release(root / release, root / source)
 
 
-def backup_release(release: Path) -> None:
-    """Copy the release aside; at exit, put back every file nbgrader removed and did not rewrite."""
+def backup_release(release: Path, source: Path) -> None:
+    """Copy the release aside; at exit, put back every file nbgrader removed and did not rewrite.
+
+    Only files whose source still exists: a notebook the instructor deleted from ``source/`` is
+    meant to leave the release, one nbgrader lost by failing is not."""
     if not release.is_dir():
         return
     backup = Path(tempfile.mkdtemp(prefix="attnkit-release-backup-"))
@@ -225,8 +228,9 @@ def backup_release(release: Path) -> None:
     def restore() -> None:
         restored = []
         for path in sorted((backup / "release").rglob("*")):
-            target = release / path.relative_to(backup / "release")
-            if path.is_file() and not target.exists():
+            relative = path.relative_to(backup / "release")
+            target = release / relative
+            if path.is_file() and not target.exists() and (source / relative).exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
                 restored.append(str(target))

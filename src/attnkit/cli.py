@@ -169,6 +169,7 @@ def command_grade(args: argparse.Namespace) -> int:
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
     record_shard(args.out, args.shard)
+    repair_outputs(args.out, catalogue)
     if not args.quiet:
         console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
     # No refresh thread: workers are forked from this process, which must not run other threads.
@@ -224,6 +225,22 @@ def command_check(args: argparse.Namespace) -> int:
         if args.out:
             print(f"反馈页面：{out / 'me' / 'ch19-attention' / 'feedback.html'}")
     return 0
+
+
+def repair_outputs(out: Path, catalogue: dict) -> None:
+    """Finish what a killed run left: its half-written temporaries go, and a results.json whose
+    feedback.html was not written yet gets its page (the submission itself is not regraded).
+
+    Safe only because this run holds OUT's lock: no other attnkit is writing there."""
+    for temporary in out.rglob(".*.tmp"):
+        temporary.unlink(missing_ok=True)
+    for path in out.glob("*/*/results.json"):
+        if not (path.parent / "feedback.html").is_file():
+            try:
+                results = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # unreadable: is_current() is False for it, so it is regraded anyway
+            atomic_write(path.parent / "feedback.html", feedback_html(results, catalogue))
 
 
 SHARD_FILE = "shard.json"

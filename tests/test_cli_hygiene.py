@@ -124,3 +124,18 @@ def test_gradescope_visibility_is_configurable(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert json.loads((tmp_path / "gs.json").read_text())["visibility"] == "hidden"
     assert 'ATTNKIT_VISIBILITY="${ATTNKIT_VISIBILITY:-after_published}"' in (ROOT / "gradescope" / "run_autograder").read_text()
+
+
+def test_a_killed_runs_leftovers_are_repaired(tmp_path: Path) -> None:
+    """A run killed between writing results.json and feedback.html leaves a temporary and no page;
+    the next run (holding the lock) removes the one and writes the other, regrading nothing."""
+    submitted, out = small_class(tmp_path / "submitted", ("xiaolin",)), tmp_path / "out"
+    assert attnkit("grade", "--submitted", str(submitted), "--out", str(out), "--quiet").returncode == 0
+    folder = out / "xiaolin" / ASSIGNMENT
+    page = (folder / "feedback.html").read_text(encoding="utf-8")
+    (folder / "feedback.html").unlink()
+    (folder / ".feedback.html.999999.tmp").write_text("half")
+    run = attnkit("grade", "--submitted", str(submitted), "--out", str(out))
+    assert run.returncode == 0 and "0 份需要评分" in run.stderr
+    assert not list(out.rglob("*.tmp"))
+    assert (folder / "feedback.html").read_text(encoding="utf-8") == page

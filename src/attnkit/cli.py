@@ -194,6 +194,10 @@ def command_grade(args: argparse.Namespace) -> int:
         # grades.csv again, now with the manual points and totals `nbgrader export` reports.
         totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in all_results])
         atomic_write(args.out / "grades.csv", grades_csv(all_results, totals))
+        if not args.quiet:
+            manual = sum(1 for t in totals.values() if t["manual"] is not None)
+            console.print(f"已记入 {args.gradebook}（{len(totals)} 份提交，其中 {manual} 份已有人工评分）；"
+                          f"grades.csv 的 total 列与 nbgrader export 的 score 一致", soft_wrap=True)
     if not args.quiet:
         console.print(summary_table(all_results))
         console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")

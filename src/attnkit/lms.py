@@ -27,7 +27,7 @@ import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterator
+from typing import Callable, Iterator
 
 MAX_FILE_BYTES = 50 * 1024 * 1024  # a notebook with embedded figures is a few MB; 50 MB is plenty
 MAX_TOTAL_BYTES = 4 * 1024 * 1024 * 1024
@@ -49,7 +49,7 @@ class Candidate:
     number: int  # resubmission number: 0 for the first, higher is newer
     mtime: float
     origin: str
-    read: object = field(repr=False)  # () -> bytes
+    read: Callable[[], bytes] = field(repr=False)
 
 
 @dataclass
@@ -66,7 +66,7 @@ class Entry:
     path: PurePosixPath
     size: int
     mtime: float
-    read: object  # () -> bytes
+    read: Callable[[], bytes]
 
 
 def parse(path: PurePosixPath, notebooks: dict[str, str]) -> tuple[str, str, int] | str:

@@ -23,3 +23,13 @@ c.CourseDirectory.db_url = "sqlite:///" + os.path.join(_ROOT, "gradebook.db")
 # What replaces a model answer in the released notebook (the notebooks are in Chinese).
 c.ClearSolutions.code_stub = {"python": "# 在此作答\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "在此作答。"
+
+# `nbgrader autograde` grades with attnkit's hidden suite (same scores as `make grade`), and
+# `nbgrader generate_assignment` stops with a message instead of deleting the release when it
+# would refuse a change (see src/attnkit/nbgrader_course.py).
+try:
+    from attnkit.nbgrader_course import configure as _attnkit_configure
+except ImportError:  # nbgrader run outside the course's venv: plain nbgrader behaviour
+    pass
+else:
+    _attnkit_configure(c, _ROOT)

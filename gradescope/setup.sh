@@ -22,11 +22,11 @@ fi
 
 VENV="$ROOT/venv"
 
-# attnkit needs Python >= 3.11 (Ubuntu 22.04 images ship 3.10; 24.04 ships 3.12).
+# attnkit supports Python 3.11.x only (see pyproject.toml; Ubuntu 22.04 images ship 3.10, 24.04 ships 3.12).
 find_python() {
-    for candidate in python3.13 python3.12 python3.11 python3; do
+    for candidate in python3.11 python3; do
         if command -v "$candidate" >/dev/null 2>&1 \
-            && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            && "$candidate" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info < (3, 12))' 2>/dev/null; then
             command -v "$candidate"
             return 0
         fi

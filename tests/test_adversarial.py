@@ -564,7 +564,7 @@ def test_out_holds_only_the_graders_files(world: World) -> None:
     """Does OUT contain only what the grader wrote (no fake results.json or grades.csv), and do
     grades.csv and each results.json agree?"""
     out = world.attack.out
-    expected = {"grades.csv", "report.html", "skipped.json"} | {
+    expected = {"grades.csv", "report.html", "skipped.json", ".attnkit.lock"} | {  # the lock: one run per OUT
         f"students/{s.student_id}/{ASSIGNMENT}/{name}" for s in world.roster for name in ("results.json", "feedback.html")
     }
     found = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}

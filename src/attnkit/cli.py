@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import io
 import json
 import os
@@ -11,14 +12,18 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from attnkit import __version__
 from attnkit.engine import (
     ASSIGNMENT,
     DEFAULT_AUTOGRADER,
@@ -54,6 +59,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description="Grade the attention chapter's notebooks in sandboxes.")
+    parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
+    parser.add_argument("--verbose", action="store_true", help="more detail: each graded submission, and the traceback of a failure")
     commands = parser.add_subparsers(dest="command", required=True)
     grade = commands.add_parser("grade", help="grade a class in nbgrader's layout")
     grade.add_argument("--submitted", type=Path, required=True, help="DIR/<student_id>/<assignment>/<notebook>.ipynb")
@@ -76,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="grade one notebook (self-study) and print the feedback")
     check.add_argument("notebook", type=Path)
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
+
+    intake = commands.add_parser("collect", help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
+    intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
+    intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
+    intake.add_argument("--assignment", default="ch19-attention", help="the assignment these files belong to")
 
     merge = commands.add_parser("merge", help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -129,13 +141,28 @@ def csv_text(value: str) -> str:
     return "'" + value if value.startswith(_FORMULA_START) else value
 
 
-def grades_csv(all_results: list[dict[str, Any]]) -> str:
+# Columns added when a gradebook is used: what `nbgrader export` reports for the same student.
+TOTAL_COLUMNS = ["manual_score", "late_penalty", "total", "total_max", "total_source"]
+
+
+def grades_csv(all_results: list[dict[str, Any]], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
+    """One row per submission. With ``totals`` (read back from the gradebook), the row also has
+    the manual points a TA entered in formgrader and the total `nbgrader export` reports;
+    ``total_source`` says whether that total came from the gradebook or from attnkit alone."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS])
+    writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS, *(TOTAL_COLUMNS if totals is not None else [])])
     for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
-        writer.writerow([csv_text(r["student_id"]), csv_text(r["assignment"]), f"{r['score']:g}", f"{r['max_score']:g}",
-                         *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)])
+        row = [csv_text(r["student_id"]), csv_text(r["assignment"]), f"{r['score']:g}", f"{r['max_score']:g}",
+               *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)]
+        if totals is not None:
+            found = totals.get((r["student_id"], r["assignment"]))
+            if found is None:
+                row += ["", "0", f"{r['score']:g}", f"{r['max_score']:g}", "attnkit"]
+            else:
+                manual = "" if found["manual"] is None else f"{found['manual']:g}"
+                row += [manual, f"{found['penalty']:g}", f"{found['total']:g}", f"{found['max']:g}", "gradebook"]
+        writer.writerow(row)
     return buffer.getvalue()
 
 
@@ -143,10 +170,13 @@ def isolation_line(all_results: list[dict[str, Any]]) -> str:
     return describe_isolation([r.get("sandbox", {}).get("isolation", []) for r in all_results])
 
 
-def write_class_outputs(out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float, skipped: list[dict[str, str]] | None = None) -> None:
+def write_class_outputs(
+    out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float,
+    skipped: list[dict[str, str]] | None = None, totals: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> None:
     skipped = skipped or []
     atomic_write(out / "skipped.json", json.dumps(skipped, ensure_ascii=False, indent=1))
-    atomic_write(out / "grades.csv", grades_csv(all_results))
+    atomic_write(out / "grades.csv", grades_csv(all_results, totals))
     atomic_write(out / "report.html", report_html(all_results, catalogue, seconds, skipped, isolation_line(all_results)))
 
 
@@ -188,6 +218,8 @@ def command_grade(args: argparse.Namespace) -> int:
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
+    record_shard(args.out, args.shard)
+    repair_outputs(args.out, catalogue)
     if not args.quiet:
         console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
     # No refresh thread: workers are forked from this process, which must not run other threads.
@@ -195,7 +227,9 @@ def command_grade(args: argparse.Namespace) -> int:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
-            write_record(args.out, record, catalogue)
+            results = write_record(args.out, record, catalogue)
+            if args.verbose:
+                progress.console.print(f"{results['student_id']}/{results['assignment']}：{results['score']:g}/{results['max_score']:g}（{results['seconds']:.2f} 秒）")
             progress.advance(task)
             progress.refresh()
 
@@ -205,12 +239,19 @@ def command_grade(args: argparse.Namespace) -> int:
     write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
-        from attnkit.gradebook import record_grades
+        from attnkit.gradebook import class_totals, record_grades
 
         # Only what was really graded goes into the gradebook: no "not graded" zeros.
-        warnings = record_grades(args.gradebook, [r for r in all_results if not r.get("not_graded")], args.submitted)
-        for warning in warnings:
+        graded = [r for r in all_results if not r.get("not_graded")]
+        for warning in record_grades(args.gradebook, graded, args.submitted):
             console.print(warning, markup=False)
+        # grades.csv again, now with the manual points and totals `nbgrader export` reports.
+        totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in graded])
+        atomic_write(args.out / "grades.csv", grades_csv(all_results, totals))
+        if not args.quiet:
+            manual = sum(1 for t in totals.values() if t["manual"] is not None)
+            console.print(f"已记入 {args.gradebook}（{len(totals)} 份提交，其中 {manual} 份已有人工评分）；"
+                          f"grades.csv 的 total 列与 nbgrader export 的 score 一致", soft_wrap=True, markup=False)
     # Always printed, --quiet or not: these need the TA's attention.
     for r in not_graded:
         console.print(f"未评分：{r['student_id']}/{r['assignment']}：{r['not_graded']}", markup=False)
@@ -267,7 +308,72 @@ def command_check(args: argparse.Namespace) -> int:
     return code
 
 
+def repair_outputs(out: Path, catalogue: dict) -> None:
+    """Finish what a killed run left: its half-written temporaries go, and a results.json whose
+    feedback.html was not written yet gets its page (the submission itself is not regraded).
+
+    Safe only because this run holds OUT's lock: no other attnkit is writing there."""
+    for temporary in out.rglob(".*.tmp"):
+        temporary.unlink(missing_ok=True)
+    for path in (out / STUDENTS_FOLDER).glob("*/*/results.json"):
+        if not (path.parent / "feedback.html").is_file():
+            try:
+                results = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # unreadable: is_current() is False for it, so it is regraded anyway
+            atomic_write(path.parent / "feedback.html", bounded_feedback(results, catalogue))
+
+
+SHARD_FILE = "shard.json"
+LOCK_FILE = ".attnkit.lock"
+
+
+def record_shard(out: Path, shard: tuple[int, int] | None) -> None:
+    """Which slice an output folder holds, so `merge` can tell a complete set from a partial one."""
+    if shard is None:
+        (out / SHARD_FILE).unlink(missing_ok=True)
+    else:
+        atomic_write(out / SHARD_FILE, json.dumps({"index": shard[0], "count": shard[1]}))
+
+
+def check_shard_set(folders: list[Path]) -> None:
+    """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise GradingError(f"找不到要合并的文件夹：{'、'.join(missing)}")
+    empty = [str(f) for f in folders if not (f / "grades.csv").is_file()]
+    if empty:
+        raise GradingError(f"不是 attnkit grade 的输出（没有 grades.csv）：{'、'.join(empty)}")
+    # A list, not a dict: the same folder given twice is a duplicate shard, not one shard.
+    shards: list[tuple[Path, dict[str, int]]] = []
+    for folder in folders:
+        try:
+            shards.append((folder, json.loads((folder / SHARD_FILE).read_text(encoding="utf-8"))))
+        except FileNotFoundError:
+            continue
+        except ValueError as error:
+            raise GradingError(f"{folder / SHARD_FILE} 无法读取：{error}") from None
+    if not shards:
+        return  # whole runs (e.g. two sections of a class): nothing to check
+    unsharded = [str(f) for f in folders if f not in {folder for folder, _ in shards}]
+    if unsharded:
+        raise GradingError(f"这些文件夹不是用 --shard 评的，不能与分片混合合并：{'、'.join(unsharded)}")
+    counts = {info["count"] for _, info in shards}
+    if len(counts) != 1:
+        raise GradingError(f"分片总数不一致：{sorted(counts)}（每个分片都要用同一个 n 运行 --shard i/n）")
+    count = counts.pop()
+    seen: dict[int, Path] = {}
+    for folder, info in shards:
+        if info["index"] in seen:
+            raise GradingError(f"分片 {info['index']}/{count} 出现两次：{seen[info['index']]} 与 {folder}")
+        seen[info["index"]] = folder
+    absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
+    if absent:
+        raise GradingError(f"分片不全，缺少 {'、'.join(absent)}：请先运行 attnkit grade --shard {absent[0]} …，再合并")
+
+
 def command_merge(args: argparse.Namespace) -> int:
+    check_shard_set(args.shards)
     all_results: dict[tuple[str, str], dict[str, Any]] = {}
     skipped: list[dict[str, str]] = []
     for shard in args.shards:
@@ -289,13 +395,70 @@ def command_merge(args: argparse.Namespace) -> int:
     return 1 if skipped or any(r.get("not_graded") for r in all_results.values()) else 0
 
 
+def command_collect(args: argparse.Namespace) -> int:
+    """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
+    from attnkit.lms import collect as collect_download
+
+    notebooks = sorted(p.stem for p in (PROJECT_ROOT / "solutions" / args.assignment).glob("*.ipynb"))
+    if not notebooks:
+        raise GradingError(f"未知作业 {args.assignment}：solutions/{args.assignment}/ 中没有笔记本")
+    found = collect_download(args.sources, args.submitted, args.assignment, notebooks)
+    students = sorted({c.student_id for c in found.placed.values()})
+    console.print(f"已放入 {len(found.placed)} 份笔记本（{len(students)} 名学生）到 {args.submitted}")
+    for candidate in sorted(found.superseded, key=lambda c: c.origin):
+        console.print(f"  较早的重交，未采用：{escape(candidate.origin)}", soft_wrap=True)
+    for origin, reason in sorted(found.unplaced):
+        # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
+        console.print(f"  [red]无法放置[/red]：{escape(origin)}：{escape(reason)}", soft_wrap=True)
+    if found.unplaced:
+        console.print(f"[red]{len(found.unplaced)} 个文件无法放置[/red]（见上）；请手工处理后再评分。")
+        return 1
+    return 0
+
+
+@contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """One run per output folder: a second run into the same folder stops at once and says why.
+
+    An flock, so a run that dies (even by SIGKILL) releases it; the file names the holder."""
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "另一个进程"
+        handle.close()
+        raise GradingError(f"{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
+                           f"请等它结束，或换一个 --out。") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"进程 {os.getpid()}，开始于 {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command]
     try:
-        return {"grade": command_grade, "check": command_check, "merge": command_merge}[args.command](args)
+        if args.command in ("grade", "merge"):
+            with output_lock(args.out):
+                return command(args)
+        return command(args)
     except GradingError as error:
-        console.print(f"[red]无法评分：{error}[/red]")
+        if args.verbose:
+            console.print(traceback.format_exc(), markup=False, highlight=False)
+        console.print(f"[red]无法评分：{escape(str(error))}[/red]", soft_wrap=True)
         return 2
+    except KeyboardInterrupt:
+        # Every graded submission was written as it arrived; the next run skips those.
+        console.print("\n已中断。已评完的提交都已保存；再次运行同一条命令即可从中断处继续（只评剩下的）。")
+        return 130
 
 
 def run() -> None:

@@ -1,23 +1,41 @@
-"""Record scores in the course's nbgrader gradebook, so `nbgrader export` and formgrader see them.
+"""Record scores in the course's nbgrader gradebook through nbgrader's own machinery.
 
-One writer (the grading parent process), SQLite underneath. nbgrader's ``add_submission`` copies
-only the grade cells that exist at that moment, so the assignment's notebooks and every grade
-cell (autograded checks and manually graded answers alike) are created from the source notebook
-first. Our hidden tests score whole grade cells, so each autograded cell's ``auto_score`` is the
-sum of its tests' points; manually graded cells are left for formgrader.
+So that every nbgrader command of the course keeps working after ``attnkit grade --gradebook``:
+
+1. The assignment is registered by the real ``nbgrader generate_assignment`` (into a throwaway
+   release folder, with ``--db`` the gradebook): its ``SaveCells`` step records the notebooks and
+   every grade, solution, task and source cell with the checksums nbgrader computes. A later
+   ``nbgrader generate_assignment``/``autograde`` then finds exactly the cells it expects.
+2. Each submission goes in as ``nbgrader autograde`` puts it: the submission with its timestamp
+   (``timestamp.txt`` in the student's folder, else the notebook's modification time), the
+   notebook sanitised by nbgrader's own preprocessors into ``autograded/`` (where formgrader and
+   ``generate_feedback`` read it), and the scores saved by ``KitAutoGrades``, nbgrader's
+   ``SaveAutoGrades`` with attnkit's hidden-suite score per autograded cell. The free-text
+   cells are left for formgrader (or get 0 and "No response." if unchanged, as in nbgrader).
+3. ``class_totals`` reads back what ``nbgrader export`` will report (manual points and late
+   penalties included), so ``grades.csv`` can carry the same total.
 """
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import json
 import os
+import subprocess
+import sys
+import tempfile
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+from contextlib import contextmanager
 
-from attnkit.engine import PROJECT_ROOT, atomic_write
+from attnkit.engine import PROJECT_ROOT, GradingError, atomic_write
 from attnkit.notebook import Unsafe, digest_of, read_submitted
 
 SOURCE = PROJECT_ROOT / "solutions"
+# nbgrader autograde's sanitising steps, in its order.
+SANITIZE = ("ClearOutput", "DeduplicateIds", "OverwriteKernelspec", "OverwriteCells", "CheckCellMetadata")
 
 
 def grade_cells(notebook: Path) -> list[dict[str, Any]]:
@@ -31,64 +49,202 @@ def grade_cells(notebook: Path) -> list[dict[str, Any]]:
     return found
 
 
-def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: Path | None = None, source: Path = SOURCE) -> list[str]:
-    """Create assignments, notebooks and grade cells, then each student's submission and scores.
+def course_root(database: Path) -> Path:
+    """The nbgrader course a gradebook belongs to: its folder if that holds nbgrader_config.py
+    and a source folder, else this project (whose solutions/ attnkit grades against)."""
+    folder = database.resolve().parent
+    if (folder / "nbgrader_config.py").is_file() and (folder / "solutions").is_dir():
+        return folder
+    return PROJECT_ROOT
 
-    With ``submitted``, the graded notebooks are also copied to ``autograded/`` beside the
-    database, where formgrader looks for them when a TA grades the free-text answers: read the
-    way intake read them (no links, regular files, capped) and written only if their bytes are
-    exactly those graded (results.json ``notebooks`` sha256). Returns warnings for the TA.
-    """
+
+def nbgrader_environment() -> dict[str, str]:
     # nbgrader's Gradebook runs `alembic` on a new database: the venv's bin/ must be on PATH.
-    os.environ["PATH"] = f"{Path(os.sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    import warnings
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
-    from nbgrader.api import Gradebook, MissingEntry
+
+@contextmanager
+def locked(database: Path) -> Iterator[None]:
+    """One writer per gradebook: two `attnkit grade` runs into different outputs may share it."""
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(database.with_name(database.name + ".attnkit.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def register_assignment(database: Path, assignment: str, root: Path) -> None:
+    """Register ``assignment``'s notebooks and cells as ``nbgrader generate_assignment`` does:
+    by running it, with the gradebook as its database and a throwaway release folder."""
+    if not (root / "solutions" / assignment).is_dir():
+        raise GradingError(f"源作业不存在：{root / 'solutions' / assignment}")
+    from attnkit.nbgrader_course import blocked_changes
+
+    problems = blocked_changes(database.resolve(), root / "solutions")
+    problems = [p for p in problems if p.startswith(assignment + "/")]
+    if problems:
+        raise GradingError("gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：" + "；".join(problems)
+                           + "。请撤销单元格的增删，或备份 gradebook 后用 nbgrader db assignment remove 删除旧记录再评分。")
+    with tempfile.TemporaryDirectory(prefix="attnkit-register-") as scratch:
+        command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
+                   f"--CourseDirectory.root={root}", f"--CourseDirectory.release_directory={scratch}",
+                   f"--db=sqlite:///{database.resolve()}", "--log-level=WARN"]
+        run = subprocess.run(command, cwd=root, env=nbgrader_environment(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if run.returncode != 0:
+        raise GradingError(f"nbgrader generate_assignment 无法登记作业 {assignment}：{(run.stdout + run.stderr)[-3000:]}")
+
+
+def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | None:
+    """nbgrader's ``timestamp.txt`` in the student's folder, else the newest notebook's mtime (UTC).
+    Read the way intake reads notebooks: a link or a FIFO named timestamp.txt is not followed."""
+    from nbgrader.utils import parse_utc
+
+    try:
+        text = read_submitted(submitted, folder / "timestamp.txt", limit=1024).decode("utf-8", "replace").strip()
+    except Unsafe:
+        text = ""
+    if text:
+        try:
+            return parse_utc(text)
+        except ValueError:
+            pass
+    times = [p.lstat().st_mtime for p in folder.glob("*.ipynb") if not p.is_symlink()]
+    if not times:
+        return None
+    return datetime.datetime.fromtimestamp(max(times), tz=datetime.timezone.utc).replace(tzinfo=None)
+
+
+def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: str) -> tuple[bytes | None, str]:
+    """The bytes of notebook ``name`` exactly as they were graded (results.json ``notebooks``
+    sha256), read without following links; or None and why not (for the TA)."""
+    entry = next((nb for nb in results.get("notebooks", []) if nb.get("name") == name), None)
+    if entry is None:
+        return None, ""
+    try:
+        data = read_submitted(submitted, folder / name)
+    except Unsafe as error:
+        return None, f"未复制到 autograded/：{results['student_id']}/{name}：{error}"
+    if digest_of(data) != entry.get("sha256"):
+        return None, f"未复制到 autograded/：{results['student_id']}/{name}：文件在评分之后被改动过"
+    return data, ""
+
+
+def kit_scores(results: dict[str, Any]) -> dict[str, float]:
+    """attnkit's score per autograded grade cell."""
+    return {name: float(part["score"]) for name, part in results["parts"].items() if part.get("max_score")}
+
+
+def course_config(root: Path) -> Any:
+    """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does."""
+    from traitlets.config.loader import Config, PyFileConfigLoader
+
+    path = root / "nbgrader_config.py"
+    if not path.is_file():
+        return Config()
+    return PyFileConfigLoader(path.name, path=str(root)).load_config()
+
+
+def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes | None, target: Path, config: Any = None) -> None:
+    """Save one graded notebook (``name``, its graded bytes) as nbgrader autograde would:
+    sanitised copy + SaveAutoGrades."""
+    import nbformat
+    from nbgrader import preprocessors
+    from nbgrader.api import Gradebook
+
+    from attnkit.nbgrader_course import KitAutoGrades, set_auto_score
+
+    assignment, student, scores = results["assignment"], results["student_id"], kit_scores(results)
+    resources = {"nbgrader": {"student": student, "assignment": assignment, "notebook": Path(name).stem, "db_url": db_url}}
+    try:
+        if data is None:
+            raise ValueError("no notebook")
+        nb = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
+        for name in SANITIZE:
+            nb, resources = getattr(preprocessors, name)(config=config).preprocess(nb, resources)
+        saver = KitAutoGrades(config=config)
+        saver.kit_scores = scores
+        nb, resources = saver.preprocess(nb, resources)
+        # The course's late-submission policy, as nbgrader autograde applies it after grading.
+        nb, resources = preprocessors.AssignLatePenalties(config=config).preprocess(nb, resources)
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write(target / name, nbformat.writes(nb))
+        return
+    except Exception:  # noqa: BLE001 - unreadable or broken notebooks are saved as nbgrader does below
+        pass
+    # Not a notebook nbgrader can read (invalid JSON, missing, broken metadata): like nbgrader's
+    # "No submitted file", every cell is settled automatically; attnkit's scores still count.
+    with Gradebook(db_url) as gradebook:
+        submission = gradebook.find_submission(assignment, student)
+        for submitted in submission.notebooks:
+            for grade in submitted.grades:
+                set_auto_score(grade, scores.get(grade.name, 0.0))
+        gradebook.db.commit()
+
+
+def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: Path | None = None, source: Path | None = None) -> list[str]:
+    """Register the assignments, then save every student's submission, timestamp and scores.
+
+    With ``submitted``, each notebook is also sanitised into ``autograded/`` beside the database,
+    where formgrader and ``nbgrader generate_feedback`` read it. ``source`` is accepted for
+    compatibility; the course root (``course_root``) decides which ``solutions/`` is registered.
+    What autograded/ receives is exactly the bytes that were graded, or nothing (with a warning
+    returned for the TA).
+    """
+    notices: list[str] = []
+    os.environ["PATH"] = nbgrader_environment()["PATH"]
+    from nbgrader.api import Gradebook
 
     # nbgrader's own ORM code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
     warnings.filterwarnings("ignore", module="sqlalchemy")
     warnings.filterwarnings("ignore", message=".*not in session.*")
+    root = course_root(database)
+    db_url = f"sqlite:///{database.resolve()}"
+    config = course_config(root)
+    with locked(database):
+        for assignment in sorted({r["assignment"] for r in all_results}):
+            register_assignment(database, assignment, root)
+        for results in all_results:
+            student, assignment = results["student_id"], results["assignment"]
+            folder = submitted / student / assignment if submitted is not None else None
+            real_folder = folder is not None and folder.is_dir() and not folder.is_symlink()
+            timestamp = submission_timestamp(submitted, folder) if real_folder else None
+            with Gradebook(db_url) as gradebook:
+                gradebook.update_or_create_student(student)
+                extra = {"timestamp": timestamp} if timestamp is not None else {}
+                gradebook.update_or_create_submission(assignment, student, **extra)
+                notebook_names = [nb.name for nb in gradebook.find_assignment(assignment).notebooks]
+            for name in notebook_names:
+                data, why = graded_bytes(submitted, folder, results, f"{name}.ipynb") if real_folder else (None, "")
+                if why:
+                    notices.append(why)
+                target = database.parent / "autograded" / student / assignment
+                save_submission(db_url, results, f"{name}.ipynb", data, target, config)
+    return notices
 
-    database.parent.mkdir(parents=True, exist_ok=True)
+
+def class_totals(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """What ``nbgrader export`` reports per (student, assignment): the total after late penalty,
+    its maximum, the manual points a TA entered (None if none) and the penalty."""
+    os.environ["PATH"] = nbgrader_environment()["PATH"]
+    from nbgrader.api import Gradebook, MissingEntry
+
+    totals: dict[tuple[str, str], dict[str, float | None]] = {}
+    if not database.is_file():
+        return totals
     with Gradebook(f"sqlite:///{database.resolve()}") as gradebook:
-        assignments = sorted({r["assignment"] for r in all_results})
-        for assignment in assignments:
-            gradebook.update_or_create_assignment(assignment)
-            for notebook in sorted((source / assignment).glob("*.ipynb")):
-                gradebook.update_or_create_notebook(notebook.stem, assignment)
-                for cell in grade_cells(notebook):
-                    gradebook.update_or_create_grade_cell(cell["name"], notebook.stem, assignment, max_score=cell["max_score"], cell_type=cell["cell_type"])
-        for results in all_results:
-            assignment = results["assignment"]
-            gradebook.update_or_create_student(results["student_id"])
+        for student, assignment in keys:
             try:
-                gradebook.find_submission(assignment, results["student_id"])
+                submission = gradebook.find_submission(assignment, student)
             except MissingEntry:
-                gradebook.add_submission(assignment, results["student_id"])
-            for notebook in sorted((source / assignment).glob("*.ipynb")):
-                for cell in grade_cells(notebook):
-                    part = results["parts"].get(cell["name"])
-                    if part is None:
-                        continue  # a manually graded cell: formgrader's job
-                    grade = gradebook.find_grade(cell["name"], notebook.stem, assignment, results["student_id"])
-                    grade.auto_score = part["score"]
-        gradebook.db.commit()
-    warnings: list[str] = []
-    if submitted is not None:
-        for results in all_results:
-            folder = submitted / results["student_id"] / results["assignment"]
-            target = database.parent / "autograded" / results["student_id"] / results["assignment"]
-            for notebook in results.get("notebooks", []):
-                name = notebook.get("name", "")
-                if not name or "/" in name or name.startswith("."):
-                    continue
-                try:
-                    data = read_submitted(submitted, folder / name)
-                except Unsafe as error:
-                    warnings.append(f"未复制到 autograded/：{results['student_id']}/{name}：{error}")
-                    continue
-                if digest_of(data) != notebook.get("sha256"):
-                    warnings.append(f"未复制到 autograded/：{results['student_id']}/{name}：文件在评分之后被改动过")
-                    continue
-                atomic_write(target / name, data)
-    return warnings
+                continue
+            manual = [g.manual_score for nb in submission.notebooks for g in nb.grades if g.manual_score is not None]
+            penalty = float(submission.late_submission_penalty or 0.0)
+            totals[(student, assignment)] = {
+                "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
+                "max": float(submission.max_score),
+                "manual": float(sum(manual)) if manual else None,
+                "penalty": penalty,
+            }
+    return totals

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -40,6 +41,12 @@ EXECUTABLE = {"setup.sh", "run_autograder"}
 PROJECT_FILES = ("requirements.lock", "pyproject.toml")
 PACKAGE_SUFFIXES = {".py", ".j2", ".css", ".html", ".json", ".txt"}
 SUITE_SKIP_SUFFIXES = {".pyc", ".pyo"}
+
+# Gradescope's visibility settings for a result (its autograder specification). attnkit's default
+# hides the result until the instructor publishes the grades, so a hidden-suite score is not seen
+# before the TAs have looked at it; `--visibility` / ATTNKIT_VISIBILITY choose another.
+VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+DEFAULT_VISIBILITY = "after_published"
 
 # Gradescope's keys for a test; everything else of ours goes to extra_data.
 GRADESCOPE_TEST_KEYS = ("name", "score", "max_score", "status", "output")
@@ -148,7 +155,8 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) 
     return "\n".join(lines)
 
 
-def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None,
+                  visibility: str = DEFAULT_VISIBILITY) -> dict[str, Any]:
     """attnkit's results.json in Gradescope's schema: its keys at the top and in each test,
     attnkit's own (diagnoses, per-part scores, problems...) under ``extra_data``."""
     tests = []
@@ -158,6 +166,8 @@ def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] 
         if extra:
             entry["extra_data"] = extra
         tests.append(entry)
+    if visibility not in VISIBILITIES:
+        raise ValueError(f"visibility must be one of {', '.join(VISIBILITIES)}, not {visibility!r}")
     extra_keys = ("diagnoses", "parts", "problems", "notes", "cells", "assignment", "fingerprint", "sandbox")
     return {
         "score": results.get("score", 0),
@@ -165,15 +175,16 @@ def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] 
         "output": summary_text(results, catalogue or {}),
         "output_format": "text",
         "execution_time": round(float(results.get("seconds", 0.0) or 0.0), 3),
-        "visibility": "visible",
+        "visibility": visibility,
         "tests": tests,
         "extra_data": {key: results[key] for key in extra_keys if key in results},
     }
 
 
-def convert(source: Path, destination: Path, autograder: Path | None = None) -> dict[str, Any]:
+def convert(source: Path, destination: Path, autograder: Path | None = None, visibility: str = DEFAULT_VISIBILITY) -> dict[str, Any]:
+    """Write Gradescope's results.json for attnkit's ``source`` at ``destination``."""
     results = json.loads(source.read_text(encoding="utf-8"))
-    converted = to_gradescope(results, _catalogue(autograder))
+    converted = to_gradescope(results, _catalogue(autograder), visibility)
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
     partial.write_text(json.dumps(converted, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -191,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.add_argument("destination", type=Path)
         parser.add_argument("--autograder", type=Path, default=None,
                             help="the hidden suite, for the mistakes' explanations (default: next to attnkit)")
+        parser.add_argument("--visibility", choices=VISIBILITIES, default=os.environ.get("ATTNKIT_VISIBILITY") or DEFAULT_VISIBILITY,
+                            help=f"when students see the result (default: $ATTNKIT_VISIBILITY or {DEFAULT_VISIBILITY})")
         args = parser.parse_args(argv[1:])
         if args.autograder is None:
             from attnkit.engine import DEFAULT_AUTOGRADER
@@ -199,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.source.is_file():
             print(f"no results to convert: {args.source}", file=sys.stderr)
             return 1
-        converted = convert(args.source, args.destination, args.autograder)
+        converted = convert(args.source, args.destination, args.autograder, args.visibility)
         print(f"score {converted['score']:g}/{converted['max_score']:g} -> {args.destination}")
         return 0
     parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope", description="Build the Gradescope autograder bundle.")

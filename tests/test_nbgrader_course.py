@@ -1,0 +1,223 @@
+"""nbgrader's own commands on a course that `attnkit grade --gradebook` has graded.
+
+A temporary copy of the course (nbgrader_config.py, solutions/, assignments/) and three students
+of the demo class (one with nbgrader's timestamp.txt). After a real `attnkit grade`, the real
+`nbgrader generate_assignment --force`, `autograde`, `generate_feedback` and `export` run on it,
+and formgrader's REST API is queried on a real Jupyter server started headless (stopped by PID).
+Nothing is mocked; the SQLite gradebook is the one nbgrader reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ASSIGNMENT = "ch19-attention"
+STUDENTS = ("xiaolin", "lilei", "zhaoqiang")
+MANUAL = {"manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row", "manual_q10_no_causal"}
+TOKEN = "attnkit-test-token"
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+
+
+def run(course: Path, *command: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(list(command), cwd=course, env=env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
+    return run(course, str(BIN / "nbgrader"), *args)
+
+
+def grade(course: Path) -> subprocess.CompletedProcess:
+    result = run(course, str(BIN / "attnkit"), "grade", "--submitted", "submitted", "--out", "graded", "--jobs", "2", "--gradebook", "gradebook.db")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def csv_rows(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return {row["student_id"]: row for row in csv.DictReader(handle)}
+
+
+def export(course: Path) -> dict[str, dict[str, str]]:
+    result = nbgrader(course, "export", "--to", "export.csv")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return csv_rows(course / "export.csv")
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    course = tmp_path_factory.mktemp("course")
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    shutil.copytree(ROOT / "assignments", course / "assignments")
+    for student in STUDENTS:
+        shutil.copytree(ROOT / "examples" / "submitted" / student / ASSIGNMENT, course / "submitted" / student / ASSIGNMENT)
+    (course / "submitted" / "lilei" / ASSIGNMENT / "timestamp.txt").write_text("2026-03-01 08:30:00.000000 UTC\n")
+    grade(course)
+    return course
+
+
+def test_grades_are_in_the_gradebook_with_timestamps(course: Path) -> None:
+    rows, exported = csv_rows(course / "graded" / "grades.csv"), export(course)
+    assert set(exported) == set(STUDENTS)
+    for student in STUDENTS:
+        assert float(exported[student]["score"]) == float(rows[student]["total"]) == float(rows[student]["score"])
+        assert rows[student]["total_source"] == "gradebook" and float(rows[student]["total_max"]) == float(exported[student]["max_score"]) == 108
+    assert exported["lilei"]["timestamp"].startswith("2026-03-01 08:30:00")
+    assert exported["xiaolin"]["timestamp"], "a submission without timestamp.txt keeps its file time"
+
+
+def test_generate_assignment_force_keeps_the_release(course: Path) -> None:
+    before = tree(course / "assignments")
+    result = nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert tree(course / "assignments").keys() == before.keys()
+    assert (course / "assignments" / ASSIGNMENT / "attention.ipynb").is_file()
+
+
+def test_autograde_gives_the_same_scores_and_deletes_nothing(course: Path) -> None:
+    submitted = tree(course / "submitted")
+    before = csv_rows(course / "graded" / "grades.csv")
+    result = nbgrader(course, "autograde", ASSIGNMENT, "--force")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert tree(course / "submitted") == submitted
+    for student in STUDENTS:
+        assert (course / "autograded" / student / ASSIGNMENT / "attention.ipynb").is_file()
+    exported = export(course)
+    for student in STUDENTS:
+        assert float(exported[student]["score"]) == float(before[student]["score"]), student
+    assert exported["lilei"]["timestamp"].startswith("2026-03-01 08:30:00")
+
+
+def test_generate_feedback_works(course: Path) -> None:
+    result = nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for student in STUDENTS:
+        page = course / "feedback" / student / ASSIGNMENT / "attention.html"
+        assert page.is_file() and "manual_q1_values" in page.read_text(encoding="utf-8")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def api(port: int, path: str, method: str = "GET", body: dict | None = None) -> object:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/formgrader/api/{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read().decode())
+
+
+@pytest.fixture(scope="module")
+def formgrader(course: Path) -> object:
+    port = free_port()
+    log = open(course / "formgrader.log", "w")
+    server = subprocess.Popen([str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
+                               f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={course}"],
+                              cwd=course, env=env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                api(port, "status")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError((course / "formgrader.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield port
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        log.close()
+
+
+def test_formgrader_flags_only_the_free_text_cells(course: Path, formgrader: int) -> None:
+    submissions = api(formgrader, f"submitted_notebooks/{ASSIGNMENT}/attention")
+    assert {s["student"] for s in submissions} == set(STUDENTS)
+    for submission in submissions:
+        grades = api(formgrader, f"grades?submission_id={submission['id']}")
+        flagged = {g["name"] for g in grades if g["needs_manual_grade"]}
+        assert flagged <= MANUAL, f"{submission['student']}: autograded cells flagged {flagged - MANUAL}"
+        assert all(g["auto_score"] is not None for g in grades if g["name"] not in MANUAL)
+
+
+def test_manual_points_reach_grades_csv_and_export_alike(course: Path, formgrader: int) -> None:
+    submission = next(s for s in api(formgrader, f"submitted_notebooks/{ASSIGNMENT}/attention") if s["student"] == "lilei")
+    grade_id = next(g["id"] for g in api(formgrader, f"grades?submission_id={submission['id']}") if g["name"] == "manual_q1_values")
+    saved = api(formgrader, f"grade/{grade_id}", "PUT", {"manual_score": 2, "extra_credit": None})
+    assert saved["manual_score"] == 2
+    grade(course)  # nothing to regrade; the totals are read back from the gradebook
+    rows, exported = csv_rows(course / "graded" / "grades.csv"), export(course)
+    assert rows["lilei"]["manual_score"] == "2"
+    assert float(rows["lilei"]["total"]) == float(rows["lilei"]["score"]) + 2
+    for student in STUDENTS:
+        assert float(rows[student]["total"]) == float(exported[student]["score"]), student
+    # A re-run of attnkit keeps the TA's score.
+    assert api(formgrader, f"grade/{grade_id}")["manual_score"] == 2
+
+
+def test_a_refused_cell_change_stops_before_touching_the_release(course: Path) -> None:
+    source = course / "solutions" / ASSIGNMENT / "attention.ipynb"
+    original = source.read_bytes()
+    notebook = json.loads(original)
+    notebook["cells"].append({"cell_type": "markdown", "metadata": {"nbgrader": {
+        "grade": True, "grade_id": "manual_extra", "locked": False, "points": 1, "schema_version": 3, "solution": True, "task": False}},
+        "source": "新题"})
+    source.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    before = tree(course / "assignments")
+    try:
+        result = nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    finally:
+        source.write_bytes(original)
+    assert result.returncode != 0
+    assert "manual_extra" in result.stderr and "nbgrader db assignment remove" in result.stderr
+    assert tree(course / "assignments") == before
+
+
+def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path) -> None:
+    """nbgrader --force deletes the release before it fails on a notebook it cannot read; it is put back."""
+    source = course / "solutions" / ASSIGNMENT / "attention.ipynb"
+    original = source.read_bytes()
+    notebook = json.loads(original)
+    for cell in notebook["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "check_masking":
+            cell["metadata"]["nbgrader"]["schema_version"] = 99  # "a newer nbgrader": it refuses
+    source.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    before = tree(course / "assignments")
+    try:
+        result = nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
+    finally:
+        source.write_bytes(original)
+    assert result.returncode != 0
+    assert "已恢复原样" in result.stderr
+    assert tree(course / "assignments") == before

@@ -11,6 +11,7 @@ submission it was grading: its chunk's other submissions are graded again on a n
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import math
@@ -284,6 +285,56 @@ def death_reason(exitcode: int | None) -> str:
     return f"评分进程意外退出（退出码 {exitcode}）"
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans(on: bool) -> None:
+    """While grading, processes a dead worker leaves behind (its zygote, a sandbox still running
+    student code) become our children instead of init's, so they can be found and ended."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process we can see (/proc, no extra dependency)."""
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                data = handle.read()
+            found[int(entry)] = int(data[data.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def end_orphans(workers: set[int]) -> None:
+    """End (SIGKILL, by pid) and reap every child of ours that is not a live worker, with its
+    descendants: what a killed worker left behind. Nothing else of ours runs while grading."""
+    if not os.path.isdir("/proc"):
+        return
+    parents = _parents()
+    me = os.getpid()
+    orphans = [pid for pid, parent in parents.items() if parent == me and pid not in workers]
+    family = list(orphans)
+    for pid in family:  # grows while iterated: breadth-first over descendants
+        family += [child for child, parent in parents.items() if parent == pid and child not in family]
+    for pid in reversed(family):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in orphans:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -370,11 +421,13 @@ def grade_jobs(
         reason = reason or death_reason(worker.process.exitcode)
         for end in (worker.inbox, worker.outbox):
             end.close()
+        end_orphans({w.process.pid for w in pool.values()})
         if worker.chunk is not None:
             chunk_failed(worker, reason)
         if remaining and work and len(pool) < workers:
             feed(start_worker())
 
+    _adopt_orphans(True)
     for _ in range(workers):
         feed(start_worker())
     try:
@@ -419,6 +472,8 @@ def grade_jobs(
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(timeout=5)
+        end_orphans(set())
+        _adopt_orphans(False)
     if remaining:
         raise GradingError(f"{len(remaining)} submission(s) were not graded: no worker could run")
     return not_graded

@@ -116,7 +116,8 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
             if stat.S_ISLNK(mode) or stat.S_ISDIR(mode):
                 problem = id_problem(name)
                 if problem:
-                    intake.skipped.append(Skipped(ascii(shown)[1:-1], problem))
+                    # Shown as its bytes (\xe9…): what the TA needs to find the folder.
+                    intake.skipped.append(Skipped(repr(name.encode("utf-8", "surrogateescape"))[2:-1], problem))
                     continue
                 _student(submitted, root_fd, name, mode, digest, intake)
             elif name.endswith(".ipynb"):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import attnkit
-from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, read_submitted
+from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
 
@@ -130,19 +130,17 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
 
 
 def _kind(mode: int) -> str:
-    from attnkit.notebook import kind_of
-
     return "普通文件" if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: str, intake: Intake) -> None:
-    def job(problems: list[str], notebooks: list[str] = [], digests: list[str] = [], notes: list[str] = []) -> Job:
+    def job(problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (), notes: list[str] | None = None) -> Job:
         salt = hashlib.sha256(digest.encode())
         for path, sha in zip(notebooks, digests):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
             salt.update(problem.encode() + b"\0")
-        return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes))
+        return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []))
 
     if stat.S_ISLNK(mode):
         intake.jobs.append(job(["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
@@ -217,7 +215,7 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: 
     except Unsafe as error:
         intake.jobs.append(job([f"{name}：{error}"], notes=notes))
         return
-    intake.jobs.append(job([], [str(folder / name)], [digest_of(data)], notes))
+    intake.jobs.append(job([], (str(folder / name),), (digest_of(data),), notes))
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:

@@ -11,6 +11,7 @@ submission it was grading: its chunk's other submissions are graded again on a n
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import math
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import attnkit
-from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, read_submitted
+from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
 
@@ -115,7 +116,8 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
             if stat.S_ISLNK(mode) or stat.S_ISDIR(mode):
                 problem = id_problem(name)
                 if problem:
-                    intake.skipped.append(Skipped(ascii(shown)[1:-1], problem))
+                    # Shown as its bytes (\xe9…): what the TA needs to find the folder.
+                    intake.skipped.append(Skipped(repr(name.encode("utf-8", "surrogateescape"))[2:-1], problem))
                     continue
                 _student(submitted, root_fd, name, mode, digest, intake)
             elif name.endswith(".ipynb"):
@@ -128,19 +130,17 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
 
 
 def _kind(mode: int) -> str:
-    from attnkit.notebook import kind_of
-
     return "普通文件" if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: str, intake: Intake) -> None:
-    def job(problems: list[str], notebooks: list[str] = [], digests: list[str] = [], notes: list[str] = []) -> Job:
+    def job(problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (), notes: list[str] | None = None) -> Job:
         salt = hashlib.sha256(digest.encode())
         for path, sha in zip(notebooks, digests):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
             salt.update(problem.encode() + b"\0")
-        return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes))
+        return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []))
 
     if stat.S_ISLNK(mode):
         intake.jobs.append(job(["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
@@ -215,7 +215,7 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: 
     except Unsafe as error:
         intake.jobs.append(job([f"{name}：{error}"], notes=notes))
         return
-    intake.jobs.append(job([], [str(folder / name)], [digest_of(data)], notes))
+    intake.jobs.append(job([], (str(folder / name),), (digest_of(data),), notes))
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
@@ -282,6 +282,56 @@ def death_reason(exitcode: int | None) -> str:
             return f"评分进程被强制终止（{name}，多半是内存耗尽）"
         return f"评分进程因信号 {name} 崩溃"
     return f"评分进程意外退出（退出码 {exitcode}）"
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans(on: bool) -> None:
+    """While grading, processes a dead worker leaves behind (its zygote, a sandbox still running
+    student code) become our children instead of init's, so they can be found and ended."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process we can see (/proc, no extra dependency)."""
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                data = handle.read()
+            found[int(entry)] = int(data[data.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def end_orphans(workers: set[int]) -> None:
+    """End (SIGKILL, by pid) and reap every child of ours that is not a live worker, with its
+    descendants: what a killed worker left behind. Nothing else of ours runs while grading."""
+    if not os.path.isdir("/proc"):
+        return
+    parents = _parents()
+    me = os.getpid()
+    orphans = [pid for pid, parent in parents.items() if parent == me and pid not in workers]
+    family = list(orphans)
+    for pid in family:  # grows while iterated: breadth-first over descendants
+        family += [child for child, parent in parents.items() if parent == pid and child not in family]
+    for pid in reversed(family):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in orphans:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 @dataclass
@@ -370,11 +420,13 @@ def grade_jobs(
         reason = reason or death_reason(worker.process.exitcode)
         for end in (worker.inbox, worker.outbox):
             end.close()
+        end_orphans({w.process.pid for w in pool.values()})
         if worker.chunk is not None:
             chunk_failed(worker, reason)
         if remaining and work and len(pool) < workers:
             feed(start_worker())
 
+    _adopt_orphans(True)
     for _ in range(workers):
         feed(start_worker())
     try:
@@ -419,6 +471,8 @@ def grade_jobs(
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(timeout=5)
+        end_orphans(set())
+        _adopt_orphans(False)
     if remaining:
         raise GradingError(f"{len(remaining)} submission(s) were not graded: no worker could run")
     return not_graded

@@ -249,13 +249,10 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     ungraded submissions one by one to find the culprit); ``{"fatal": reason}`` when grading
     cannot run at all (the zygote or a sandbox cannot start)."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-<<<<<<< HEAD
     _expendable()
-=======
     # Ctrl-C reaches the whole process group: the parent handles it (it stops us and tells the
     # TA how to resume); a worker printing its own KeyboardInterrupt traceback would only confuse.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
->>>>>>> issue-10
     import torch
 
     torch.set_num_threads(1)

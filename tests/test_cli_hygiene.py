@@ -58,7 +58,7 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:
     assert run.returncode == 2
     assert "同一输出文件夹一次只能有一个运行" in run.stderr and "4242" in run.stderr
     assert "Traceback" not in run.stderr
-    assert not list(out.glob("*/*/results.json")), "the refused run graded nothing"
+    assert not list(out.glob("students/*/*/results.json")), "the refused run graded nothing"
     # Released: the same command now runs (and --verbose names each graded submission).
     again = attnkit("--verbose", "grade", "--submitted", str(tmp_path / "submitted"), "--out", str(out), "--jobs", "1")
     assert again.returncode == 0, again.stderr[-2000:]
@@ -73,7 +73,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1"],
                                env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not list(out.glob("*/*/results.json")):
+    while time.monotonic() < deadline and not list(out.glob("students/*/*/results.json")):
         time.sleep(0.1)
     # What a terminal does on Ctrl-C: SIGINT to the whole foreground process group.
     os.killpg(process.pid, signal.SIGINT)
@@ -82,7 +82,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     assert "再次运行同一条命令即可从中断处继续" in stderr
     resumed = attnkit("grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2")
-    assert resumed.returncode == 0 and len(list(out.glob("*/*/results.json"))) == 8
+    assert resumed.returncode == 0 and len(list(out.glob("students/*/*/results.json"))) == 8
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_a_killed_runs_leftovers_are_repaired(tmp_path: Path) -> None:
     the next run (holding the lock) removes the one and writes the other, regrading nothing."""
     submitted, out = small_class(tmp_path / "submitted", ("xiaolin",)), tmp_path / "out"
     assert attnkit("grade", "--submitted", str(submitted), "--out", str(out), "--quiet").returncode == 0
-    folder = out / "xiaolin" / ASSIGNMENT
+    folder = out / "students" / "xiaolin" / ASSIGNMENT
     page = (folder / "feedback.html").read_text(encoding="utf-8")
     (folder / "feedback.html").unlink()
     (folder / ".feedback.html.999999.tmp").write_text("half")

@@ -385,6 +385,17 @@ def test_skipped_folders_are_listed_not_graded(world: World) -> None:
     assert "worker_killer" not in {row["student_id"] for row in rows}, "a student not graded gets no score"
 
 
+def student_answers(data: bytes) -> dict[str, str]:
+    """grade_id -> source of the cells a student writes (nbgrader solution cells)."""
+    answers = {}
+    for cell in json.loads(data.decode("utf-8"))["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and meta.get("grade_id"):
+            source = cell.get("source", "")
+            answers[meta["grade_id"]] = "".join(source) if isinstance(source, list) else source
+    return answers
+
+
 def test_no_byte_of_the_secret_leaves_its_file(world: World) -> None:
     """A symlink to a root-only file (mode 0600): do its bytes appear nowhere under OUT, in the
     gradebook or in autograded/? And is autograded/ exactly the bytes that were graded?"""
@@ -403,11 +414,14 @@ def test_no_byte_of_the_secret_leaves_its_file(world: World) -> None:
     for path in autograded.rglob("*"):
         assert not path.is_symlink(), path
         if path.is_file():
-            # Exactly the regular file that was graded, at the same place in the submissions.
+            # The regular file that was graded, at the same place in the submissions, as nbgrader
+            # autograde leaves it (outputs cleared, locked cells restored): every answer the
+            # student wrote is that file's.
             original = world.submitted / path.relative_to(autograded)
             assert stat.S_ISREG(original.lstat().st_mode) and all(not parent.is_symlink() for parent in original.parents), path
-            assert path.read_bytes() == original.read_bytes(), path
-    assert (autograded / "bystander_a" / ASSIGNMENT / "attention.ipynb").read_bytes() == solution_bytes()
+            assert student_answers(path.read_bytes()) == student_answers(original.read_bytes()), path
+    bystander = (autograded / "bystander_a" / ASSIGNMENT / "attention.ipynb").read_bytes()
+    assert student_answers(bystander) == student_answers(solution_bytes()) and student_answers(bystander)
     assert f"extra_notebook/{ASSIGNMENT}/old_copy.ipynb" not in copies
 
 

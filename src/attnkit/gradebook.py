@@ -161,8 +161,8 @@ def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes
         if data is None:
             raise ValueError("no notebook")
         nb = nbformat.reads(data.decode("utf-8-sig"), as_version=4)
-        for name in SANITIZE:
-            nb, resources = getattr(preprocessors, name)(config=config).preprocess(nb, resources)
+        for step in SANITIZE:
+            nb, resources = getattr(preprocessors, step)(config=config).preprocess(nb, resources)
         saver = KitAutoGrades(config=config)
         saver.kit_scores = scores
         nb, resources = saver.preprocess(nb, resources)

@@ -33,6 +33,9 @@ from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import SaveAutoGrades
 
+from attnkit.engine import results_path
+from attnkit.notebook import Unsafe, read_submitted
+
 # nbgrader's autograde pipeline with Execute and SaveAutoGrades replaced by attnkit's step.
 AUTOGRADE_PREPROCESSORS = [
     "nbgrader.preprocessors.IgnorePattern",
@@ -62,11 +65,15 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict
         folder = Path(scratch) / "submitted" / student / assignment
         folder.mkdir(parents=True)
         for notebook in notebooks:
-            shutil.copyfile(notebook, folder / notebook.name)
+            try:  # as attnkit's intake reads it: no link followed, no FIFO waited on, capped
+                data = read_submitted(notebook.parent, notebook)
+            except Unsafe:
+                continue  # graded as missing, with attnkit's reason
+            (folder / notebook.name).write_bytes(data)
         out = Path(scratch) / "out"
         run = subprocess.run([*attnkit_command(), "grade", "--submitted", str(folder.parents[1]), "--out", str(out),
                               "--jobs", "1", "--quiet", "--force"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        results_file = out / student / assignment / "results.json"
+        results_file = results_path(out, {"student_id": student, "assignment": assignment})
         if run.returncode != 0 or not results_file.is_file():
             raise KitGradingFailed(f"attnkit grade failed for {student}/{assignment} ({run.returncode}): {run.stderr[-2000:]}")
         results = json.loads(results_file.read_text(encoding="utf-8"))

@@ -11,7 +11,8 @@ What it does, all in a temporary folder:
 2. Grades the class with ``attnkit grade --jobs J --force`` at each size of ``--sizes`` (whole
    command, start-up included), sampling the memory of its process tree.
 3. Grades a subset (``--nbgrader``) with the real ``nbgrader autograde ch19-attention --force`` in
-   a temporary nbgrader course (this repository's ``nbgrader_config.py`` copied in, the solution
+   a temporary nbgrader course (this repository's ``nbgrader_config.py`` copied in without the
+   hook that makes ``nbgrader autograde`` grade with attnkit, the solution
    as nbgrader's source step, ``nbgrader generate_assignment`` first), timing each submission
    from nbgrader's own log.
 4. Regrades a sample of the largest class one submission per ``attnkit grade`` process and checks
@@ -59,7 +60,9 @@ STUB_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 GOAL_CLASS_SIZE = 1000
 GOAL_CLASS_SECONDS = 60.0
 GOAL_SPEEDUP = 50.0
-LINEAR_SLACK = 1.10  # per-submission cost at the largest size may exceed the smallest's by 10 %
+LINEAR_SLACK = 1.10
+# Where nbgrader_config.py starts hooking attnkit into nbgrader's own commands.
+KIT_HOOK = "# `nbgrader autograde` grades with attnkit"  # per-submission cost at the largest size may exceed the smallest's by 10 %
 
 
 # -- the synthetic class ---------------------------------------------------------------------------
@@ -426,6 +429,11 @@ def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) ->
     """
     course.mkdir(parents=True)
     config = (root / "nbgrader_config.py").read_text(encoding="utf-8")
+    # The course's config makes `nbgrader autograde` grade with attnkit: the competitor must be
+    # nbgrader's own autograde (execute the notebook, run its test cells), so the hook goes.
+    config = config.split(KIT_HOOK, 1)[0]
+    if "attnkit.nbgrader_course" in config:
+        raise RuntimeError("nbgrader_config.py still hooks attnkit into autograde: the bench would time attnkit twice")
     (course / "nbgrader_config.py").write_text(config, encoding="utf-8")
     # The repository's config maps nbgrader's steps onto solutions/ and assignments/ under the
     # folder holding the config file; give the temporary course the same shape.

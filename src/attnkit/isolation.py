@@ -194,14 +194,15 @@ def allowlist(hidden: list[str]) -> list[str]:
     return sorted(f for f in allowed if not any(f != other and _inside(f, other) for other in allowed))
 
 
-def _kept_flags(path: str) -> int:
-    flags = os.statvfs(path).f_flag
+def _kept_flags(descriptor: int) -> int:
+    # By descriptor: the source's path may already lie under the tree being built (a checkout in /tmp).
+    flags = os.fstatvfs(descriptor).f_flag
     return sum(mount_flag for stat_flag, mount_flag in _KEPT_FLAGS.items() if flags & stat_flag)
 
 
-def _bind_read_only(source_fd: int, source: str, target: str) -> None:
+def _bind_read_only(source_fd: int, target: str) -> None:
     mount(f"/proc/self/fd/{source_fd}", target, None, MS_BIND)
-    mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(source))
+    mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(source_fd))
 
 
 def build_root(hidden: list[str]) -> list[str]:
@@ -219,7 +220,7 @@ def build_root(hidden: list[str]) -> list[str]:
         _write(f"{STAGE}/etc/{name}", text)
     for name, descriptor in devices.items():
         os.close(os.open(f"{STAGE}/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
-        _bind_read_only(descriptor, f"/dev/{name}", f"{STAGE}/dev/{name}")
+        _bind_read_only(descriptor, f"{STAGE}/dev/{name}")
         os.close(descriptor)
     # Merged-/usr systems reach their libraries through /lib and /lib64: keep those links.
     for link in ("lib", "lib64", "lib32", "libx32"):
@@ -228,7 +229,7 @@ def build_root(hidden: list[str]) -> list[str]:
     for folder, descriptor in sources.items():
         target = STAGE + folder
         os.makedirs(target, mode=0o755, exist_ok=True)
-        _bind_read_only(descriptor, folder, target)
+        _bind_read_only(descriptor, target)
         os.close(descriptor)
     mount("none", STAGE, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     return folders

@@ -26,7 +26,7 @@ import os
 import platform
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -89,6 +89,7 @@ class Mode:
     why: str = ""  # when kind is "none": what the kernel refused
     sandbox_host_uid: str = "nobody"  # who the sandbox's uid 65534 is on the host: "nobody" or "grader"
     can_make_cgroups: bool = False
+    visible: list[str] = field(default_factory=list)  # the host folders bound into the sandbox's root
 
     @property
     def isolated(self) -> bool:
@@ -304,6 +305,15 @@ def enter_root(mode: Mode) -> list[str]:
     # The tree came with our copy of the zygote's mounts, which the kernel locks for a less
     # privileged namespace (and will not pivot into): a bind of it is our own mount.
     mount(STAGE, STAGE, None, MS_BIND | MS_REC)
+    # Our user first: the capabilities stay until dropped below, and what we create on the
+    # scratch folders must belong to a user the namespace knows (the zygote's may be unmapped).
+    try:
+        os.setgroups([])
+    except OSError:
+        pass  # a namespace made without root forbids setgroups; the grader's own groups stay
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    obtained.append(f"uid-{mode.sandbox_host_uid}")
     try:
         mount("proc", f"{STAGE}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         obtained.append("private-proc")
@@ -312,7 +322,14 @@ def enter_root(mode: Mode) -> list[str]:
         # partly covered (as in some containers): then the sandbox simply has no /proc.
         obtained.append("no-proc")
     for scratch, mode_bits in (("/tmp", "1777"), (SANDBOX_HOME, "700")):
+        # A Python tree kept under /tmp (a checkout there) would vanish under the fresh scratch:
+        # held open first, then bound again on top of it (read-only, as it was).
+        covered = {folder: os.open(STAGE + folder, os.O_PATH | os.O_DIRECTORY) for folder in mode.visible if _inside(folder, scratch)}
         mount("tmpfs", STAGE + scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SCRATCH_SIZE},mode={mode_bits},uid={NOBODY},gid={NOBODY}")
+        for folder, descriptor in covered.items():
+            os.makedirs(STAGE + folder, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{descriptor}", STAGE + folder, None, MS_BIND | MS_REC)
+            os.close(descriptor)
     _pivot_into(STAGE)
     obtained.append("allowlisted-root")
     try:
@@ -322,13 +339,6 @@ def enter_root(mode: Mode) -> list[str]:
         obtained.append("no-nested-namespaces")
     except OSError:
         pass
-    try:
-        os.setgroups([])
-    except OSError:
-        pass  # a namespace made without root forbids setgroups; the grader's own groups stay
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
-    obtained.append(f"uid-{mode.sandbox_host_uid}")
     if leave_session_keyring():
         obtained.append("own-keyring")
     drop_capabilities()

@@ -451,7 +451,8 @@ def _isolate(mode: Mode, hide: list[str]) -> tuple[Mode, list[str]]:
     if not mode.isolated:
         return mode, []
     try:
-        return mode, build_root(hide)
+        mode.visible = build_root(hide)
+        return mode, mode.visible
     except OSError as error:
         return Mode("none", f"could not build the sandbox's root: {error}"), []
 

@@ -64,6 +64,9 @@ def build_class(submitted: Path) -> None:
     broken_copy = dict(cell_of(edited, "scaled_attention"), source="def scaled_attention(q, k, v, allowed=None):\n    return None\n")
     edited["cells"].insert(0, broken_copy)
     edited["cells"].append({"cell_type": "code", "metadata": {}, "source": "print('我的额外实验')", "outputs": [], "execution_count": None})
+    # An extra experiment that fails at run time, inside a helper of the student's own.
+    experiment = "def my_experiment():\n    import torch\n    return torch.ones(2, 3) @ torch.ones(2, 3)\n\nmy_experiment()\n"
+    edited["cells"].append({"cell_type": "code", "metadata": {}, "source": experiment, "outputs": [], "execution_count": None})
     submit(submitted, "edited", edited)
     # A syntax error in the multi-head cell: the other parts still score.
     syntax = notebook()
@@ -120,6 +123,18 @@ def test_a_syntax_error_costs_only_its_part(graded: dict) -> None:
     assert r["parts"]["check_scaled_attention"]["score"] == 20
     assert r["parts"]["check_multi_head"]["score"] == 0
     assert any(c["error_type"] == "SyntaxError" for c in r["cells"])
+
+
+def test_a_failing_cell_shows_the_students_line(graded: dict) -> None:
+    """Does a cell that fails show the student's own failing line (the innermost one of theirs,
+    in a helper they wrote) and a syntax error its line, on the page, with the section title?"""
+    edited = results(graded["out"], "edited")
+    failed = [c for c in edited["cells"] if c["error_type"] == "RuntimeError"]
+    assert failed and failed[0]["line"] == 3 and failed[0]["text"] == "return torch.ones(2, 3) @ torch.ones(2, 3)", failed
+    page = (graded["out"] / "students" / "edited" / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
+    assert "出错的是这个单元格的第 3 行" in page and "return torch.ones(2, 3) @ torch.ones(2, 3)" in page
+    syntax = [c for c in results(graded["out"], "syntax")["cells"] if c["error_type"] == "SyntaxError"]
+    assert syntax and syntax[0]["text"].startswith("def multi_head_attention(x, w_q"), syntax
 
 
 def test_a_deleted_function_is_named(graded: dict) -> None:

@@ -493,6 +493,16 @@ def spread(items: list[str], count: int) -> list[str]:
     return [items[int(i * step)] for i in range(count)]
 
 
+def spread_across_mix(items: list[str], count: int) -> list[str]:
+    """``count`` items spread over ``items`` and across the repeating class mix: evenly spaced
+    picks would all land on the same place of the mix (all "correct" when the spacing is a
+    multiple of the cycle), so each pick moves a little further into it."""
+    if count >= len(items):
+        return list(items)
+    step = len(items) // count
+    return [items[i * step + (i * 3) % step] for i in range(count)]
+
+
 def sample_by_kind(roster: dict[str, str], count: int) -> list[str]:
     """Up to ``count`` students, one per kind first (in roster order), then evenly spread."""
     first_of_kind: dict[str, str] = {}
@@ -694,7 +704,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     nbgrader = None
     generate_seconds = 0.0
     if args.nbgrader > 0:
-        chosen = spread(list(roster), args.nbgrader)
+        chosen = spread_across_mix(list(roster), args.nbgrader)
         say(f"nbgrader autograde: {len(chosen)} submissions ({', '.join(sorted({roster[s] for s in chosen}))})")
         nbgrader, generate_seconds = run_nbgrader({s: submitted / s / ASSIGNMENT / NOTEBOOK for s in chosen}, work / "nbgrader-course")
         if nbgrader.returncode != 0:

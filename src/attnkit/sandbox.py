@@ -49,6 +49,8 @@ class CellRun:
     message: str = ""
     output: str = ""
     seconds: float = 0.0
+    line: int = 0  # the student's failing line (within its cell) and its text, when it failed
+    text: str = ""
 
 
 class IsolationUnavailable(RuntimeError):
@@ -244,9 +246,11 @@ class Submission:
             message = f"单元格运行超过 {self.limits.cell_seconds:g} 秒，已被终止" if hung else "单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"
             self._recover()
             return CellRun(cell.index, cell.grade_id, False, "__timeout__" if hung else "__crashed__", message)
+        line = reply.get("line")
         return CellRun(
             cell.index, cell.grade_id, bool(reply.get("ok")), str(reply.get("error_type") or ""),
             str(reply.get("message") or ""), str(reply.get("output") or ""), float(reply.get("seconds") or 0.0),
+            line if isinstance(line, int) and 0 < line < 100_000 else 0, str(reply.get("text") or "")[:300],
         )
 
     def _recover(self) -> None:

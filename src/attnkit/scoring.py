@@ -114,7 +114,7 @@ def results_json(record: dict[str, Any]) -> dict[str, Any]:
         "problems": _clip_items(record.get("problems", [])),
         "notes": _clip_items(record.get("notes", [])),
         "cells": [
-            {**c, "message": clip(c.get("message", "")), "output": clip(c.get("output", "")), "error_type": clip(c.get("error_type", ""), 200)}
+            {**c, "message": clip(c.get("message", "")), "output": clip(c.get("output", "")), "error_type": clip(c.get("error_type", ""), 200), "text": clip(c.get("text", ""), 300)}
             for c in [c for c in record.get("cells", []) if not c.get("ok")][:MAX_ITEMS]
         ],
         "sandbox": record.get("sandbox", {}),

@@ -61,6 +61,7 @@ from traitlets.config import Config  # noqa: E402
 
 from attnkit import protocol  # noqa: E402
 from attnkit.cgroup import Cgroup, sweep_stale  # noqa: E402
+from attnkit.explain import student_frame  # noqa: E402
 from attnkit.isolation import (  # noqa: E402
     SANDBOX_HOME,
     IsolationError,
@@ -348,6 +349,12 @@ class Sandbox:
         if error is not None:
             reply["error_type"] = type(error).__name__
             reply["message"] = str(error)[:2000]
+            # The student's own failing line: a syntax error knows it; otherwise the innermost
+            # frame of their code (perhaps a function from an earlier cell).
+            if isinstance(error, SyntaxError) and error.lineno:
+                reply["line"], reply["text"] = int(error.lineno), str(error.text or "").strip()[:300]
+            elif (where := student_frame(error.__traceback__)) is not None:
+                reply["line"], reply["text"] = int(where["line"]), str(where["text"])[:300]
         reply["output"] = self.output.take()
         return reply
 

@@ -216,15 +216,25 @@ class Submission:
             raise SandboxDied(f"沙箱未能启动：{ready.get('error') if isinstance(ready, dict) else ready}")
         self.isolation = [str(item) for item in ready.get("isolation", [])]
 
-    def _request(self, message: dict, seconds: float) -> dict:
-        """One request and its reply, all within ``seconds`` of wall-clock time."""
+    def _request(self, message: dict, seconds: float, substitutes: dict[str, Any] | None = None) -> dict:
+        """One request and its reply, all within ``seconds`` of wall-clock time. With
+        ``substitutes`` (a swapped call), the sandbox's ``callback`` frames for those names are
+        answered here with the trusted functions' results until the real reply comes; without,
+        a callback is just an unrecognised reply."""
         if self._channel is None:
             raise SandboxDied("沙箱未运行")
-        deadline = time.monotonic() + seconds
+        started = time.monotonic()
+        deadline = started + seconds
+        answered = 0
         try:
             self._channel.settimeout(seconds)
             protocol.send(self._channel, message)
             reply = protocol.receive(self._channel, deadline)
+            while substitutes is not None and isinstance(reply, dict) and "callback" in reply:
+                answered += 1
+                self._channel.settimeout(max(0.001, deadline - time.monotonic()))
+                protocol.send(self._channel, self._answer_callback(reply, substitutes, answered))
+                reply = protocol.receive(self._channel, deadline)
         except socket.timeout:
             self.close()
             raise TimeoutError from None
@@ -232,8 +242,8 @@ class Submission:
             self.close()
             raise SandboxDied(str(error)) from None
         finally:
-            self.seconds_used += time.monotonic() - (deadline - seconds)
-        if not isinstance(reply, dict):
+            self.seconds_used += time.monotonic() - started
+        if not isinstance(reply, dict) or "callback" in reply:
             self.close()
             raise SandboxDied("沙箱返回了无法识别的数据")
         return reply
@@ -288,61 +298,27 @@ class Submission:
         fork whose stand-ins send ``callback`` frames, answered here with the trusted function's
         result. Callbacks are honoured only while this request is open."""
         message = {"op": "call_with", "name": name, "args": list(args), "kwargs": kwargs, "substitutes": sorted(substitutes)}
-        if self._given_up or self._channel is None:
-            return self._ask(message, name)
-        original, self._request = self._request, lambda request, seconds: self._request_answering(request, seconds, substitutes)
-        try:
-            return self._ask(message, name)
-        finally:
-            self._request = original  # type: ignore[method-assign]
+        return self._ask(message, name, substitutes)
 
-    def _request_answering(self, message: dict, seconds: float, substitutes: dict[str, Any]) -> dict:
-        """``_request``, answering the sandbox's ``callback`` frames until the real reply comes."""
+    def _answer_callback(self, reply: dict, substitutes: dict[str, Any], answered: int) -> dict:
+        """The trusted function's result for one stand-in call, or a refusal (a name not
+        swapped, past the call budget, or arguments too large)."""
         from attnkit.proxy import run_in_namespace
 
-        if self._channel is None:
-            raise SandboxDied("沙箱未运行")
-        started = time.monotonic()
-        deadline = started + seconds
-        answered = 0
-        try:
-            self._channel.settimeout(seconds)
-            protocol.send(self._channel, message)
-            while True:
-                reply = protocol.receive(self._channel, deadline)
-                if not (isinstance(reply, dict) and "callback" in reply):
-                    break
-                callee = reply.get("callback")
-                answered += 1
-                if callee not in substitutes or answered > self.MAX_CALLBACKS or not _small(reply.get("args"), reply.get("kwargs"), limit=self.MAX_CALLBACK_ELEMENTS):
-                    answer = {"error_type": "RuntimeError", "message": f"参考的 {callee} 无法用于这次调用"}
-                else:
-                    args, kwargs = reply.get("args"), reply.get("kwargs")
-                    outcome = run_in_namespace(substitutes, str(callee), tuple(args) if isinstance(args, list) else (),
-                                               kwargs if isinstance(kwargs, dict) else {})
-                    answer = {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
-                self._channel.settimeout(max(0.001, deadline - time.monotonic()))
-                protocol.send(self._channel, answer)
-        except socket.timeout:
-            self.close()
-            raise TimeoutError from None
-        except (OSError, protocol.ProtocolError) as error:
-            self.close()
-            raise SandboxDied(str(error)) from None
-        finally:
-            self.seconds_used += time.monotonic() - started
-        if not isinstance(reply, dict):
-            self.close()
-            raise SandboxDied("沙箱返回了无法识别的数据")
-        return reply
+        callee = reply.get("callback")
+        if callee not in substitutes or answered > self.MAX_CALLBACKS or not _small(reply.get("args"), reply.get("kwargs"), limit=self.MAX_CALLBACK_ELEMENTS):
+            return {"error_type": "RuntimeError", "message": f"参考的 {callee} 无法用于这次调用"}
+        args, kwargs = reply.get("args"), reply.get("kwargs")
+        outcome = run_in_namespace(substitutes, str(callee), tuple(args) if isinstance(args, list) else (), kwargs if isinstance(kwargs, dict) else {})
+        return {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
 
-    def _ask(self, message: dict, name: str) -> Outcome:
+    def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None) -> Outcome:
         if self._given_up or self._channel is None:
             return Outcome(error_type="__crashed__", message="你的代码使运行环境多次崩溃或超时，后面的检查无法进行")
         if self.seconds_used > self.limits.submission_seconds:
             return Outcome(error_type="__timeout__", message=f"这份提交的总运行时间超过了 {self.limits.submission_seconds:g} 秒，后面的检查没有运行")
         try:
-            reply = self._request(message, self.limits.call_seconds)
+            reply = self._request(message, self.limits.call_seconds, substitutes)
         except TimeoutError:
             self._recover()
             return Outcome(error_type="__timeout__", message=f"{name} 超过 {self.limits.call_seconds:g} 秒没有返回")

@@ -128,9 +128,9 @@ def diagnose(
     found, exact = [], []
     for mistake_id, namespace in mistakes.items():
         outcomes = [_replay(namespace, call.name, data) for call, data in zip(relevant, inputs)]
-        reproduces_student = all(outcomes_match(call.outcome, got) for call, got in zip(relevant, outcomes))
-        differs_from_reference = any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected))
-        if reproduces_student and differs_from_reference:
+        if not all(outcomes_match(call.outcome, got) for call, got in zip(relevant, outcomes)):
+            continue  # most mistakes stop here: no need to compare them with the reference too
+        if any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected)):
             found.append(mistake_id)
             if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes)):
                 exact.append(mistake_id)

@@ -26,13 +26,14 @@ from __future__ import annotations
 import importlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import pytest
 from _pytest.reports import TestReport
 
 from attnkit.proxy import (
     LocalBackend,
+    Outcome,
     SandboxCrashed,
     Student,
     StudentMissing,
@@ -318,7 +319,23 @@ class GradingPlugin:
 
         catalogue = self.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, proxy.probe)
+        return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, self._probe_once(proxy))
+
+    @staticmethod
+    def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:
+        """``proxy.probe``, each probe input run once per submission and substitution mode:
+        every failed test of a function asks for the same probes."""
+        from attnkit import protocol
+
+        cache: dict[tuple, Outcome] = proxy.__dict__.setdefault("_probe_outcomes", {})
+
+        def run(name: str, args: tuple, kwargs: dict) -> Outcome:
+            key = (tuple(sorted(proxy.substitutes)), name, protocol.encode((args, kwargs)))
+            if key not in cache:
+                cache[key] = proxy.probe(name, args, kwargs)
+            return cache[key]
+
+        return run
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +186,7 @@ def ta_user() -> pwd.struct_passwd:
 
 
 @pytest.fixture(scope="module")
-def user_python(ta_user: pwd.struct_passwd, tmp_path_factory) -> tuple[str, Path]:
+def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
     """The distribution's Python with a world-readable virtualenv holding the grader's packages
     (kept between runs under /var/tmp, keyed by the lock), and a readable copy of the course."""
     if not Path(SYSTEM_PYTHON).is_file():
@@ -210,8 +211,7 @@ def user_python(ta_user: pwd.struct_passwd, tmp_path_factory) -> tuple[str, Path
 
 
 def tempfile_folder(prefix: str) -> str:
-    import tempfile
-
+    """A world-readable temporary folder under /var/tmp (the unprivileged grader reads it)."""
     folder = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
     os.chmod(folder, 0o755)
     return folder
@@ -398,7 +398,7 @@ NO_USER_NAMESPACES = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def without_namespaces(ta_user, user_python, tmp_path_factory):
+def without_namespaces(ta_user, user_python):
     """The same class graded where the kernel gives the TA no user namespace: once as is, once
     with --no-isolation."""
     python, course = user_python

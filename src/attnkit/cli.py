@@ -96,8 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def hidden_paths(*extra: Path) -> list[str]:
-    """What a sandbox must not see: the whole project (grader, tests, solutions, gradebook), the
-    submissions and the outputs. The sandbox keeps its Python trees (the venv) visible itself."""
+    """Folders never to be part of a sandbox's view, even where they lie on ``sys.path`` (the
+    project's ``src/`` for an editable install): the whole project (grader, tests, solutions,
+    gradebook), the submissions and the outputs. The sandbox's root is an allowlist of Python's
+    own folders; a virtualenv kept inside the project still contributes its site-packages."""
     return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
 
 

@@ -35,7 +35,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 0x400, 0x800, 0x200000, 0x1000000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
 MNT_DETACH = 0x2
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
@@ -281,21 +281,25 @@ def leave_session_keyring() -> bool:
     return _libc.syscall(ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) >= 0
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAPABILITY_VERSION_3 = 0x20080522  # two _CapData: capabilities 0-31 and 32-63
+
+
 def drop_capabilities() -> None:
     """No capability in any set, none to regain (bounding set emptied, no new privileges)."""
     for capability in range(64):
         if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
             break  # EINVAL: past the last capability this kernel knows
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    empty = (Data * 2)()
-    _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(Header(0x20080522, 0)), empty), "capset")
+    empty = (_CapData * 2)()
+    _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), empty), "capset")
 
 
 def enter_root(mode: Mode) -> list[str]:

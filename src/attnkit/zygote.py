@@ -38,9 +38,9 @@ import resource  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import tempfile  # noqa: E402
+import ctypes  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
-import ctypes  # noqa: E402
 
 # Imported here, before any fork, so every sandbox shares them and a sandbox never needs to read
 # the (possibly hidden) project files again.
@@ -63,6 +63,8 @@ from attnkit import protocol  # noqa: E402
 from attnkit.cgroup import Cgroup, sweep_stale  # noqa: E402
 from attnkit.explain import student_frame  # noqa: E402
 from attnkit.isolation import (  # noqa: E402
+    NOBODY,
+    PR_SET_NO_NEW_PRIVS,
     SANDBOX_HOME,
     IsolationError,
     Mode,
@@ -75,7 +77,6 @@ from attnkit.isolation import (  # noqa: E402
 from attnkit.proxy import Outcome, read_variable, run_in_namespace, unreadable  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
-NOBODY = 65534
 OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
 # Without a control group (no root), one process is the whole submission: a per-process memory
 # limit then bounds the submission, and a fork bomb has nothing to fork.
@@ -168,7 +169,7 @@ class Sandbox:
                 os.setgid(NOBODY)
                 os.setuid(NOBODY)
                 self.isolation.append("uid-nobody")
-            _libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         # Only the channel and the standard streams stay open: an inherited descriptor of a host
         # folder would be a way out of the sandbox's root.
         channel = self.channel.fileno()
@@ -453,15 +454,16 @@ def _address_space() -> int:
     return 0
 
 
-def _isolate(mode: Mode, hide: list[str]) -> tuple[Mode, list[str]]:
-    """Build the sandboxes' root once; a zygote that cannot is not isolated, and says why."""
+def _isolate(mode: Mode, hide: list[str]) -> Mode:
+    """Build the sandboxes' root once (its folders in ``visible``); a zygote that cannot is not
+    isolated, and says why."""
     if not mode.isolated:
-        return mode, []
+        return mode
     try:
         mode.visible = build_root(hide)
-        return mode, mode.visible
+        return mode
     except OSError as error:
-        return Mode("none", f"could not build the sandbox's root: {error}"), []
+        return Mode("none", f"could not build the sandbox's root: {error}")
 
 
 def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, control: socket.socket) -> int:
@@ -504,14 +506,14 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
     shell.run_cell(WARM_UP, store_history=False, silent=True)
     protocol.decode(protocol.encode((torch.ones(2, 2), {"a": [1, 2.0, "x", None, True]})))
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
-    mode, folders = _isolate(mode, [str(p) for p in config.get("hide", [])])
+    mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
     sandboxes = Sandboxes(mode.can_make_cgroups)
     if mode.can_make_cgroups:
         sweep_stale()
     address_space = _address_space()
     protocol.send(control, {
         "zygote": "ready", "pid": os.getpid(),
-        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": folders},
+        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible},
     })
     while True:
         try:

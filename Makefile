@@ -52,10 +52,10 @@ check: $(STAMP)
 	$(BIN)/attnkit check $(NB)
 
 student-zip: $(STAMP)
-	$(BIN)/python -m attnkit.release --zip dist/$(ASSIGNMENT)-student.zip
+	$(BIN)/python -m attnkit.release --assignment $(ASSIGNMENT) --zip dist/$(ASSIGNMENT)-student.zip
 
 bench: $(STAMP)
-	$(BIN)/python -m attnkit.bench
+	$(BIN)/python tools/bench.py
 
 gradescope: $(STAMP)
 	$(BIN)/python -m attnkit.gradescope --out dist/gradescope.zip

@@ -24,25 +24,21 @@ from rich.table import Table
 from rich.text import Text
 
 from attnkit import __version__
+from attnkit.assignment import Assignment, discover
+from attnkit.constants import AUTOGRADER_ROOT, DEFAULT_MEMORY_MB, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit.engine import (
-    ASSIGNMENT,
-    DEFAULT_AUTOGRADER,
-    PROJECT_ROOT,
-    STUDENTS_FOLDER,
-    GradingError,
     Job,
-    atomic_write,
     find_jobs,
     grade_jobs,
-    grader_digest,
     is_current,
     results_path,
     shard_of,
 )
-from attnkit.feedback import causes, feedback_html, load_catalogue, report_html
+from attnkit.files import atomic_write
+from attnkit.feedback import causes, feedback_html, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.sandbox import Limits
-from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, PARTS, fit, results_json
+from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 
 console = Console(stderr=True)
 
@@ -58,7 +54,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnkit", description="Grade the attention chapter's notebooks in sandboxes.")
+    parser = argparse.ArgumentParser(prog="attnkit", description="Grade a class's notebooks with hidden test suites, in sandboxes.")
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
     parser.add_argument("--verbose", action="store_true", help="more detail: each graded submission, and the traceback of a failure")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--force", action="store_true", help="regrade even unchanged submissions")
     grade.add_argument("--shard", type=parse_shard, default=None, help="grade only slice i/n (merge later)")
     grade.add_argument("--gradebook", type=Path, default=None, help="also record scores in this nbgrader gradebook.db")
-    grade.add_argument("--autograder", type=Path, default=DEFAULT_AUTOGRADER, help=argparse.SUPPRESS)
+    grade.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
     grade.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
     grade.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
-    grade.add_argument("--memory-mb", type=int, default=2048, help="memory per sandbox beyond the libraries")
+    grade.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
     grade.add_argument("--quiet", action="store_true", help="no progress bar or table")
     grade.add_argument(
         "--no-isolation", action="store_true",
@@ -83,11 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="grade one notebook (self-study) and print the feedback")
     check.add_argument("notebook", type=Path)
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
+    check.add_argument("--assignment", default=None, help="the assignment (default: the one whose notebook has this file's name)")
 
     intake = commands.add_parser("collect", help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
     intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
     intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
-    intake.add_argument("--assignment", default="ch19-attention", help="the assignment these files belong to")
+    intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: the only one)")
 
     merge = commands.add_parser("merge", help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -103,22 +100,23 @@ def hidden_paths(*extra: Path) -> list[str]:
     return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
 
 
-def write_record(out: Path, record: dict[str, Any], catalogue: dict) -> dict[str, Any]:
-    results = results_json(record)
+def write_record(out: Path, record: dict[str, Any], suites: dict[str, Assignment]) -> dict[str, Any]:
+    assignment = suites[record["assignment"]]
+    results = results_json(record, assignment)
     folder = results_path(out, record).parent
     atomic_write(folder / "results.json", json.dumps(results, ensure_ascii=False, indent=1))
-    atomic_write(folder / "feedback.html", bounded_feedback(results, catalogue))
+    atomic_write(folder / "feedback.html", bounded_feedback(results, assignment))
     return results
 
 
-def bounded_feedback(results: dict[str, Any], catalogue: dict) -> str:
+def bounded_feedback(results: dict[str, Any], assignment: Assignment) -> str:
     """The feedback page, under MAX_FEEDBACK_BYTES: escaping can make the page several times
     larger than results.json, so the texts are cut further (a copy) until it fits."""
-    page = feedback_html(results, catalogue)
+    page = feedback_html(results, assignment)
     budget = MAX_RESULTS_BYTES
     while len(page.encode()) > MAX_FEEDBACK_BYTES and budget > 1_000:
         budget //= 2
-        page = feedback_html(fit(json.loads(json.dumps(results)), budget), catalogue)
+        page = feedback_html(fit(json.loads(json.dumps(results)), budget), assignment)
     return page
 
 
@@ -147,16 +145,27 @@ def csv_text(value: str) -> str:
 TOTAL_COLUMNS = ["manual_score", "late_penalty", "total", "total_max", "total_source"]
 
 
-def grades_csv(all_results: list[dict[str, Any]], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
+def part_columns(all_results: list[dict[str, Any]], suites: dict[str, Assignment]) -> list[str]:
+    """grades.csv's part columns: the grade ids of the assignments in the class, in notebook order."""
+    present = {r["assignment"] for r in all_results}
+    shown = [suite for suite in suites.values() if suite.name in present] or list(suites.values())
+    return list(dict.fromkeys(grade_id for suite in shown for grade_id in suite.parts))
+
+
+def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment],
+               totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
     """One row per submission. With ``totals`` (read back from the gradebook), the row also has
     the manual points a TA entered in formgrader and the total `nbgrader export` reports;
-    ``total_source`` says whether that total came from the gradebook or from attnkit alone."""
+    ``total_source`` says whether that total came from the gradebook or from attnkit alone. A
+    part column of another assignment than the row's is empty."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["student_id", "assignment", "score", "max_score", *PARTS, *(TOTAL_COLUMNS if totals is not None else [])])
+    parts = part_columns(all_results, suites)
+    writer.writerow(["student_id", "assignment", "score", "max_score", *parts, *(TOTAL_COLUMNS if totals is not None else [])])
     for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
+        own = suites[r["assignment"]].parts if r["assignment"] in suites else r["parts"]
         row = [csv_text(r["student_id"]), csv_text(r["assignment"]), f"{r['score']:g}", f"{r['max_score']:g}",
-               *(f"{r['parts'].get(part, {}).get('score', 0):g}" for part in PARTS)]
+               *(f"{r['parts'].get(part, {}).get('score', 0):g}" if part in own else "" for part in parts)]
         if totals is not None:
             found = totals.get((r["student_id"], r["assignment"]))
             if found is None:
@@ -173,13 +182,13 @@ def isolation_line(all_results: list[dict[str, Any]]) -> str:
 
 
 def write_class_outputs(
-    out: Path, all_results: list[dict[str, Any]], catalogue: dict, seconds: float,
+    out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float,
     skipped: list[dict[str, str]] | None = None, totals: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> None:
     skipped = skipped or []
     atomic_write(out / "skipped.json", json.dumps(skipped, ensure_ascii=False, indent=1))
-    atomic_write(out / "grades.csv", grades_csv(all_results, totals))
-    atomic_write(out / "report.html", report_html(all_results, catalogue, seconds, skipped, isolation_line(all_results)))
+    atomic_write(out / "grades.csv", grades_csv(all_results, suites, totals))
+    atomic_write(out / "report.html", report_html(all_results, suites, seconds, skipped, isolation_line(all_results)))
 
 
 def read_skipped(out: Path) -> list[dict[str, str]]:
@@ -207,21 +216,19 @@ def command_grade(args: argparse.Namespace) -> int:
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
-    if not (args.autograder / "catalogue.py").is_file():
-        raise GradingError(f"hidden test suite not found at {args.autograder}")
-    digest = grader_digest(args.autograder)
-    intake = find_jobs(args.submitted, args.assignment, digest)
+    suites = discover(args.autograder)
+    intake = find_jobs(args.submitted, suites, args.assignment)
     if not intake.jobs and not intake.skipped:
-        raise GradingError(f"提交文件夹 {args.submitted} 里没有任何学生文件夹（应为 <学号>/{ASSIGNMENT}/attention.ipynb），没有可评分的提交")
+        layout = "、".join(f"<学号>/{suite.name}/{suite.notebook}" for suite in suites.values())
+        raise GraderError(f"提交文件夹 {args.submitted} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交")
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
-    catalogue = load_catalogue(args.autograder)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
     record_shard(args.out, args.shard)
-    repair_outputs(args.out, catalogue)
+    repair_outputs(args.out, suites)
     if not args.quiet:
         console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
     # No refresh thread: workers are forked from this process, which must not run other threads.
@@ -229,7 +236,7 @@ def command_grade(args: argparse.Namespace) -> int:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
-            results = write_record(args.out, record, catalogue)
+            results = write_record(args.out, record, suites)
             if args.verbose:
                 progress.console.print(f"{results['student_id']}/{results['assignment']}：{results['score']:g}/{results['max_score']:g}（{results['seconds']:.2f} 秒）")
             progress.advance(task)
@@ -238,7 +245,7 @@ def command_grade(args: argparse.Namespace) -> int:
         hide = hidden_paths(args.submitted, args.out, args.autograder, *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record)
     all_results = collect(args.out, jobs)
-    write_class_outputs(args.out, all_results, catalogue, time.perf_counter() - started, skipped)
+    write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
         from attnkit.gradebook import class_totals, record_grades
@@ -249,7 +256,7 @@ def command_grade(args: argparse.Namespace) -> int:
             console.print(warning, markup=False)
         # grades.csv again, now with the manual points and totals `nbgrader export` reports.
         totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in graded])
-        atomic_write(args.out / "grades.csv", grades_csv(all_results, totals))
+        atomic_write(args.out / "grades.csv", grades_csv(all_results, suites, totals))
         if not args.quiet:
             manual = sum(1 for t in totals.values() if t["manual"] is not None)
             console.print(f"已记入 {args.gradebook}（{len(totals)} 份提交，其中 {manual} 份已有人工评分）；"
@@ -269,11 +276,25 @@ def command_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: str) -> Assignment:
+    """``--assignment`` if given; else the assignment whose notebook is called ``notebook``, or
+    the only one there is."""
+    if name is not None:
+        if name not in suites:
+            raise GraderError(f"未知作业 {name}（已有：{'、'.join(suites)}）")
+        return suites[name]
+    matching = [suite for suite in suites.values() if suite.notebook == notebook] or (list(suites.values()) if len(suites) == 1 else [])
+    if len(matching) != 1:
+        raise GraderError(f"无法确定 {notebook} 属于哪项作业：请用 --assignment 指定（{'、'.join(suites)}）")
+    return matching[0]
+
+
 def command_check(args: argparse.Namespace) -> int:
     if not args.notebook.is_file():
-        raise GradingError(f"no such notebook: {args.notebook}")
+        raise GraderError(f"no such notebook: {args.notebook}")
+    assignment = assignment_for(discover(), args.assignment, args.notebook.name)
     with tempfile.TemporaryDirectory(prefix="attnkit-check-") as scratch:
-        submitted = Path(scratch) / "submitted" / "me" / "ch19-attention"
+        submitted = Path(scratch) / "submitted" / "me" / assignment.name
         submitted.mkdir(parents=True)
         shutil.copy(args.notebook, submitted / args.notebook.name)
         out = args.out or Path(scratch) / "out"
@@ -285,9 +306,9 @@ def command_check(args: argparse.Namespace) -> int:
         results = collect(out)[0]
         if results.get("isolation") != "isolated":
             print("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。")
-        for part, title in PARTS.items():
-            scores = results["parts"].get(part, {})
-            print(f"{title:<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+        for part in assignment.parts.values():
+            scores = results["parts"].get(part.grade_id, {})
+            print(f"{part.title:<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
         tests = [dict(test) for test in results["tests"]]
         for cause in causes(tests):  # each runtime error once, before the tests it broke
             print(f"从这里开始 {cause['number']}：你的 {cause['function']} 抛出了 {cause['type']}（{len(cause['tests'])} 项检查因此未通过）")
@@ -300,17 +321,16 @@ def command_check(args: argparse.Namespace) -> int:
                 print(f"  ✘ {test['name']}：见「从这里开始 {test['cause']}」")
             elif test["status"] != "passed":
                 print(f"  ✘ {test['name']}：{test['output']}")
-        catalogue = load_catalogue(DEFAULT_AUTOGRADER)
         for mistake in results["diagnoses"]:
-            info = catalogue.get(mistake, {})
+            info = assignment.mistakes.get(mistake, {})
             print(f"诊断 {mistake}（{info.get('section', '')}）：{info.get('zh', '')}")
         print(f"总分 {results['score']:g}/{results['max_score']:g}")
         if args.out:
-            print(f"反馈页面：{out / STUDENTS_FOLDER / 'me' / ASSIGNMENT / 'feedback.html'}")
+            print(f"反馈页面：{out / STUDENTS_FOLDER / 'me' / assignment.name / 'feedback.html'}")
     return code
 
 
-def repair_outputs(out: Path, catalogue: dict) -> None:
+def repair_outputs(out: Path, suites: dict[str, Assignment]) -> None:
     """Finish what a killed run left: its half-written temporaries go, and a results.json whose
     feedback.html was not written yet gets its page (the submission itself is not regraded).
 
@@ -323,7 +343,8 @@ def repair_outputs(out: Path, catalogue: dict) -> None:
                 results = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # unreadable: is_current() is False for it, so it is regraded anyway
-            atomic_write(path.parent / "feedback.html", bounded_feedback(results, catalogue))
+            if results.get("assignment") in suites:
+                atomic_write(path.parent / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
 
 
 SHARD_FILE = "shard.json"
@@ -342,10 +363,10 @@ def check_shard_set(folders: list[Path]) -> None:
     """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
-        raise GradingError(f"找不到要合并的文件夹：{'、'.join(missing)}")
+        raise GraderError(f"找不到要合并的文件夹：{'、'.join(missing)}")
     empty = [str(f) for f in folders if not (f / "grades.csv").is_file()]
     if empty:
-        raise GradingError(f"不是 attnkit grade 的输出（没有 grades.csv）：{'、'.join(empty)}")
+        raise GraderError(f"不是 attnkit grade 的输出（没有 grades.csv）：{'、'.join(empty)}")
     # A list, not a dict: the same folder given twice is a duplicate shard, not one shard.
     shards: list[tuple[Path, dict[str, int]]] = []
     for folder in folders:
@@ -354,24 +375,24 @@ def check_shard_set(folders: list[Path]) -> None:
         except FileNotFoundError:
             continue
         except ValueError as error:
-            raise GradingError(f"{folder / SHARD_FILE} 无法读取：{error}") from None
+            raise GraderError(f"{folder / SHARD_FILE} 无法读取：{error}") from None
     if not shards:
         return  # whole runs (e.g. two sections of a class): nothing to check
     unsharded = [str(f) for f in folders if f not in {folder for folder, _ in shards}]
     if unsharded:
-        raise GradingError(f"这些文件夹不是用 --shard 评的，不能与分片混合合并：{'、'.join(unsharded)}")
+        raise GraderError(f"这些文件夹不是用 --shard 评的，不能与分片混合合并：{'、'.join(unsharded)}")
     counts = {info["count"] for _, info in shards}
     if len(counts) != 1:
-        raise GradingError(f"分片总数不一致：{sorted(counts)}（每个分片都要用同一个 n 运行 --shard i/n）")
+        raise GraderError(f"分片总数不一致：{sorted(counts)}（每个分片都要用同一个 n 运行 --shard i/n）")
     count = counts.pop()
     seen: dict[int, Path] = {}
     for folder, info in shards:
         if info["index"] in seen:
-            raise GradingError(f"分片 {info['index']}/{count} 出现两次：{seen[info['index']]} 与 {folder}")
+            raise GraderError(f"分片 {info['index']}/{count} 出现两次：{seen[info['index']]} 与 {folder}")
         seen[info["index"]] = folder
     absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
     if absent:
-        raise GradingError(f"分片不全，缺少 {'、'.join(absent)}：请先运行 attnkit grade --shard {absent[0]} …，再合并")
+        raise GraderError(f"分片不全，缺少 {'、'.join(absent)}：请先运行 attnkit grade --shard {absent[0]} …，再合并")
 
 
 def command_merge(args: argparse.Namespace) -> int:
@@ -392,7 +413,7 @@ def command_merge(args: argparse.Namespace) -> int:
                 for name in ("results.json", "feedback.html"):
                     if (source / name).is_file():
                         atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
-    write_class_outputs(args.out, list(all_results.values()), load_catalogue(DEFAULT_AUTOGRADER), 0.0, skipped)
+    write_class_outputs(args.out, list(all_results.values()), discover(), 0.0, skipped)
     console.print(f"合并了 {len(all_results)} 份结果，写入 {args.out}")
     return 1 if skipped or any(r.get("not_graded") for r in all_results.values()) else 0
 
@@ -401,10 +422,8 @@ def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
     from attnkit.lms import collect as collect_download
 
-    notebooks = sorted(p.stem for p in (PROJECT_ROOT / "solutions" / args.assignment).glob("*.ipynb"))
-    if not notebooks:
-        raise GradingError(f"未知作业 {args.assignment}：solutions/{args.assignment}/ 中没有笔记本")
-    found = collect_download(args.sources, args.submitted, args.assignment, notebooks)
+    assignment = assignment_for(discover(), args.assignment, "")
+    found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem])
     students = sorted({c.student_id for c in found.placed.values()})
     console.print(f"已放入 {len(found.placed)} 份笔记本（{len(students)} 名学生）到 {args.submitted}")
     for candidate in sorted(found.superseded, key=lambda c: c.origin):
@@ -431,7 +450,7 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.seek(0)
         holder = handle.read().strip() or "另一个进程"
         handle.close()
-        raise GradingError(f"{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
+        raise GraderError(f"{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
                            f"请等它结束，或换一个 --out。") from None
     handle.seek(0)
     handle.truncate()
@@ -452,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             with output_lock(args.out):
                 return command(args)
         return command(args)
-    except GradingError as error:
+    except GraderError as error:
         if args.verbose:
             console.print(traceback.format_exc(), markup=False, highlight=False)
         console.print(f"[red]无法评分：{escape(str(error))}[/red]", soft_wrap=True)

@@ -12,6 +12,7 @@ submission it was grading: its chunk's other submissions are graded again on a n
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import math
@@ -28,23 +29,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import attnkit
+from attnkit.assignment import Assignment
+from attnkit.constants import STUDENTS_FOLDER, GraderError
+from attnkit.files import atomic_write
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_AUTOGRADER = PROJECT_ROOT / "autograder"
-# The one assignment autograder/ holds a hidden suite for, and the notebook it expects.
-ASSIGNMENT = "ch19-attention"
-NOTEBOOK_NAME = "attention.ipynb"
-# Per-student outputs live under OUT/students/<id>/<assignment>/: a student id is data, and no id
-# can then collide with a class-level file (grades.csv, report.html) of OUT itself.
-STUDENTS_FOLDER = "students"
 MAX_ID_LENGTH = 200
 
 
-class GradingError(Exception):
-    """Grading itself could not run (not a student's fault): the CLI exits non-zero."""
 
 
 @dataclass
@@ -64,10 +58,12 @@ class Intake:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def grader_digest(autograder: Path) -> str:
-    """What every result depends on besides the submission: the hidden suite and the engine."""
-    files = [p for p in autograder.rglob("*.py")] + [p for p in Path(attnkit.__file__).parent.rglob("*") if p.is_file() and p.suffix in (".py", ".j2")]
-    return fingerprint([p for p in files if "__pycache__" not in p.parts], salt=attnkit.__version__)
+@functools.cache
+def grader_digest(assignment: Assignment) -> str:
+    """What every result of an assignment depends on besides the submission: its hidden suite,
+    its source notebook (the points) and the engine."""
+    engine = [p for p in Path(attnkit.__file__).parent.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".po") and "__pycache__" not in p.parts]
+    return fingerprint(assignment.digest_files() + sorted(engine), salt=attnkit.__version__)
 
 
 def id_problem(name: str) -> str:
@@ -99,16 +95,20 @@ def _open_folder(name: str, parent_fd: int) -> int:
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
 
 
-def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
-    """``submitted/<student_id>/<assignment>/<notebook>.ipynb``: a job per student with a folder of
-    the known assignment; everything else is listed in ``skipped`` with its reason."""
+def find_jobs(submitted: Path, suites: dict[str, Assignment], only: str | None = None) -> Intake:
+    """``submitted/<student_id>/<assignment>/<notebook>.ipynb``: a job per student and assignment
+    graded in this run; everything else is listed in ``skipped`` with its reason.
+
+    The run grades ``only`` when given, else every assignment with a hidden suite that at least
+    one student has a folder for (a class of one assignment is not told about the others)."""
     if not submitted.is_dir():
-        raise GradingError(f"submissions folder not found: {submitted}")
-    if assignment is not None and assignment != ASSIGNMENT:
-        raise GradingError(f"no hidden test suite for assignment {assignment!r} (only {ASSIGNMENT!r})")
+        raise GraderError(f"submissions folder not found: {submitted}")
+    if only is not None and only not in suites:
+        raise GraderError(f"no hidden test suite for assignment {only!r} (suites: {', '.join(suites)})")
     intake = Intake()
     root_fd = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's folder
     try:
+        students: list[tuple[str, int]] = []
         for name, mode in _entries(root_fd):
             if name.startswith("."):
                 continue
@@ -119,103 +119,140 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
                     # Shown as its bytes (\xe9…): what the TA needs to find the folder.
                     intake.skipped.append(Skipped(repr(name.encode("utf-8", "surrogateescape"))[2:-1], problem))
                     continue
-                _student(submitted, root_fd, name, mode, digest, intake)
+                students.append((name, mode))
             elif name.endswith(".ipynb"):
                 intake.skipped.append(Skipped(shown, "笔记本直接放在了提交文件夹下，而不在 <学号>/<作业>/ 文件夹中，未评分"))
             else:
                 intake.skipped.append(Skipped(shown, f"不是学生文件夹（{_kind(mode)}），未评分"))
+        chosen = [suites[only]] if only is not None else _present(root_fd, students, suites)
+        for name, mode in students:
+            _student(submitted, root_fd, name, mode, chosen, suites, intake)
     finally:
         os.close(root_fd)
     return intake
+
+
+def _present(root_fd: int, students: list[tuple[str, int]], suites: dict[str, Assignment]) -> list[Assignment]:
+    """The assignments some student has a folder (of any kind) for; all of them if none has."""
+    seen: set[str] = set()
+    for name, mode in students:
+        if stat.S_ISDIR(mode):
+            try:
+                folder_fd = _open_folder(name, root_fd)
+            except OSError:
+                continue
+            try:
+                seen.update(entry for entry, _ in _entries(folder_fd) if entry in suites)
+            finally:
+                os.close(folder_fd)
+    return [suite for suite in suites.values() if suite.name in seen] or list(suites.values())
 
 
 def _kind(mode: int) -> str:
     return "普通文件" if stat.S_ISREG(mode) else kind_of(mode)
 
 
-def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: str, intake: Intake) -> None:
-    def job(problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (), notes: list[str] | None = None) -> Job:
-        salt = hashlib.sha256(digest.encode())
+def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: list[Assignment],
+             suites: dict[str, Assignment], intake: Intake) -> None:
+    names = "、".join(suite.name for suite in chosen)
+
+    def job(assignment: Assignment, problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (),
+            notes: list[str] | None = None) -> Job:
+        salt = hashlib.sha256(grader_digest(assignment).encode())
         for path, sha in zip(notebooks, digests):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
             salt.update(problem.encode() + b"\0")
-        return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []))
+        return Job(student_id, assignment.name, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []))
 
     if stat.S_ISLNK(mode):
-        intake.jobs.append(job(["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+        for assignment in chosen:
+            intake.jobs.append(job(assignment, ["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
         return
     try:
         student_fd = _open_folder(student_id, root_fd)
     except OSError as error:
-        intake.jobs.append(job([f"无法打开学生文件夹：{error.strerror}"]))
+        for assignment in chosen:
+            intake.jobs.append(job(assignment, [f"无法打开学生文件夹：{error.strerror}"]))
         return
     try:
         entries = _entries(student_fd)
-        assignment_mode = next((m for n, m in entries if n == ASSIGNMENT), None)
-        strays = [n for n, m in entries if n.endswith(".ipynb") and n != ASSIGNMENT]
+        modes = dict(entries)
+        strays = [n for n, m in entries if n.endswith(".ipynb") and not n.startswith(".")]
         for name, entry_mode in entries:
             shown = display_name(name)
-            if name.startswith(".") or name == ASSIGNMENT:
+            if name.startswith(".") or any(name == suite.name for suite in chosen):
                 continue
             if name.endswith(".ipynb"):
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"笔记本直接放在了学生文件夹里，而不在 {ASSIGNMENT}/ 文件夹中，未评分"))
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"笔记本直接放在了学生文件夹里，而不在作业文件夹（{names}）中，未评分"))
             elif stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode):
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"没有作业“{shown}”的隐藏测试（本次只评 {ASSIGNMENT}），未评分，也未写入成绩册"))
-        if assignment_mode is None:
-            if strays:
-                names = "、".join(display_name(n) for n in strays)
-                intake.jobs.append(job([f"笔记本 {names} 直接放在了学生文件夹里，而不在 {ASSIGNMENT}/ 文件夹中，未评分"]))
-            else:
-                intake.skipped.append(Skipped(student_id, f"学生文件夹里没有 {ASSIGNMENT}/ 文件夹，未评分"))
-            return
-        if stat.S_ISLNK(assignment_mode):
-            intake.jobs.append(job([f"作业文件夹 {ASSIGNMENT} 是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
-            return
-        if not stat.S_ISDIR(assignment_mode):
-            intake.jobs.append(job([f"{ASSIGNMENT} 不是文件夹（{_kind(assignment_mode)}），没有找到任何 .ipynb 笔记本"]))
-            return
-        try:
-            assignment_fd = _open_folder(ASSIGNMENT, student_fd)
-        except OSError as error:
-            intake.jobs.append(job([f"无法打开作业文件夹：{error.strerror}"]))
-            return
-        try:
-            candidates = [n for n, _ in _entries(assignment_fd) if n.endswith(".ipynb") and not n.startswith(".")]
-        finally:
-            os.close(assignment_fd)
+                reason = "本次未评这项作业" if name in suites else "没有这项作业的隐藏测试"
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"作业“{shown}”：{reason}（本次评 {names}），未评分，也未写入成绩册"))
+        for assignment in chosen:
+            _assignment(submitted, student_fd, student_id, assignment, modes.get(assignment.name), strays, len(chosen) == 1, job, intake)
     finally:
         os.close(student_fd)
-    folder = submitted / student_id / ASSIGNMENT
+
+
+def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: Assignment, mode: int | None,
+                strays: list[str], only_one: bool, job: Callable[..., Job], intake: Intake) -> None:
+    """One student's folder of one assignment: a job, or the reason there is none."""
+    name, expected = assignment.name, assignment.notebook
+    if mode is None:
+        # A notebook left beside the folders belongs here if it has this assignment's name (or
+        # this is the only assignment graded): the student then gets a 0 that says why.
+        mine = [n for n in strays if n == expected or only_one]
+        if mine:
+            listed = "、".join(display_name(n) for n in mine)
+            intake.jobs.append(job(assignment, [f"笔记本 {listed} 直接放在了学生文件夹里，而不在 {name}/ 文件夹中，未评分"]))
+        else:
+            intake.skipped.append(Skipped(student_id, f"学生文件夹里没有 {name}/ 文件夹，未评分"))
+        return
+    if stat.S_ISLNK(mode):
+        intake.jobs.append(job(assignment, [f"作业文件夹 {name} 是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+        return
+    if not stat.S_ISDIR(mode):
+        intake.jobs.append(job(assignment, [f"{name} 不是文件夹（{_kind(mode)}），没有找到任何 .ipynb 笔记本"]))
+        return
+    try:
+        assignment_fd = _open_folder(name, student_fd)
+    except OSError as error:
+        intake.jobs.append(job(assignment, [f"无法打开作业文件夹：{error.strerror}"]))
+        return
+    try:
+        candidates = [n for n, _ in _entries(assignment_fd) if n.endswith(".ipynb") and not n.startswith(".")]
+    finally:
+        os.close(assignment_fd)
+    folder = submitted / student_id / name
     notes: list[str] = []
-    if NOTEBOOK_NAME in candidates:
-        chosen = [NOTEBOOK_NAME]
+    if expected in candidates:
+        chosen = [expected]
         for extra in candidates:
-            if extra != NOTEBOOK_NAME:
-                notes.append(f"文件夹里还有笔记本 {display_name(extra)}，只评分了 {NOTEBOOK_NAME}")
-                intake.skipped.append(Skipped(f"{student_id}/{ASSIGNMENT}/{display_name(extra)}", f"同一作业文件夹里有 {NOTEBOOK_NAME}，这个多出来的笔记本未评分"))
+            if extra != expected:
+                notes.append(f"文件夹里还有笔记本 {display_name(extra)}，只评分了 {expected}")
+                intake.skipped.append(Skipped(f"{student_id}/{name}/{display_name(extra)}", f"同一作业文件夹里有 {expected}，这个多出来的笔记本未评分"))
     elif len(candidates) > 1:
-        names = "、".join(display_name(n) for n in candidates)
-        intake.jobs.append(job([f"作业文件夹里有多个笔记本（{names}）而没有 {NOTEBOOK_NAME}，无法确定评分哪一个，未评分；请只保留一个"]))
+        listed = "、".join(display_name(n) for n in candidates)
+        intake.jobs.append(job(assignment, [f"作业文件夹里有多个笔记本（{listed}）而没有 {expected}，无法确定评分哪一个，未评分；请只保留一个"]))
         return
     else:
         chosen = candidates
     if not chosen:
-        intake.jobs.append(job(["没有找到任何 .ipynb 笔记本"], notes=notes))
+        intake.jobs.append(job(assignment, ["没有找到任何 .ipynb 笔记本"], notes=notes))
         return
-    name = chosen[0]
-    shown = display_name(name)
-    if shown != name:
-        intake.jobs.append(job([f"{shown}：文件名不是有效的 UTF-8 文本，未读取"], notes=notes))
+    notebook = chosen[0]
+    shown = display_name(notebook)
+    if shown != notebook:
+        intake.jobs.append(job(assignment, [f"{shown}：文件名不是有效的 UTF-8 文本，未读取"], notes=notes))
         return
     try:
         # Read (capped, links refused) to fingerprint the exact bytes; the worker reads them
         # again the same way and checks this digest before grading them.
-        data = read_submitted(submitted, folder / name)
+        data = read_submitted(submitted, folder / notebook)
     except Unsafe as error:
-        intake.jobs.append(job([f"{name}：{error}"], notes=notes))
+        intake.jobs.append(job(assignment, [f"{notebook}：{error}"], notes=notes))
         return
-    intake.jobs.append(job([], (str(folder / name),), (digest_of(data),), notes))
+    intake.jobs.append(job(assignment, [], (str(folder / notebook),), (digest_of(data),), notes))
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
@@ -237,16 +274,6 @@ def is_current(out: Path, job: Job) -> bool:
         return json.loads(results_path(out, job).read_text(encoding="utf-8")).get("fingerprint") == job.fingerprint
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def atomic_write(path: Path, text: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(text.encode("utf-8") if isinstance(text, str) else text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:
@@ -439,7 +466,7 @@ def grade_jobs(
                     bury(worker, "")
                     continue
                 if "fatal" in message:
-                    raise GradingError(message["fatal"])
+                    raise GraderError(message["fatal"])
                 if "started" in message:
                     worker.current, worker.since = message["started"], time.monotonic()
                 elif "chunk_done" in message:
@@ -474,5 +501,5 @@ def grade_jobs(
         end_orphans(set())
         _adopt_orphans(False)
     if remaining:
-        raise GradingError(f"{len(remaining)} submission(s) were not graded: no worker could run")
+        raise GraderError(f"{len(remaining)} submission(s) were not graded: no worker could run")
     return not_graded

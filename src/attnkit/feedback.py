@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import urllib.parse
 from collections import Counter
 from pathlib import Path
@@ -12,8 +10,8 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from attnkit.engine import STUDENTS_FOLDER
-from attnkit.scoring import PARTS
+from attnkit.assignment import Assignment
+from attnkit.constants import CRASHED, STUDENTS_FOLDER, TIMEOUT
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("attnkit", "templates"),
@@ -31,21 +29,6 @@ def feedback_link(student_id: str, assignment: str) -> str:
     """A relative link from report.html to a student's page: each id is one percent-encoded path
     segment, so no id (``javascript:…``, ``../``, ``?``, ``#``) can become a scheme or leave OUT."""
     return "/".join([STUDENTS_FOLDER, urllib.parse.quote(student_id, safe=""), urllib.parse.quote(assignment, safe=""), "feedback.html"])
-
-
-def load_catalogue(autograder: Path) -> dict[str, dict[str, str]]:
-    """Mistake id -> {section, zh, en, function}, read from the hidden suite's catalogue."""
-    spec = importlib.util.spec_from_file_location("attnkit_hidden_catalogue", autograder / "catalogue.py")
-    if spec is None or spec.loader is None:
-        return {}
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    sys.path.insert(0, str(autograder))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(autograder))
-    return {m.id: {"section": m.section, "zh": m.zh, "en": m.en, "function": m.function} for m in module.MISTAKES}
 
 
 def heat(value: float | None) -> str:
@@ -82,21 +65,23 @@ def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) -> str:
+def feedback_html(results: dict[str, Any], assignment: Assignment) -> str:
     results = {**results, "tests": [dict(test) for test in results["tests"]]}  # marked below, not the caller's
-    ordered = [t for grade_id in list(PARTS) + ["other"] for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
+    titles = {grade_id: part.title for grade_id, part in assignment.parts.items()}
+    ordered = [t for grade_id in list(titles) + ["other"] for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
     error_causes = causes(ordered)
     parts = []
-    for grade_id, title in list(PARTS.items()) + [("other", "其他")]:
+    for grade_id, title in list(titles.items()) + [("other", "其他")]:
         tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
         if tests:
             parts.append({"id": grade_id, "title": title, "tests": tests, **results["parts"].get(grade_id, {})})
     evidence = results.get("evidence") or {}
-    show_heatmaps = any(_weights_differ(panel) for panel in evidence.values()) if evidence else False
+    show_heatmaps = any(_weights_differ(panel) for panel in evidence.get("panels", []))
     return _ENV.get_template("feedback.html.j2").render(
         r=results,
+        title=assignment.title,
         parts=parts,
-        catalogue=catalogue,
+        catalogue=assignment.mistakes,
         evidence=evidence,
         show_heatmaps=show_heatmaps,
         heat=heat,
@@ -105,9 +90,12 @@ def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]])
 
 
 def report_html(
-    all_results: list[dict[str, Any]], catalogue: dict[str, dict[str, str]], seconds: float,
+    all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float,
     skipped: list[dict[str, str]] | None = None, isolation: str = "",
 ) -> str:
+    present = {r["assignment"] for r in all_results}
+    shown = [suite for suite in suites.values() if suite.name in present] or list(suites.values())
+    catalogue = {mistake: info for suite in shown for mistake, info in suite.mistakes.items()}
     scores = [r["score"] for r in all_results]
     bins = [0] * 10
     for score, maximum in ((r["score"], r["max_score"] or 100) for r in all_results):
@@ -115,13 +103,15 @@ def report_html(
     tests: dict[str, dict[str, Any]] = {}
     for r in all_results:
         for t in r["tests"]:
-            entry = tests.setdefault(t["name"], {"name": t["name"], "grade_id": t["grade_id"], "passed": 0, "total": 0})
+            entry = tests.setdefault((r["assignment"], t["name"]), {"name": t["name"], "assignment": r["assignment"], "grade_id": t["grade_id"], "passed": 0, "total": 0})
             entry["total"] += 1
             entry["passed"] += t["status"] == "passed"
     diagnoses = Counter(d for r in all_results for d in r["diagnoses"])
-    broken = [r for r in all_results if not r.get("not_graded") and (r["problems"] or any(c.get("error_type") in ("__timeout__", "__crashed__") for c in r["cells"]))]
+    broken = [r for r in all_results if not r.get("not_graded") and (r["problems"] or any(c.get("error_type") in (TIMEOUT, CRASHED) for c in r["cells"]))]
     return _ENV.get_template("report.html.j2").render(
-        results=sorted(all_results, key=lambda r: r["student_id"]),
+        results=sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])),
+        title=" · ".join(suite.title for suite in shown),
+        several=len(shown) > 1,
         count=len(all_results),
         isolation=isolation,
         mean=sum(scores) / len(scores) if scores else 0.0,

@@ -30,23 +30,13 @@ from pathlib import Path
 from typing import Any, Iterator
 from contextlib import contextmanager
 
-from attnkit.engine import PROJECT_ROOT, GradingError, atomic_write
+from attnkit.constants import PROJECT_ROOT, GraderError
+from attnkit.commands import tool_environment
+from attnkit.files import atomic_write
 from attnkit.notebook import Unsafe, digest_of, read_submitted
 
-SOURCE = PROJECT_ROOT / "solutions"
 # nbgrader autograde's sanitising steps, in its order.
 SANITIZE = ("ClearOutput", "DeduplicateIds", "OverwriteKernelspec", "OverwriteCells", "CheckCellMetadata")
-
-
-def grade_cells(notebook: Path) -> list[dict[str, Any]]:
-    """The nbgrader grade cells of a source notebook: id, points, cell type."""
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    found = []
-    for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("grade"):
-            found.append({"name": meta["grade_id"], "max_score": float(meta.get("points", 0)), "cell_type": cell["cell_type"]})
-    return found
 
 
 def course_root(database: Path) -> Path:
@@ -56,11 +46,6 @@ def course_root(database: Path) -> Path:
     if (folder / "nbgrader_config.py").is_file() and (folder / "solutions").is_dir():
         return folder
     return PROJECT_ROOT
-
-
-def nbgrader_environment() -> dict[str, str]:
-    # nbgrader's Gradebook runs `alembic` on a new database: the venv's bin/ must be on PATH.
-    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 @contextmanager
@@ -79,21 +64,21 @@ def register_assignment(database: Path, assignment: str, root: Path) -> None:
     """Register ``assignment``'s notebooks and cells as ``nbgrader generate_assignment`` does:
     by running it, with the gradebook as its database and a throwaway release folder."""
     if not (root / "solutions" / assignment).is_dir():
-        raise GradingError(f"源作业不存在：{root / 'solutions' / assignment}")
+        raise GraderError(f"源作业不存在：{root / 'solutions' / assignment}")
     from attnkit.nbgrader_course import blocked_changes
 
     problems = blocked_changes(database.resolve(), root / "solutions")
     problems = [p for p in problems if p.startswith(assignment + "/")]
     if problems:
-        raise GradingError("gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：" + "；".join(problems)
+        raise GraderError("gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：" + "；".join(problems)
                            + "。请撤销单元格的增删，或备份 gradebook 后用 nbgrader db assignment remove 删除旧记录再评分。")
     with tempfile.TemporaryDirectory(prefix="attnkit-register-") as scratch:
         command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
                    f"--CourseDirectory.root={root}", f"--CourseDirectory.release_directory={scratch}",
                    f"--db=sqlite:///{database.resolve()}", "--log-level=WARN"]
-        run = subprocess.run(command, cwd=root, env=nbgrader_environment(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        run = subprocess.run(command, cwd=root, env=tool_environment(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if run.returncode != 0:
-        raise GradingError(f"nbgrader generate_assignment 无法登记作业 {assignment}：{(run.stdout + run.stderr)[-3000:]}")
+        raise GraderError(f"nbgrader generate_assignment 无法登记作业 {assignment}：{(run.stdout + run.stderr)[-3000:]}")
 
 
 def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | None:
@@ -193,7 +178,7 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
     returned for the TA).
     """
     notices: list[str] = []
-    os.environ["PATH"] = nbgrader_environment()["PATH"]
+    os.environ["PATH"] = tool_environment()["PATH"]
     from nbgrader.api import Gradebook
 
     # nbgrader's own ORM code trips SQLAlchemy's autoflush warnings; they are not ours to fix.
@@ -227,7 +212,7 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
 def class_totals(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
     """What ``nbgrader export`` reports per (student, assignment): the total after late penalty,
     its maximum, the manual points a TA entered (None if none) and the penalty."""
-    os.environ["PATH"] = nbgrader_environment()["PATH"]
+    os.environ["PATH"] = tool_environment()["PATH"]
     from nbgrader.api import Gradebook, MissingEntry
 
     totals: dict[tuple[str, str], dict[str, float | None]] = {}

@@ -13,7 +13,9 @@ sandboxes. Contents:
 - ``setup.sh``, ``run_autograder``, ``README.md``: from ``gradescope/`` in this repository;
 - ``requirements.lock`` and ``pyproject.toml``: the pinned dependencies and the package metadata;
 - ``src/attnkit/``: attnkit's source (modules and templates);
-- ``autograder/``: the hidden suite (tests, points, the catalogue of mistakes, references).
+- ``autograder/<assignment>/``: the one assignment's hidden suite (tests, manifest, the catalogue of
+  mistakes, references), and ``assignments/<assignment>/``: its release notebook, whose grade cells
+  give the points (nbgrader copies them from the source notebook).
 
 Never the solutions, the project's own tests or any submission. Entries carry a fixed date and
 mode (scripts 0755), so an unchanged tree builds a byte-identical zip.
@@ -32,9 +34,11 @@ import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[2]
+from attnkit.constants import PROJECT_ROOT, GraderError
+from attnkit.files import write_zip
+
+ROOT = PROJECT_ROOT
 DEFAULT_OUT = Path("dist") / "gradescope.zip"
-ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
 TEMPLATE_DIR = "gradescope"
 TEMPLATES = ("setup.sh", "run_autograder", "README.md")
 EXECUTABLE = {"setup.sh", "run_autograder"}
@@ -64,7 +68,7 @@ def _files(folder: Path, keep: Any) -> list[Path]:
     )
 
 
-def bundle_entries(root: Path = ROOT) -> list[tuple[str, Path]]:
+def bundle_entries(root: Path = ROOT, assignment: str | None = None) -> list[tuple[str, Path]]:
     """(name in the zip, file) for everything the bundle holds, in a fixed order."""
     entries: list[tuple[str, Path]] = []
     for name in TEMPLATES:
@@ -80,54 +84,50 @@ def bundle_entries(root: Path = ROOT) -> list[tuple[str, Path]]:
     package = root / "src" / "attnkit"
     for path in _files(package, lambda p: p.suffix in PACKAGE_SUFFIXES):
         entries.append((path.relative_to(root).as_posix(), path))
-    suite = root / "autograder"
-    if not (suite / "catalogue.py").is_file():
-        raise BundleError(f"the hidden suite is missing: {suite / 'catalogue.py'}")
-    for path in _files(suite, lambda p: p.suffix not in SUITE_SKIP_SUFFIXES):
+    from attnkit.assignment import discover
+
+    try:
+        suites = discover(root / "autograder")
+    except GraderError as error:
+        raise BundleError(str(error)) from None
+    if assignment is None and len(suites) != 1:
+        raise BundleError(f"a Gradescope autograder grades one assignment: choose one with --assignment ({', '.join(suites)})")
+    chosen = suites[assignment] if assignment is not None else next(iter(suites.values()))
+    if assignment is not None and assignment not in suites:
+        raise BundleError(f"no hidden suite for {assignment!r} ({', '.join(suites)})")
+    for path in _files(chosen.folder, lambda p: p.suffix not in SUITE_SKIP_SUFFIXES):
         entries.append((path.relative_to(root).as_posix(), path))
+    release = root / "assignments" / chosen.name / chosen.notebook
+    if not release.is_file():
+        raise BundleError(f"the release notebook is missing: {release} (make release)")
+    entries.append((release.relative_to(root).as_posix(), release))
     return entries
 
 
-def _zip_info(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=ZIP_TIMESTAMP)
-    info.compress_type = zipfile.ZIP_DEFLATED
-    mode = 0o755 if name in EXECUTABLE else 0o644
-    info.external_attr = (0o100000 | mode) << 16  # a regular file with that mode
-    info.create_system = 3  # unix, so unzip honours the mode
-    return info
-
-
-def build_bundle(destination: Path, root: Path = ROOT) -> Path:
+def build_bundle(destination: Path, root: Path = ROOT, assignment: str | None = None) -> Path:
     """Write the Gradescope bundle to ``destination`` (atomically) and return it."""
-    entries = bundle_entries(root)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_name(destination.name + ".partial")
-    with zipfile.ZipFile(partial, "w") as bundle:
-        for name, path in entries:
-            data = path.read_bytes()
-            if name in EXECUTABLE:
-                data = data.replace(b"\r\n", b"\n")
-            bundle.writestr(_zip_info(name), data)
-    partial.replace(destination)
-    return destination
+    entries = bundle_entries(root, assignment)
+    data = [(name, path.read_bytes().replace(b"\r\n", b"\n") if name in EXECUTABLE else path.read_bytes()) for name, path in entries]
+    return write_zip(destination, data, frozenset(EXECUTABLE))
 
 
 # -- results ---------------------------------------------------------------------------------------
-def _catalogue(autograder: Path | None) -> dict[str, dict[str, str]]:
-    if autograder is None or not (autograder / "catalogue.py").is_file():
-        return {}
+def _texts(autograder: Path | None, assignment: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """(mistake id -> explanation, grade id -> part title) of the assignment's suite."""
     try:
-        from attnkit.feedback import load_catalogue
+        from attnkit.assignment import discover
 
-        return load_catalogue(autograder)
+        suite = discover(autograder)[assignment] if autograder is not None else None
     except Exception:  # noqa: BLE001 - the explanations are a courtesy; the scores stand without them
-        return {}
+        suite = None
+    if suite is None:
+        return {}, {}
+    return suite.mistakes, {grade_id: part.title for grade_id, part in suite.parts.items()}
 
 
-def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) -> str:
+def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]], titles: dict[str, str] | None = None) -> str:
     """The top-level ``output`` students read on Gradescope (in Chinese, like the feedback page)."""
-    from attnkit.scoring import PARTS
-
+    titles = titles or {}
     lines = [f"总分 {results.get('score', 0):g}/{results.get('max_score', 0):g}"]
     for problem in results.get("problems", []):
         lines.append(f"问题：{problem}")
@@ -138,7 +138,7 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) 
         lines.append("")
         for part, scores in parts.items():
             if scores.get("max_score"):
-                lines.append(f"{PARTS.get(part, part)}：{scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+                lines.append(f"{titles.get(part, part)}：{scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
     diagnoses = results.get("diagnoses", [])
     if diagnoses:
         lines.append("")
@@ -156,7 +156,7 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) 
 
 
 def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None,
-                  visibility: str = DEFAULT_VISIBILITY) -> dict[str, Any]:
+                  visibility: str = DEFAULT_VISIBILITY, titles: dict[str, str] | None = None) -> dict[str, Any]:
     """attnkit's results.json in Gradescope's schema: its keys at the top and in each test,
     attnkit's own (diagnoses, per-part scores, problems...) under ``extra_data``."""
     tests = []
@@ -172,7 +172,7 @@ def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] 
     return {
         "score": results.get("score", 0),
         "max_score": results.get("max_score", 0),
-        "output": summary_text(results, catalogue or {}),
+        "output": summary_text(results, catalogue or {}, titles),
         "output_format": "text",
         "execution_time": round(float(results.get("seconds", 0.0) or 0.0), 3),
         "visibility": visibility,
@@ -184,7 +184,8 @@ def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] 
 def convert(source: Path, destination: Path, autograder: Path | None = None, visibility: str = DEFAULT_VISIBILITY) -> dict[str, Any]:
     """Write Gradescope's results.json for attnkit's ``source`` at ``destination``."""
     results = json.loads(source.read_text(encoding="utf-8"))
-    converted = to_gradescope(results, _catalogue(autograder), visibility)
+    catalogue, titles = _texts(autograder, str(results.get("assignment", "")))
+    converted = to_gradescope(results, catalogue, visibility, titles)
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
     partial.write_text(json.dumps(converted, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -206,9 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             help=f"when students see the result (default: $ATTNKIT_VISIBILITY or {DEFAULT_VISIBILITY})")
         args = parser.parse_args(argv[1:])
         if args.autograder is None:
-            from attnkit.engine import DEFAULT_AUTOGRADER
+            from attnkit.constants import AUTOGRADER_ROOT
 
-            args.autograder = DEFAULT_AUTOGRADER
+            args.autograder = AUTOGRADER_ROOT
         if not args.source.is_file():
             print(f"no results to convert: {args.source}", file=sys.stderr)
             return 1
@@ -217,9 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope", description="Build the Gradescope autograder bundle.")
     parser.add_argument("--out", type=Path, default=ROOT / DEFAULT_OUT, help=f"where to write the zip (default {DEFAULT_OUT})")
+    parser.add_argument("--assignment", default=None, help="the assignment to grade (default: the only one)")
     args = parser.parse_args(argv[1:] if argv[:1] == ["build"] else argv)
     try:
-        bundle = build_bundle(args.out.resolve())
+        bundle = build_bundle(args.out.resolve(), assignment=args.assignment)
     except BundleError as error:
         print(f"cannot build the bundle: {error}", file=sys.stderr)
         return 1

@@ -215,7 +215,7 @@ def nbgrader_timestamp(mtime: float) -> str:
 
 def collect(sources: list[Path], submitted: Path, assignment: str, notebooks: list[str]) -> Collected:
     """Place every notebook of ``sources`` in ``submitted/<id>/<assignment>/``; return what happened."""
-    from attnkit.engine import atomic_write
+    from attnkit.files import atomic_write
 
     found = gather(sources, {name.lower(): name for name in notebooks})
     for key, candidate in sorted(found.placed.items()):

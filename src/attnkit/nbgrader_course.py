@@ -33,6 +33,7 @@ from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import SaveAutoGrades
 
+from attnkit.commands import attnkit_command
 from attnkit.engine import results_path
 from attnkit.notebook import Unsafe, read_submitted
 
@@ -49,11 +50,6 @@ AUTOGRADE_PREPROCESSORS = [
 
 class KitGradingFailed(RuntimeError):
     """``attnkit grade`` could not grade a submission inside ``nbgrader autograde``."""
-
-
-def attnkit_command() -> list[str]:
-    """attnkit from the interpreter nbgrader runs in (the course's venv)."""
-    return [sys.executable, "-m", "attnkit"]
 
 
 def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict[str, float]:

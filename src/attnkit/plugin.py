@@ -1,8 +1,9 @@
 """pytest plugin: the ``student`` fixture, per-test points, curated messages and diagnoses.
 
-The hidden tests mark each test with ``@pytest.mark.points(n)`` and
-``@pytest.mark.grade_id("check_...")`` (module-level ``pytestmark`` works too) and call the
-submission only through the ``student`` fixture.
+The hidden tests mark each test with ``@pytest.mark.grade_id("check_...")`` (the grade cell of the
+source notebook it belongs to) and ``@pytest.mark.weight(n)`` (its share of that cell's points;
+module-level ``pytestmark`` works too), and call the submission only through the ``student``
+fixture. Points come from the source notebook alone (see ``attnkit.assignment``).
 
 Each function is graded on its own: a test marks the student functions it grades with
 ``@pytest.mark.function(name, ...)`` and the student functions that those call (or that the test
@@ -18,12 +19,11 @@ fixture, plus a :class:`GradingPlugin` instance for the submissions and the resu
 
 Development use (trusted code only, runs in-process)::
 
-    pytest -p attnkit.plugin autograder --attnkit-source solutions/ch19-attention/attention.ipynb
+    pytest -p attnkit.plugin autograder/<assignment> --attnkit-source solutions/<assignment>/<notebook>.ipynb
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterator, Protocol
 import pytest
 from _pytest.reports import TestReport
 
+from attnkit.assignment import MANIFEST, Assignment, discover, of_path
+from attnkit.constants import GraderError
 from attnkit.proxy import (
     LocalBackend,
     Outcome,
@@ -75,9 +77,34 @@ class TestResult:
         return asdict(self)
 
 
-def points_of(item: pytest.Item) -> float:
-    marker = item.get_closest_marker("points")
-    return float(marker.args[0]) if marker else 0.0
+def weight_of(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("weight")
+    return float(marker.args[0]) if marker else 1.0
+
+
+def base_nodeid(item: pytest.Item) -> str:
+    """The test's id without its submission parameter."""
+    return item.nodeid.split("[")[0]
+
+
+def assignment_of(item: pytest.Item) -> Assignment:
+    found = of_path(Path(str(item.path)).parent)
+    if found is None:
+        raise GraderError(f"{item.nodeid}: a hidden test outside an assignment folder (no {MANIFEST} above it)")
+    return found
+
+
+def item_points(items: list[pytest.Item]) -> dict[str, float]:
+    """Base node id -> points: each assignment's grade-cell points split by its tests' weights."""
+    by_assignment: dict[str, tuple[Assignment, dict[str, tuple[str, float]]]] = {}
+    for item in items:
+        assignment = assignment_of(item)
+        _, weights = by_assignment.setdefault(assignment.name, (assignment, {}))
+        weights[base_nodeid(item)] = (grade_id_of(item), weight_of(item))
+    points: dict[str, float] = {}
+    for assignment, weights in by_assignment.values():
+        points.update(assignment.test_points(weights))
+    return points
 
 
 def grade_id_of(item: pytest.Item) -> str:
@@ -95,14 +122,11 @@ def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
     return tuple(name for marker in item.iter_markers("depends_on") for name in marker.args)
 
 
-def substitution_note(functions: dict[str, str], passed: bool) -> str:
+def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:
     """The page's sentence for a test run with reference dependencies (function -> failed part)."""
-    from attnkit.scoring import PARTS
-
-    parts = list(PARTS)
     names = "、".join(functions)
     where = "、".join(dict.fromkeys(
-        f"第 {parts.index(grade_id) + 1} 部分「{PARTS[grade_id]}」" if grade_id in PARTS else "它自己的检查"
+        f"第 {assignment.part_number(grade_id)} 部分「{assignment.parts[grade_id].title}」" if grade_id in assignment.parts else "它自己的检查"
         for grade_id in functions.values()
     ))
     own = "你的实现没有" if len(functions) == 1 else "你的这些实现没有"
@@ -179,11 +203,12 @@ def failure_message(error: BaseException) -> str:
 class GradingPlugin:
     """Collects per-submission results; registered once per pytest session."""
 
-    def __init__(self, provider: Provider, catalogue_module: str = "catalogue") -> None:
+    def __init__(self, provider: Provider) -> None:
         self.provider = provider
-        self.catalogue_module = catalogue_module
         self.results: dict[str, list[TestResult]] = {}
-        self._catalogue: Any = None
+        # Base node id -> the test's points (from the source notebook, split by weight).
+        self.points: dict[str, float] = {}
+        self.fatal = ""  # the suite and its source notebook disagree: grading stops
         # Per submission: student function -> grade_id of the first of its own tests it failed.
         self.failed_functions: dict[str, dict[str, str]] = {}
         # nodeid[submission] -> the dependencies swapped for the reference in that test's run.
@@ -202,7 +227,7 @@ class GradingPlugin:
 
     # -- results -------------------------------------------------------------------------------
     def pytest_configure(self, config: pytest.Config) -> None:
-        config.addinivalue_line("markers", "points(n): points this hidden test is worth")
+        config.addinivalue_line("markers", "weight(n): this test's share of its grade cell's points")
         config.addinivalue_line("markers", "grade_id(name): the notebook grade cell it belongs to")
         config.addinivalue_line("markers", "function(*names): the student functions this test grades")
         config.addinivalue_line("markers", "depends_on(*names): student functions the graded ones rely on")
@@ -220,6 +245,11 @@ class GradingPlugin:
             after = [last_own[name] for name in dependencies_of(item) if name in last_own]
             return max([index, *[position + 0.5 for position in after]])
         items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+        try:
+            self.points = item_points(items)
+        except GraderError as error:
+            self.fatal = str(error)
+            pytest.exit(self.fatal, returncode=3)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
@@ -248,17 +278,12 @@ class GradingPlugin:
             swap = {name: failed[name] for name in dependencies_of(pyfuncitem) if name in failed}
             if not swap:
                 raise
-        reference = self.catalogue().reference_namespace()
+        reference = assignment_of(pyfuncitem).catalogue().reference_namespace()
         proxy.calls = []
         proxy.substitutes = {name: reference[name] for name in swap}
         self.swapped[pyfuncitem.nodeid] = swap
         pyfuncitem.obj(**arguments)
         return True
-
-    def catalogue(self) -> Any:
-        if self._catalogue is None:
-            self._catalogue = importlib.import_module(self.catalogue_module)
-        return self._catalogue
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> TestReport | None:
@@ -281,7 +306,8 @@ class GradingPlugin:
 
     def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool,
                error: BaseException | None = None) -> None:
-        points = points_of(item)
+        points = self.points[base_nodeid(item)]
+        assignment = assignment_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
         proxy = item.funcargs.get("student")
         output = message or ""
@@ -291,10 +317,10 @@ class GradingPlugin:
             if warned:
                 output += "\n你的代码运行时发出了警告：" + "；".join(warned)
         if swapped:
-            output = substitution_note(swapped, message is None) + output
+            output = substitution_note(swapped, message is None, assignment) + output
         result = TestResult(
             name=title_of(item),
-            nodeid=item.nodeid.split("[")[0],
+            nodeid=base_nodeid(item),
             grade_id=grade_id_of(item),
             max_score=points,
             score=0.0 if message is not None else points,
@@ -309,15 +335,15 @@ class GradingPlugin:
             for name in functions_of(item):
                 failed.setdefault(name, result.grade_id)
         if message is not None and diagnose and isinstance(proxy, Student):
-            result.diagnoses = self.diagnose(proxy)
+            result.diagnoses = self.diagnose(proxy, assignment)
         if isinstance(proxy, Student):
             proxy.substitutes = {}
         self.results.setdefault(submission_id, []).append(result)
 
-    def diagnose(self, proxy: Student) -> list[str]:
+    def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]:
         from attnkit.diagnosis import diagnose
 
-        catalogue = self.catalogue()
+        catalogue = assignment.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
         return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, self._probe_once(proxy))
 
@@ -363,8 +389,12 @@ def notebook_source(path: Path) -> list[str]:
 class LocalProvider:
     """One trusted source file run in this process. Never use it on a submission."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, api: tuple[str, ...] | None = None) -> None:
         self.path = path
+        if api is None:  # the source notebook of solutions/<assignment>/: that assignment's API
+            found = discover().get(path.resolve().parent.name)
+            api = found.functions if found else ()
+        self.api = api
 
     def submission_ids(self) -> list[str]:
         return [self.path.stem]
@@ -376,7 +406,7 @@ class LocalProvider:
                 exec(compile(cell, str(self.path), "exec"), namespace)
             except Exception:  # noqa: BLE001 - a failing cell is recorded by the sandbox; here it is skipped
                 pass
-        return Student(LocalBackend(namespace))
+        return Student(LocalBackend(namespace), api=self.api)
 
     def close(self, submission_id: str) -> None:
         pass

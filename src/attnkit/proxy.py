@@ -1,6 +1,6 @@
 """The ``student`` object the hidden tests call: a recording proxy to one submission.
 
-Tests write ``student.scaled_attention(q, k, v)`` and get back plain data (tensors, numbers,
+Tests write ``student.some_function(x)`` (a name of the assignment's API) and get back plain data (tensors, numbers,
 tuples). Where the student's code actually runs is the backend's business: in a sandboxed child
 process for grading (``attnkit.sandbox``), or in this process for development. Every call and
 its outcome is recorded so that, when a test fails, the diagnosis can replay the same calls on
@@ -19,16 +19,6 @@ import torch
 
 from attnkit import protocol
 from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
-
-API_FUNCTIONS = (
-    "scaled_attention",
-    "causal_allowed",
-    "padding_allowed",
-    "split_heads",
-    "merge_heads",
-    "multi_head_attention",
-)
-
 
 class StudentRaised(Exception):
     """Mixin on every exception that a student's function raised (re-created on our side)."""
@@ -120,6 +110,9 @@ class Student:
     """Proxy to one submission. Attribute access on an API name returns a callable."""
 
     backend: Backend
+    # The assignment's student API (its manifest's ``functions``): the only names callable as
+    # attributes, so a typo in a test is an AttributeError, not a call into the submission.
+    api: tuple[str, ...] = ()
     calls: list[Call] = field(default_factory=list)
     # Set by the plugin while a test is re-run with reference dependencies: these names are the
     # trusted reference functions, both for the test's own direct calls and inside the student's
@@ -127,7 +120,7 @@ class Student:
     substitutes: Substitutes = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in API_FUNCTIONS:
+        if name.startswith("_") or name not in self.api:
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, *args, **kwargs)
 

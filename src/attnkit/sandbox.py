@@ -72,7 +72,7 @@ class Zygote:
     else :class:`IsolationUnavailable` says why and how to fix it, before any cell runs.
     """
 
-    def __init__(self, hide: list[str] | None = None, trusted: bool = False) -> None:
+    def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "") -> None:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # A minimal environment: student code must not find the grader's secrets or settings here.
@@ -82,7 +82,7 @@ class Zygote:
         # cache, IPython's folder) is still the grader's. A sandbox sets its own.
         env["HOME"] = os.path.expanduser("~")
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps({"hide": self.hide})],
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps({"hide": self.hide, "warm_up": warm_up})],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env=env,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from attnkit.assignment import Assignment
 from attnkit.isolation import level as isolation_level
 
 # Per-student output caps, whatever the notebook prints or raises: each message is cut to a fixed
@@ -15,24 +16,6 @@ MAX_ITEMS = 100  # failed cells, problems, notes kept per submission
 MAX_RESULTS_BYTES = 1_000_000
 MAX_FEEDBACK_BYTES = 4_000_000
 TRUNCATED_NOTE = "反馈内容过长，部分信息已被截断（评分不受影响）"
-
-# The notebook's autograded grade cells, in notebook order, with the chapter section each covers.
-PARTS: dict[str, str] = {
-    "check_scaled_attention": "缩放点积注意力（第 1–4 节）",
-    "check_masking": "带掩码的注意力（第 5、7 节）",
-    "check_empty_row": "整行被屏蔽时报错（第 5 节）",
-    "check_masks": "因果掩码与填充掩码（第 5 节）",
-    "check_future": "修改未来位置的实验（第 7 节）",
-    "check_heads": "拆分与合并多头（第 6 节）",
-    "check_multi_head": "多头注意力（第 6 节）",
-    "check_shape_trace": "形状追踪（第 6 节）",
-    "check_self_test": "自测题（第 8 节）",
-}
-
-# The parts whose failures the attention weights can explain: the feedback page shows the
-# student's weights beside the expected ones when one of these fails.
-HEATMAP_PARTS = frozenset({"check_scaled_attention", "check_masking", "check_future"})
-
 
 def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
@@ -80,11 +63,11 @@ def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str
     return results
 
 
-def results_json(record: dict[str, Any]) -> dict[str, Any]:
+def results_json(record: dict[str, Any], assignment: Assignment) -> dict[str, Any]:
     """The per-submission results.json: Gradescope's keys first, then ours. Texts that come from
     the submission are cut to fixed sizes, and the whole stays under MAX_RESULTS_BYTES."""
     tests = record.get("tests", [])
-    parts: dict[str, dict[str, float]] = {grade_id: {"score": 0.0, "max_score": 0.0} for grade_id in PARTS}
+    parts: dict[str, dict[str, float]] = {grade_id: {"score": 0.0, "max_score": 0.0} for grade_id in assignment.parts}
     for test in tests:
         part = parts.setdefault(test.get("grade_id") or "other", {"score": 0.0, "max_score": 0.0})
         part["score"] += test["score"]

@@ -6,18 +6,17 @@ submission goes back to the parent as a plain dict over a queue, and the parent 
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from attnkit.assignment import Assignment, discover
+from attnkit.constants import CRASHED, GraderError
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_submitted
 from attnkit.proxy import Outcome, Student
-from attnkit.scoring import HEATMAP_PARTS
 from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote
 
 
@@ -46,10 +45,10 @@ class Failed:
     reason: str
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
-        return Outcome(error_type="__crashed__", message=self.reason)
+        return Outcome(error_type=CRASHED, message=self.reason)
 
     def variable(self, name: str) -> Outcome:
-        return Outcome(error_type="__crashed__", message=self.reason)
+        return Outcome(error_type=CRASHED, message=self.reason)
 
 
 @dataclass
@@ -70,6 +69,7 @@ class SandboxProvider:
         zygote: Zygote,
         jobs: list[Job],
         limits: Limits,
+        api: tuple[str, ...],
         finished: Callable[[Opened], None],
         started: Callable[[str], None] = lambda key: None,
     ) -> None:
@@ -77,6 +77,7 @@ class SandboxProvider:
         self.started = started  # tells the parent which submission a dying worker was on
         self.jobs = {job.key: job for job in jobs}
         self.limits = limits
+        self.api = api
         self.finished = finished
         self.open_now: dict[str, Opened] = {}
         self.fatal = ""  # set when grading itself cannot go on
@@ -125,12 +126,13 @@ class SandboxProvider:
             except (SandboxDied, OSError, RuntimeError) as error:
                 import pytest
 
+                # pytest.exit is how a fixture stops a session; run_chunk raises self.fatal after it.
                 self.fatal = f"the sandbox could not start: {error}"
                 pytest.exit(self.fatal, returncode=3)
             backend: Any = session
         else:
             backend = Failed(problems[-1] if problems else "笔记本中没有任何代码")
-        opened = Opened(job, Student(backend), session, problems, notes, started)
+        opened = Opened(job, Student(backend, api=self.api), session, problems, notes, started)
         self.open_now[submission_id] = opened
         return opened.student
 
@@ -151,38 +153,28 @@ def cell_record(run: Any, session: Submission) -> dict[str, Any]:
     return record
 
 
-def weights_matter(tests: list[dict[str, Any]]) -> bool:
-    """Would the student's attention weights explain a failure? (Heatmaps are shown only then.)"""
-    return any(test["status"] != "passed" and test["grade_id"] in HEATMAP_PARTS for test in tests)
+def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assignment's ``evidence`` hook's panels for the feedback page, when a failed part is
+    one its evidence can explain (empty otherwise). Its calls are not evidence for diagnosis."""
+    hook = assignment.hook("evidence")
+    if hook is None or not any(t["status"] != "passed" and t["grade_id"] in assignment.heatmap_parts for t in tests):
+        return {}
+    calls_before = len(student.calls)
+    try:
+        return hook(student, assignment.catalogue().reference_namespace())
+    finally:
+        del student.calls[calls_before:]
 
 
-def evidence(student: Student, reference: dict) -> dict[str, Any]:
-    """The student's and the expected weights on the chapter's three-position example (section 7),
-    for the feedback page's heatmaps. Empty when the student's function cannot produce them."""
-    import torch
-
-    query = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.float64)[None, None]  # (1, 1, 3, 2)
-    value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]
-    causal = torch.ones(3, 3, dtype=torch.bool).tril()
-    shown: dict[str, Any] = {}
-    for label, allowed in (("full", None), ("causal", causal)):
-        _, expected = reference["scaled_attention"](query, query.clone(), value, allowed)
-        shown[label] = {"expected": expected[0, 0].tolist(), "student": None}
-        try:
-            calls_before = len(student.calls)
-            result = student.scaled_attention(query, query.clone(), value, allowed)
-            del student.calls[calls_before:]
-            weights = result[1] if isinstance(result, (tuple, list)) and len(result) == 2 else None
-            if isinstance(weights, torch.Tensor) and weights.numel() == 9:
-                shown[label]["student"] = weights.reshape(3, 3).to(torch.float64).tolist()
-        except Exception:  # noqa: BLE001 - whatever the student's code does, the page just shows less
-            pass
-    return shown
+def run_chunk(jobs: list[Job], suites: dict[str, Assignment], limits: Limits, zygote: Zygote, emit: Callable[[dict], None]) -> None:
+    """Grade ``jobs``, one pytest session per assignment among them, emitting each submission's
+    record when it is done (and ``{"started": key}`` when one begins, so the parent knows whom a
+    crash belongs to)."""
+    for name in dict.fromkeys(job.assignment for job in jobs):
+        _run_suite([job for job in jobs if job.assignment == name], suites[name], limits, zygote, emit)
 
 
-def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote, emit: Callable[[dict], None]) -> None:
-    """Grade ``jobs`` in one pytest session, emitting each submission's record when it is done
-    (and ``{"started": key}`` when one begins, so the parent knows whom a crash belongs to)."""
+def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: Zygote, emit: Callable[[dict], None]) -> None:
     import pytest
 
     from attnkit import plugin as plugin_module
@@ -191,7 +183,6 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
     plugin: GradingPlugin
 
     def finished(opened: Opened) -> None:
-        catalogue = importlib.import_module("catalogue")
         tests = [result.to_dict() for result in plugin.results.pop(opened.job.key, [])]
         record = {
             "student_id": opened.job.student_id,
@@ -205,28 +196,25 @@ def run_chunk(jobs: list[Job], autograder: Path, limits: Limits, zygote: Zygote,
                           for path, digest in zip(opened.job.notebooks, opened.job.digests)],
             "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
-            "evidence": evidence(opened.student, catalogue.reference_namespace()) if opened.session and weights_matter(tests) else {},
+            "evidence": evidence(assignment, opened.student, tests) if opened.session else {},
             "seconds": time.perf_counter() - opened.started,
         }
         emit(record)
 
-    provider = SandboxProvider(zygote, jobs, limits, finished, started=lambda key: emit({"started": key}))
+    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, finished, started=lambda key: emit({"started": key}))
     plugin = GradingPlugin(provider)
+    folder = str(assignment.folder)
     args = [
-        str(autograder), "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
-        "-p", "no:warnings", "-c", os.devnull, "--rootdir", str(autograder), "-o", "addopts=",
+        folder, "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
+        "-p", "no:warnings", "-c", os.devnull, "--rootdir", folder, "-o", "addopts=",
         # Per-test costs we do not use: log capture on every logger, a gc.collect() per session.
         "-p", "no:logging", "-p", "no:unraisableexception", "-p", "no:threadexception",
     ]
     code = pytest.main(args, plugins=[plugin_module, plugin])
-    if provider.fatal:
-        raise GraderBroken(provider.fatal)
+    if provider.fatal or plugin.fatal:
+        raise GraderError(provider.fatal or plugin.fatal)
     if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the session broke
         raise RuntimeError(f"隐藏测试的 pytest 会话异常结束（退出码 {int(code)}）")
-
-
-class GraderBroken(Exception):
-    """Grading itself cannot run on this machine (not one submission's doing): the run stops."""
 
 
 def _expendable() -> None:
@@ -262,22 +250,21 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
         results.send({**message, "pid": pid})
 
     try:
-        zygote = Zygote(hide=hide, trusted=limits.trusted)
+        suites = discover(Path(autograder))
+        zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()))
     except Exception as error:  # noqa: BLE001
         emit({"fatal": f"could not start the sandbox zygote: {error}"})
         return
     try:
         while (chunk := inbox.recv()) is not None:
             try:
-                run_chunk(chunk, Path(autograder), limits, zygote, emit)
-            except GraderBroken as error:
+                run_chunk(chunk, suites, limits, zygote, emit)
+            except GraderError as error:
                 emit({"fatal": str(error)})
                 return
             except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError, pytest's own
                 emit({"chunk_failed": f"{type(error).__name__}: {str(error)[:500]}"})
             else:
                 emit({"chunk_done": True})
-            finally:
-                sys.modules.pop("catalogue", None)
     finally:
         zygote.close()

@@ -1,4 +1,4 @@
-"""Grade cell check_masks (15 points): causal_allowed and padding_allowed, alone and combined.
+"""Grade cell check_masks: causal_allowed and padding_allowed, alone and combined.
 
 The combined check feeds the student's masks (joined with &) to the *reference* attention, so a
 mistake in scaled_attention costs nothing here."""
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import reference
-from checks import assert_bool_equal, assert_close, assert_tensor, fail, fmt_shape
+from . import reference
+from attnkit.checks import assert_bool_equal, assert_close, assert_tensor, fail, fmt_shape
 
 pytestmark = pytest.mark.grade_id("check_masks")
 
@@ -23,7 +23,7 @@ def expected_padding(lengths, size):
     return (torch.arange(size)[None, :] < lengths[:, None])[:, None, None, :]
 
 
-@pytest.mark.points(5)
+@pytest.mark.weight(5)
 @pytest.mark.function("causal_allowed")
 def test_causal_allowed(student):
     """causal_allowed(size)：是否为 (size, size) 的布尔矩阵，且恰好在 j ≤ i（含对角线）处为 True？"""
@@ -32,7 +32,7 @@ def test_causal_allowed(student):
         assert_bool_equal(got, expected_causal(size), f"causal_allowed({size})")
 
 
-@pytest.mark.points(5)
+@pytest.mark.weight(5)
 @pytest.mark.function("padding_allowed")
 def test_padding_allowed(student):
     """padding_allowed(lengths, size)：形状是否为 (B, 1, 1, size)，且只在键位置小于序列长度处为 True？"""
@@ -44,7 +44,7 @@ def test_padding_allowed(student):
     assert_bool_equal(got, expected_padding(lengths, 6), "padding_allowed(长度 [2, 4], 6)")
 
 
-@pytest.mark.points(5)
+@pytest.mark.weight(5)
 @pytest.mark.function("causal_allowed", "padding_allowed")
 def test_causal_and_padding_combined(student):
     """把你的因果掩码与填充掩码用 & 组合后做注意力（长度 4 与 2 的两个序列）：结果是否正确？"""

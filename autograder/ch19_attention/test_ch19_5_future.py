@@ -1,4 +1,4 @@
-"""Grade cell check_future (10 points): the chapter's future-perturbation check (section 7) and
+"""Grade cell check_future: the chapter's future-perturbation check (section 7) and
 section 8's question 7, on scaled_attention and on multi_head_attention.
 
 Change the third position's key and value (or input): the first two outputs must not move, and
@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from attnkit.proxy import StudentRaised
-import reference
-from checks import assert_real_attention, assert_shape, fail, fmt_index, max_change, unpack_pair
+from . import reference
+from attnkit.checks import assert_shape, fail, fmt_index, max_change
+from .attention_checks import assert_real_attention, unpack_pair
 
 pytestmark = pytest.mark.grade_id("check_future")
 
@@ -55,7 +56,7 @@ def check_positions(before, after, changed, what, shape):
         )
 
 
-@pytest.mark.points(3)
+@pytest.mark.weight(3)
 @pytest.mark.function("scaled_attention")
 def test_future_key_and_value_do_not_leak(student):
     """本章的检查：加因果掩码后，改动第 3 个位置的键和值，前两个位置的输出是否保持不变（而第 3 个位置的输出改变）？"""
@@ -68,7 +69,7 @@ def test_future_key_and_value_do_not_leak(student):
     assert_real_attention(before, reference.scaled_attention(Q, K, V, causal(T))[0], "因果注意力（改动前）的输出")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.function("scaled_attention")
 def test_later_query_does_not_change_earlier_outputs(student):
     """第 8 节问题 7：不加掩码，只改动第 4 个查询，前 3 个输出是否不变（第 4 个输出改变）？"""
@@ -86,7 +87,7 @@ def perturbed_input():
     return changed
 
 
-@pytest.mark.points(3)
+@pytest.mark.weight(3)
 @pytest.mark.function("multi_head_attention")
 @pytest.mark.depends_on("causal_allowed", "scaled_attention", "split_heads", "merge_heads")
 def test_multi_head_future_with_your_causal_mask(student):
@@ -106,7 +107,7 @@ def test_multi_head_future_with_your_causal_mask(student):
     assert_real_attention(before, expected, f"多头注意力 + 你的 causal_allowed({T})（改动前）的输出")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.function("multi_head_attention")
 @pytest.mark.depends_on("scaled_attention", "split_heads", "merge_heads")
 def test_multi_head_future_with_trusted_mask(student):

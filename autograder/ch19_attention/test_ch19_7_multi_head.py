@@ -1,4 +1,4 @@
-"""Grade cell check_multi_head (15 points): multi_head_attention against torch.nn.MultiheadAttention
+"""Grade cell check_multi_head: multi_head_attention against torch.nn.MultiheadAttention
 with the same weights, for self- and cross-attention, with and without masks (trusted masks).
 
 nn.MultiheadAttention computes x @ W.T with its packed ``in_proj_weight`` (rows: query, key,
@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from checks import assert_close, assert_dtype, assert_shape, unpack_pair
+from attnkit.checks import assert_close, assert_dtype, assert_shape
+from .attention_checks import unpack_pair
 
 # Each test grades multi_head_attention alone: when the student's scaled_attention, split_heads or
 # merge_heads failed its own tests, a failing test here is re-run with the reference ones.
@@ -53,14 +54,14 @@ def check(result, expected, what, shape_out, shape_weights):
     assert_close(output, expected_output, f"{what}的输出")
 
 
-@pytest.mark.points(5)
+@pytest.mark.weight(5)
 def test_self_attention_matches_pytorch(student):
     """自注意力（B=2、T=5、D=6、2 个头，不加掩码）：输出与各头权重是否与 nn.MultiheadAttention 一致？"""
     result = student.multi_head_attention(X, W_Q, W_K, W_V, W_O, 2)
     check(result, pytorch_attention(X, 2), "多头自注意力", (2, 5, D), (2, 2, 5, 5))
 
 
-@pytest.mark.points(5)
+@pytest.mark.weight(5)
 def test_causal_self_attention_matches_pytorch(student):
     """加因果掩码的多头自注意力（2 个头）：输出与各头权重是否与 nn.MultiheadAttention 一致？"""
     allowed = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -68,7 +69,7 @@ def test_causal_self_attention_matches_pytorch(student):
     check(result, pytorch_attention(X, 2, attn_mask=~allowed), "加因果掩码的多头自注意力", (2, 5, D), (2, 2, 5, 5))
 
 
-@pytest.mark.points(5)
+@pytest.mark.weight(5)
 def test_cross_attention_matches_pytorch(student):
     """交叉注意力（3 个查询位置、5 个上下文位置、3 个头），不加掩码与加上下文填充掩码时是否都与 nn.MultiheadAttention 一致？"""
     result = student.multi_head_attention(X_SHORT, W_Q, W_K, W_V, W_O, 3, context=CONTEXT)

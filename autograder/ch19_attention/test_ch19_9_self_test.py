@@ -1,4 +1,4 @@
-"""Grade cell check_self_test (5 points): section 8's self-test, as answer variables.
+"""Grade cell check_self_test: section 8's self-test, as answer variables.
 
 Questions 2, 6 and 8 are asked with other numbers than the chapter prints (6 queries, 4 keys,
 9-dimensional values; values times 3; length 100 to 300), so the answers take reasoning, not copying.
@@ -9,8 +9,8 @@ written as a literal. The feedback names a wrong answer but never shows the righ
 import pytest
 import torch
 
-import reference
-from checks import answer_bool, answer_int, answer_shape, judge_answers
+from . import reference
+from attnkit.checks import answer_bool, answer_int, answer_shape, judge_answers
 
 pytestmark = pytest.mark.grade_id("check_self_test")
 
@@ -18,7 +18,7 @@ HINT = "回到第 8 节对应的问题再想一想。"
 _g = torch.Generator().manual_seed(1909)
 
 
-@pytest.mark.points(1)
+@pytest.mark.weight(1)
 def test_output_and_weights_shapes(student):
     """第 8 节问题 2（换了数）：6 个查询、4 把键、值向量 9 维时，输出与权重的形状答对了吗？"""
     query, key, value = torch.randn(6, 5, generator=_g), torch.randn(4, 5, generator=_g), torch.randn(4, 9, generator=_g)
@@ -29,14 +29,14 @@ def test_output_and_weights_shapes(student):
     ], HINT)
 
 
-@pytest.mark.points(1)
+@pytest.mark.weight(1)
 def test_causal_sees_current(student):
     """第 8 节问题 4：因果注意力能否访问输入的当前位置，答对了吗？"""
     sees_current = bool(reference.causal_allowed(4).diagonal().all())
     judge_answers(student, [("answer_causal_sees_current", answer_bool, sees_current)], HINT)
 
 
-@pytest.mark.points(1)
+@pytest.mark.weight(1)
 def test_heads_do_not_split_sequence(student):
     """第 8 节问题 5：两个头是否分别处理序列的前半段和后半段，答对了吗？"""
     x = torch.randn(1, 6, 4, generator=_g)
@@ -44,7 +44,7 @@ def test_heads_do_not_split_sequence(student):
     judge_answers(student, [("answer_heads_split_sequence", answer_bool, not every_head_sees_every_position)], HINT)
 
 
-@pytest.mark.points(1)
+@pytest.mark.weight(1)
 def test_values_times_two(student):
     """第 8 节问题 6（换了数）：只把所有值向量乘 3，权重与输出各变为原来的几倍，答对了吗？"""
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
@@ -56,7 +56,7 @@ def test_values_times_two(student):
     ], HINT)
 
 
-@pytest.mark.points(1)
+@pytest.mark.weight(1)
 def test_earlier_outputs_and_growth(student):
     """第 8 节问题 7–8（第 8 题换了数）：改动第三个查询时前两个输出会不会变、序列从 100 增至 300 时权重元素数变为几倍，答对了吗？"""
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)

@@ -1,4 +1,4 @@
-"""Grade cell check_shape_trace (5 points): section 6's shape trace, as answer variables.
+"""Grade cell check_shape_trace: section 6's shape trace, as answer variables.
 
 The notebook asks for a configuration the chapter does not print (B=4, T=5, D=12, three heads; the
 chapter traces B=2, T=3, D=8, two heads), so the answers take reasoning, not copying. The expected
@@ -9,8 +9,8 @@ wrong answer but never shows the right one.
 import pytest
 import torch
 
-import reference
-from checks import answer_shape, judge_answers
+from . import reference
+from attnkit.checks import answer_shape, judge_answers
 
 pytestmark = pytest.mark.grade_id("check_shape_trace")
 
@@ -42,19 +42,19 @@ def check_answers(student, names):
     judge_answers(student, items, "这里是 D=12、三个头、B=4、T=5，不是第 6 节的例子：对照第 6 节，按各维的含义重新推一遍。")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_projection_and_split(student):
     """形状追踪（D=12、三个头、B=4、T=5）：投影后的 Q/K/V 与拆成三个头之后的形状是否正确？"""
     check_answers(student, ["trace_projected", "trace_split"])
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_weights_and_mixing(student):
     """形状追踪（D=12、三个头、B=4、T=5）：每个头的权重与混合值向量之后的形状是否正确？"""
     check_answers(student, ["trace_weights", "trace_mixed"])
 
 
-@pytest.mark.points(1)
+@pytest.mark.weight(1)
 def test_merge_and_output(student):
     """形状追踪（D=12、三个头、B=4、T=5）：把头拼回去与输出投影之后的形状是否正确？"""
     check_answers(student, ["trace_merged", "trace_output"])

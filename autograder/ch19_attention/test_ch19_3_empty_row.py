@@ -1,11 +1,12 @@
-"""Grade cell check_empty_row (10 points): a query with no allowed key is an error (the chapter's
+"""Grade cell check_empty_row: a query with no allowed key is an error (the chapter's
 choice; PyTorch instead returns zeros or NaN). The masks are built here (trusted)."""
 
 import pytest
 import torch
 
-import reference
-from checks import assert_real_attention, assert_shape, expect_value_error, fail, fmt_index, unpack_pair
+from . import reference
+from attnkit.checks import assert_shape, expect_value_error, fail, fmt_index
+from .attention_checks import assert_real_attention, unpack_pair
 
 pytestmark = [pytest.mark.grade_id("check_empty_row"), pytest.mark.function("scaled_attention")]
 
@@ -44,7 +45,7 @@ K = torch.randn(2, 2, 5, 4, generator=_g)  # T_k=5
 V = torch.randn(2, 2, 5, 2, generator=_g)  # d_v=2
 
 
-@pytest.mark.points(3)
+@pytest.mark.weight(3)
 def test_one_row_fully_masked(student):
     """三个查询中第 2 个的 allowed 整行为 False（其余各行都有可访问的键）：是否抛出 ValueError？"""
     allowed = torch.tensor(
@@ -53,7 +54,7 @@ def test_one_row_fully_masked(student):
     expect_error_only_for_the_empty_row(student, Q[0, 0], K[0, 0], V[0, 0], allowed, "单个序列", "第 2 个查询没有任何允许访问的键时")
 
 
-@pytest.mark.points(3)
+@pytest.mark.weight(3)
 def test_empty_row_inside_batch(student):
     """批次中只有第 2 个序列的最后一个查询整行被屏蔽：是否仍能发现并抛出 ValueError？"""
     allowed = torch.ones(2, 1, 3, 5, dtype=torch.bool).tril(diagonal=2)
@@ -61,14 +62,14 @@ def test_empty_row_inside_batch(student):
     expect_error_only_for_the_empty_row(student, Q, K, V, allowed, "批次输入", "批次中第 2 个序列的第 3 个查询没有任何允许访问的键时")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_zero_length_padding(student):
     """填充掩码里有一个长度为 0 的序列（它的所有键都是 PAD）：是否抛出 ValueError？"""
     allowed = (torch.arange(5) < torch.tensor([4, 0])[:, None])[:, None, None, :]
     expect_error_only_for_the_empty_row(student, Q, K, V, allowed, "填充掩码", "某个序列长度为 0、它的查询一个键也不能访问时")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 def test_no_error_when_every_row_keeps_a_key(student):
     """每个查询都恰好只剩一个可访问的键时：是否正常返回、没有报错也没有 NaN？"""
     allowed = torch.tensor(

@@ -1,4 +1,4 @@
-"""Grade cell check_heads (10 points): split_heads and merge_heads.
+"""Grade cell check_heads: split_heads and merge_heads.
 
 Heads split the features, not the sequence: head r at position t holds features r*d..(r+1)*d-1
 of position t. The inputs are numbered 0, 1, 2, ... so every element is distinct and a misplaced
@@ -9,8 +9,8 @@ cannot land on the right layout by accident.
 import pytest
 import torch
 
-import reference
-from checks import assert_equal_exactly, assert_shape, expect_value_error, fail, fmt_number
+from . import reference
+from attnkit.checks import assert_equal_exactly, assert_shape, expect_value_error, fail, fmt_number
 
 pytestmark = pytest.mark.grade_id("check_heads")
 
@@ -38,7 +38,7 @@ def check_split(got, x, heads):
                     )
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 @pytest.mark.function("split_heads")
 def test_split_heads(student):
     """split_heads：(2, 5, 6) 拆成 2 个头和 3 个头时，形状是否为 (B, h, T, D/h)，每个头是否拿到每个位置的对应一段特征？"""
@@ -46,7 +46,7 @@ def test_split_heads(student):
         check_split(student.split_heads(X, heads), X, heads)
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 @pytest.mark.function("merge_heads")
 def test_merge_heads(student):
     """merge_heads：(2, 3, 5, 2) 拼回后形状是否为 (2, 5, 6)、元素是否到位，拆开再拼回是否得到原输入？"""
@@ -66,7 +66,7 @@ def test_merge_heads(student):
     assert_equal_exactly(round_trip, X, "把 (2, 5, 6) 的输入拆成 2 个头再用 merge_heads 拼回的结果")
 
 
-@pytest.mark.points(2)
+@pytest.mark.weight(2)
 @pytest.mark.function("split_heads")
 def test_split_heads_rejects_indivisible_width(student):
     """宽度 6 不能被 4 个头整除：split_heads 是否抛出 ValueError？"""

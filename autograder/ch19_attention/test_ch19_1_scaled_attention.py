@@ -1,4 +1,4 @@
-"""Grade cell check_scaled_attention (20 points): scaled dot-product attention without a mask.
+"""Grade cell check_scaled_attention: scaled dot-product attention without a mask.
 
 The chapter's numbers (sections 2 and 7), then inputs the chapter never shows (fixed-seed random
 tensors with batch and head dims, T_q != T_k, d_k != d_v, float32 and float64) compared with
@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from checks import assert_close, assert_dtype, assert_shape, unpack_pair
+from attnkit.checks import assert_close, assert_dtype, assert_shape
+from .attention_checks import unpack_pair
 
 pytestmark = [pytest.mark.grade_id("check_scaled_attention"), pytest.mark.function("scaled_attention")]
 
@@ -46,7 +47,7 @@ def chapter_section7():
     return query, query.clone(), value
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 def test_section2_example(student):
     """第 2 节的例子：权重是否约为 (0.4011, 0.1978, 0.4011)，输出是否约为 (8.0222, 5.9889)？"""
     query = torch.tensor([[1.0, 0.0]])
@@ -59,7 +60,7 @@ def test_section2_example(student):
     assert_close(output, torch.tensor([[8.0222, 5.9889]]), "第 2 节例子的输出（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 def test_section7_unmasked(student):
     """第 7 节的三位置实验（不加掩码）：权重矩阵与第一行输出是否与本章一致？"""
     query, key, value = chapter_section7()
@@ -89,19 +90,19 @@ def assert_random_case(student, query, key, value):
     assert_close(output, expected_output, "输出")
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 def test_random_float32(student):
     """随机的 float32 输入（批次 2、3 个头、T_q=4、T_k=6、d_k=5、d_v=3）：输出与权重是否正确、仍是 float32？"""
     assert_random_case(student, Q.float(), K.float(), V.float())
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 def test_random_float64(student):
     """随机的 float64 输入（批次 2、3 个头、T_q=4、T_k=6、d_k=5、d_v=3）：结果是否精确到 float64 的精度、仍是 float64？"""
     assert_random_case(student, Q, K, V)
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 def test_other_leading_dims(student):
     """只有批次维 (B, T, d)、或者没有任何前导维 (T, d) 时，是否也能算对？"""
     output, weights = unpack_pair(student.scaled_attention(Q3, K3, V3), "scaled_attention")

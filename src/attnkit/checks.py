@@ -1,4 +1,4 @@
-"""Curated checks for the hidden tests: every failure says, in Chinese, what was checked and what
+"""Curated checks for any assignment's hidden tests: every failure says, in Chinese, what was checked and what
 went wrong (shapes, the largest error and where, the first wrong row), never the test's code.
 
 The plugin runs pytest with ``--assert=plain``, so the text of the AssertionError raised here is
@@ -81,13 +81,6 @@ def assert_dtype(got: torch.Tensor, expected: torch.dtype, what: str) -> None:
         fail(f"{_w(what)}的数据类型应与输入一致（{expected}），实际为 {got.dtype}。")
 
 
-def unpack_pair(result: Any, function: str) -> tuple[Any, Any]:
-    """``(output, weights)`` from a function that must return a pair."""
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        kind = type(result).__name__
-        size = f"长度为 {len(result)} 的 {kind}" if isinstance(result, (tuple, list)) else kind
-        fail(f"{function} 应返回 (输出, 权重) 两个张量，实际返回了 {size}。")
-    return result[0], result[1]
 
 
 def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None = None, rtol: float | None = None) -> None:
@@ -170,13 +163,6 @@ def max_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]
     return float(diff[index]), index
 
 
-def assert_real_attention(got: Any, expected: torch.Tensor, what: str) -> None:
-    """A property test (an error on empty rows, no leak from the future) pays only if the same
-    call also computes correct attention: raising or ignoring inputs alone earns nothing."""
-    try:
-        assert_close(got, expected, what)
-    except AssertionError as problem:
-        fail(f"{problem}这项检查只在同一个函数也能算出正确的注意力时给分。")
 
 
 def expect_value_error(call: Any, what: str) -> None:

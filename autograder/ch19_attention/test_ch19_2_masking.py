@@ -1,4 +1,4 @@
-"""Grade cell check_masking (10 points): scaled_attention with an ``allowed`` mask.
+"""Grade cell check_masking: scaled_attention with an ``allowed`` mask.
 
 The masks are built here (trusted), so a wrong causal_allowed/padding_allowed costs nothing in
 this cell: masks and attention are graded independently. The masks are not symmetric and keep
@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number, unpack_pair
+from attnkit.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
+from .attention_checks import unpack_pair
 
 pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention")]
 
@@ -57,7 +58,7 @@ def assert_blocked_zero(weights, allowed, what):
         )
 
 
-@pytest.mark.points(4)
+@pytest.mark.weight(4)
 def test_section7_causal(student):
     """第 7 节的三位置实验（因果掩码）：因果权重与因果输出是否与本章一致？"""
     query = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.float64)[None, None]
@@ -86,13 +87,13 @@ def assert_masked_case(student, query, key, value, allowed, label):
     assert_close(output, expected_output, f"{label}输出")
 
 
-@pytest.mark.points(3)
+@pytest.mark.weight(3)
 def test_2d_mask_broadcast(student):
     """二维掩码 (T_q, T_k) 配四维输入（float32）：被屏蔽的键权重是否为 0、结果是否与 PyTorch 一致？"""
     assert_masked_case(student, Q.float(), K.float(), V.float(), ALLOWED_2D, "加掩码后的")
 
 
-@pytest.mark.points(3)
+@pytest.mark.weight(3)
 def test_padding_mask_broadcast(student):
     """形状 (B, 1, 1, T_k) 的填充掩码（float64）：是否对所有头、所有查询广播，并屏蔽 PAD 键？"""
     assert_masked_case(student, Q, K, V, PADDING, "加填充掩码后的")

@@ -1,0 +1,222 @@
+"""An assignment is a plug-in folder: everything the engine knows about one chapter's exercise.
+
+``autograder/<package>/`` holds the hidden tests, the reference, the catalogue of mistakes and a
+``manifest.toml`` that names the assignment (``name``: its nbgrader name, the folder students
+submit in); ``solutions/<name>/<notebook>`` is the nbgrader source notebook. The folder is a
+Python package (so its name is an identifier: ``ch19_attention`` for ``ch19-attention``), imported
+under its own name (``ch19_attention.catalogue``), so two assignments' modules never collide. The engine takes every chapter-specific thing from here:
+
+- **points and parts**: the source notebook's autograded grade cells (grade id and points, in
+  notebook order), as nbgrader itself reads them; the manifest only titles them;
+- **the student API**: the function names the hidden tests may call (``functions``);
+- **page texts**: the title of the feedback and report pages;
+- **hooks** (``"module:attribute"`` in the package): ``warm_up``, source the zygote runs once so
+  every sandbox inherits warm caches, and ``evidence``, a function ``(student, reference) -> dict``
+  whose result the feedback page draws as heatmaps when a part in ``heatmap_parts`` fails.
+
+A hidden test states its share of its part with ``@pytest.mark.weight(n)``; its points are the
+part's points split in proportion to the weights (see :meth:`Assignment.test_points`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from attnkit.constants import AUTOGRADER_ROOT, GraderError, SOLUTIONS_ROOT
+
+MANIFEST = "manifest.toml"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One autograded grade cell of the source notebook."""
+
+    grade_id: str
+    title: str
+    points: float
+
+
+@dataclass(eq=False)  # one object per folder (see _by_folder): hashed by identity
+class Assignment:
+    """One assignment's manifest, with its grade cells read from the source notebook."""
+
+    name: str
+    folder: Path  # the hidden suite, a package: autograder/<package>/
+    source: Path  # the nbgrader source notebook: solutions/<name>/<notebook>
+    title: str
+    notebook: str
+    functions: tuple[str, ...]
+    parts: dict[str, Part]
+    heatmap_parts: frozenset[str] = frozenset()
+    hooks: dict[str, str] = field(default_factory=dict)
+    release_readme: str = ""
+
+    @property
+    def max_score(self) -> float:
+        return sum(part.points for part in self.parts.values())
+
+    def part_number(self, grade_id: str) -> int | None:
+        """1-based position of a part on the page (None: not one of this notebook's parts)."""
+        order = list(self.parts)
+        return order.index(grade_id) + 1 if grade_id in order else None
+
+    # -- the package --------------------------------------------------------------------------
+    def module(self, name: str) -> ModuleType:
+        """``<name>.<module>`` of this assignment's package (imported once, trusted code)."""
+        root = str(self.folder.parent)
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        package = sys.modules.get(self.folder.name)
+        if package is not None and Path(getattr(package, "__file__", "") or "").parent != self.folder:
+            raise GraderError(f"the module name {self.folder.name!r} is already taken by {package.__file__}; rename the assignment folder")
+        return importlib.import_module(f"{self.folder.name}.{name}")
+
+    def catalogue(self) -> ModuleType:
+        return self.module("catalogue")
+
+    def hook(self, key: str) -> Any:
+        """The attribute a manifest hook names, or None when the manifest has none."""
+        target = self.hooks.get(key)
+        if not target:
+            return None
+        module, _, attribute = target.partition(":")
+        return getattr(self.module(module), attribute)
+
+    def warm_up_source(self) -> str:
+        """The ``warm_up`` hook's code (read without importing the package: the zygote runs it)."""
+        target = self.hooks.get("warm_up")
+        if not target:
+            return ""
+        module, _, attribute = target.partition(":")
+        namespace: dict[str, Any] = {}
+        exec(compile((self.folder / f"{module}.py").read_text(encoding="utf-8"), str(self.folder / f"{module}.py"), "exec"), namespace)
+        return str(namespace.get(attribute, ""))
+
+    @cached_property
+    def mistakes(self) -> dict[str, dict[str, str]]:
+        """Mistake id -> {section, zh, en, function}, from the catalogue (for pages and summaries)."""
+        catalogue = self.catalogue()
+        return {m.id: {"section": m.section, "zh": m.zh, "en": m.en, "function": m.function} for m in catalogue.MISTAKES}
+
+    def digest_files(self) -> list[Path]:
+        """The files every result of this assignment depends on besides the submission."""
+        files = [p for p in self.folder.rglob("*") if p.is_file() and p.suffix in (".py", ".toml") and "__pycache__" not in p.parts]
+        return sorted(files) + [self.source]
+
+    # -- points -------------------------------------------------------------------------------
+    def test_points(self, weights: dict[str, tuple[str, float]]) -> dict[str, float]:
+        """Points per test from ``{test: (grade_id, weight)}``: each part's points (from the
+        source notebook) split in proportion to its tests' weights. The suite and the notebook
+        must agree on which parts exist: a part without tests, or a test of no part, stops
+        grading (a wrong total would otherwise reach every student's grade)."""
+        totals: dict[str, float] = {}
+        for grade_id, weight in weights.values():
+            if grade_id not in self.parts:
+                raise GraderError(f"{self.name}: a hidden test belongs to {grade_id!r}, which is not an autograded grade cell of {self.source.name}")
+            if weight <= 0:
+                raise GraderError(f"{self.name}: a hidden test of {grade_id!r} has weight {weight:g} (must be > 0)")
+            totals[grade_id] = totals.get(grade_id, 0.0) + weight
+        untested = [grade_id for grade_id in self.parts if grade_id not in totals]
+        if untested:
+            raise GraderError(f"{self.name}: no hidden test for the grade cells {', '.join(untested)} of {self.source.name}")
+        return {test: self.parts[grade_id].points * weight / totals[grade_id] for test, (grade_id, weight) in weights.items()}
+
+
+def grade_cells(notebook: Path) -> list[dict[str, Any]]:
+    """The nbgrader grade cells of a source notebook, in order: ``{grade_id, points, autograded}``
+    (autograded: a code cell; a markdown grade cell is graded by hand)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    found = []
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade"):
+            found.append({"grade_id": meta["grade_id"], "points": float(meta.get("points", 0)), "autograded": cell.get("cell_type") == "code"})
+    return found
+
+
+def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
+    """The assignment whose hidden suite is ``folder`` (``folder/manifest.toml``)."""
+    try:
+        manifest = tomllib.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise GraderError(f"cannot read the manifest of {folder}: {error}") from None
+    name = str(manifest.get("name") or folder.name)
+    if not folder.name.isidentifier() or not (folder / "__init__.py").is_file():
+        raise GraderError(f"{folder}: a hidden suite is a Python package (a folder named like an identifier, e.g. "
+                          f"{name.replace('-', '_')!r}, with an __init__.py)")
+    notebook = str(manifest["notebook"])
+    source = solutions / name / notebook
+    if not source.is_file():
+        # A bundle shipped without solutions (Gradescope): the release nbgrader generated from
+        # the source carries the same grade cells, points included.
+        source = solutions.parent / "assignments" / name / notebook
+    if not source.is_file():
+        raise GraderError(f"{name}: the source notebook {solutions / name / notebook} is missing (points and parts are read from it)")
+    titles = dict(manifest.get("parts", {}))
+    cells = [cell for cell in grade_cells(source) if cell["autograded"]]
+    parts = {cell["grade_id"]: Part(cell["grade_id"], str(titles.get(cell["grade_id"], cell["grade_id"])), cell["points"]) for cell in cells}
+    unknown = set(titles) - set(parts)
+    if unknown:
+        raise GraderError(f"{folder / MANIFEST} titles parts that are not autograded grade cells of {source.name}: {', '.join(sorted(unknown))}")
+    readme = manifest.get("release_readme", "")
+    return Assignment(
+        name=name,
+        folder=folder,
+        source=source,
+        title=str(manifest.get("title", name)),
+        notebook=notebook,
+        functions=tuple(manifest.get("functions", ())),
+        parts=parts,
+        heatmap_parts=frozenset(manifest.get("heatmap_parts", ())),
+        hooks={str(k): str(v) for k, v in manifest.get("hooks", {}).items()},
+        release_readme=(folder / readme).read_text(encoding="utf-8") if readme else "",
+    )
+
+
+def solutions_beside(autograder: Path) -> Path:
+    """The source notebooks that go with a suites folder: ``../solutions`` beside it (a course
+    folder, a Gradescope bundle), else this project's (a copy of the suites taken elsewhere)."""
+    beside = autograder.parent / "solutions"
+    return beside if beside.is_dir() else SOLUTIONS_ROOT
+
+
+def discover(autograder: Path = AUTOGRADER_ROOT) -> dict[str, Assignment]:
+    """Every assignment under ``autograder`` (each folder with a manifest), by name."""
+    if not autograder.is_dir():
+        raise GraderError(f"no hidden suites: {autograder} is not a folder")
+    autograder = autograder.resolve()
+    found: dict[str, Assignment] = {}
+    for folder in sorted(autograder.iterdir()):
+        if (folder / MANIFEST).is_file():
+            assignment = _by_folder(folder)
+            if assignment.name in found:
+                raise GraderError(f"two hidden suites for {assignment.name!r}: {found[assignment.name].folder} and {folder}")
+            found[assignment.name] = assignment
+    if not found:
+        raise GraderError(f"no assignment under {autograder} (each needs a {MANIFEST})")
+    return found
+
+
+def of_path(path: Path) -> Assignment | None:
+    """The assignment a hidden test file belongs to (the nearest folder above with a manifest)."""
+    for folder in [path, *path.parents]:
+        if (folder / MANIFEST).is_file():
+            return _by_folder(folder.resolve())
+    return None
+
+
+_LOADED: dict[Path, Assignment] = {}
+
+
+def _by_folder(folder: Path) -> Assignment:
+    if folder not in _LOADED:
+        _LOADED[folder] = load(folder, solutions_beside(folder.parent))
+    return _LOADED[folder]

@@ -1,0 +1,37 @@
+"""Names and numbers shared by several modules, stated once.
+
+Where the project lives, the markers a failed call carries across the sandbox boundary, the
+default limits, the sizes of text kept from a submission, and the one exception for the grader's
+own failures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The project folder (an editable install, as `make` makes it): hidden suites, source notebooks
+# and releases live beside the package, never inside what a student can see.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+AUTOGRADER_ROOT = PROJECT_ROOT / "autograder"
+SOLUTIONS_ROOT = PROJECT_ROOT / "solutions"
+RELEASE_ROOT = PROJECT_ROOT / "assignments"
+
+# Per-student outputs live under OUT/students/<id>/<assignment>/: a student id is data, and no id
+# can then collide with a class-level file (grades.csv, report.html) of OUT itself.
+STUDENTS_FOLDER = "students"
+
+# An Outcome's or CellRun's error_type when no exception of the student's explains the failure.
+TIMEOUT = "__timeout__"  # the call or cell ran past its deadline
+CRASHED = "__crashed__"  # the process running the student's code died
+MISSING = "__missing__"  # the submission does not define the name
+GRADER_MARKERS = (TIMEOUT, CRASHED, MISSING)
+
+DEFAULT_MEMORY_MB = 2048  # per sandbox, beyond the libraries the zygote has loaded
+DEFAULT_MAX_PROCESSES = 64  # per sandbox, with a control group (without one: a single process)
+MAX_MESSAGE = 2_000  # characters kept of one exception message from student code
+
+
+class GraderError(Exception):
+    """Grading itself cannot run (never a student's doing): the run stops with this message and
+    a non-zero exit, instead of handing out zeros. Across a process boundary it travels as the
+    message ``{"fatal": str(error)}`` and is raised again on the other side."""

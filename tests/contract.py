@@ -1,15 +1,9 @@
-"""The contract between the notebook, the hidden suite and the engine, stated once for the tests
-(design.md: the grade cells and their points). Tests compare each side with this table."""
+"""The chapter-19 assignment as the tests see it: its manifest, and its grade cells' points read
+from the source notebook (the one place they are stated; the engine reads them the same way)."""
 
-# The autograded grade cells of attention.ipynb and their points (total 100).
-GRADE_POINTS = {
-    "check_scaled_attention": 20,
-    "check_masking": 10,
-    "check_empty_row": 10,
-    "check_masks": 15,
-    "check_future": 10,
-    "check_heads": 10,
-    "check_multi_head": 15,
-    "check_shape_trace": 5,
-    "check_self_test": 5,
-}
+from attnkit.assignment import discover
+
+CH19 = discover()["ch19-attention"]
+
+# The autograded grade cells of attention.ipynb and their points (the design's total: 100).
+GRADE_POINTS = {grade_id: part.points for grade_id, part in CH19.parts.items()}

@@ -692,7 +692,7 @@ def test_nothing_can_be_deleted(world: World) -> None:
     # OUT and the submissions: the sandbox only reaches its private copy of /var/tmp, if that is
     # where they lie; on the host they must be whole.
     assert (world.attack.out / "grades.csv").is_file()
-    for path in ("autograder/catalogue.py", "autograder/reference.py", "src/attnkit/engine.py", "solutions", "assignments", "pyproject.toml"):
+    for path in ("autograder/ch19_attention/catalogue.py", "autograder/ch19_attention/reference.py", "src/attnkit/engine.py", "solutions", "assignments", "pyproject.toml"):
         assert (ROOT / path).exists(), path
     assert world.after == world.before
 
@@ -704,7 +704,8 @@ def test_hidden_tests_stay_hidden(world: World) -> None:
     report = world.probe("snoop", "snoop")
     for action in (
         "open_reference", "open_catalogue", "open_solution", "open_engine", "read_victim",
-        "import_reference", "import_catalogue", "import_checks", "import_attnkit", "import_attnkit.engine", "import_attnkit.plugin",
+        "import_reference", "import_catalogue", "import_checks", "import_ch19_attention", "import_ch19_attention.reference",
+        "import_ch19_attention.catalogue", "import_attnkit", "import_attnkit.checks", "import_attnkit.engine", "import_attnkit.plugin",
     ):
         assert not report[action].startswith("ok"), (action, report[action])
     for folder in ("list_autograder", "list_submitted", "list_out"):  # refused, or an empty mount over it

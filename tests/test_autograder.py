@@ -21,15 +21,11 @@ from attnkit.plugin import GradingPlugin, LocalProvider
 from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
-AUTOGRADER = ROOT / "autograder"
 SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipynb"))
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
 RELEASE = ROOT / "assignments" / "ch19-attention" / "attention.ipynb"
 
-if str(AUTOGRADER) not in sys.path:
-    sys.path.insert(0, str(AUTOGRADER))
-import catalogue  # noqa: E402  (the hidden suite's own module, imported the way pytest imports it)
-from contract import GRADE_POINTS  # noqa: E402
+from contract import CH19, GRADE_POINTS  # noqa: E402
 from wrong_submissions import UNCATALOGUED  # noqa: E402
 
 # The mistake ids results.json promises (design.md); the catalogue may add more.
@@ -40,6 +36,7 @@ DESIGN_IDS = {
     "merge_without_transpose", "missing_output_projection", "causal_true_means_blocked",
 }
 
+catalogue = CH19.catalogue()  # the hidden suite's own module, imported as pytest imports it
 REFERENCE = catalogue.reference_source()
 
 STUBS = '''
@@ -203,7 +200,7 @@ class SourceProvider:
         source = self.sources[submission_id]
         if isinstance(source, Path):
             return LocalProvider(source).open(submission_id)
-        return Student(LocalBackend.from_source(source))
+        return Student(LocalBackend.from_source(source), api=CH19.functions)
 
     def close(self, submission_id: str) -> None:
         pass
@@ -415,7 +412,7 @@ def autograder_results() -> dict:
     torch.set_num_threads(1)
     try:
         code = pytest.main(
-            ["-q", "--assert=plain", "-p", "no:cacheprovider", "-W", "error::pytest.PytestRemovedIn10Warning", str(AUTOGRADER)],
+            ["-q", "--assert=plain", "-p", "no:cacheprovider", "-W", "error::pytest.PytestRemovedIn10Warning", str(CH19.folder)],
             plugins=[plugin_module, plugin],
         )
     finally:
@@ -669,7 +666,7 @@ def test_the_sandbox_forgets_everything_a_swapped_call_saw():
 def test_a_stashed_stand_in_refuses_after_its_call():
     """In-process (the development backend): is the stand-in a student kept from a swapped call
     useless afterwards, and the student's own binding restored?"""
-    student = Student(LocalBackend.from_source(REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER))
+    student = Student(api=CH19.functions, backend=LocalBackend.from_source(REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER))
     own = student.backend.namespace["scaled_attention"]
     x = torch.randn(2, 5, 6)
     weights = [torch.randn(6, 6) for _ in range(4)]
@@ -744,7 +741,7 @@ def test_common_torch_failures_are_explained_at_the_students_line(style):
 
     line, explanation = FAILING_STYLES[style]
     source = f"import torch\n\ndef scaled_attention(query, key, value, allowed=None):\n    {line}\n    return scores, scores\n"
-    student = Student(LocalBackend.from_source(source))
+    student = Student(LocalBackend.from_source(source), api=CH19.functions)
     query = torch.randn(2, 3, 4, 5)  # (B, h, T, d_k)
     value = torch.randn(2, 3, 4, 7)  # d_v = 7 != d_k
     with pytest.raises(Exception) as caught:

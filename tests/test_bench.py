@@ -1,4 +1,4 @@
-"""``python -m attnkit.bench --quick`` runs end to end and prints its figures.
+"""``python tools/bench.py --quick`` runs end to end and prints its figures.
 
 No timing asserts: the machines are shared and noisy. Only that every figure is there and sane.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.bench import ASSIGNMENT, NOTEBOOK, make_class, nbgrader_durations, sample_by_kind, spread
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from bench import ASSIGNMENT, NOTEBOOK, make_class, nbgrader_durations, sample_by_kind, spread
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complete
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     result = subprocess.run(
-        [sys.executable, "-m", "attnkit.bench", "--quick", "--json", str(figures)],
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "bench.py"), "--quick", "--json", str(figures)],
         env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1200,
     )
     assert result.returncode == 0, f"bench failed:\n{result.stdout}\n{result.stderr}"

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "src" / "examples" / "attention.py"
+SCRIPT = ROOT / "examples" / "attention.py"
 
 # Copied verbatim from the chapter (section 7, "输出为：").
 CHAPTER_OUTPUT = (
@@ -24,7 +24,7 @@ CHAPTER_OUTPUT = (
 
 
 def test_script_prints_the_chapters_seven_lines_byte_for_byte() -> None:
-    """Does `python src/examples/attention.py` print the chapter's output, byte for byte, and nothing on stderr?"""
+    """Does `python examples/attention.py` print the chapter's output, byte for byte, and nothing on stderr?"""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     result = subprocess.run(
         [sys.executable, str(SCRIPT)],

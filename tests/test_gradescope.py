@@ -79,14 +79,17 @@ def test_bundle_contents(bundle: Path) -> None:
         infos = {info.filename: info for info in opened.infolist()}
     for name in ("setup.sh", "run_autograder", "requirements.lock", "pyproject.toml", "README.md",
                  "src/attnkit/cli.py", "src/attnkit/zygote.py", "src/attnkit/templates/feedback.html.j2",
-                 "autograder/catalogue.py", "autograder/reference.py"):
+                 "autograder/ch19_attention/catalogue.py", "autograder/ch19_attention/reference.py",
+                 "autograder/ch19_attention/manifest.toml", "assignments/ch19-attention/attention.ipynb"):
         assert name in infos, name
-    assert any(name.startswith("autograder/test_") for name in infos)
+    assert any(name.startswith("autograder/ch19_attention/test_") for name in infos)
     for script in ("setup.sh", "run_autograder"):
         assert (infos[script].external_attr >> 16) & 0o777 == 0o755
         assert infos[script].date_time == (1980, 1, 1, 0, 0, 0)
     for name in infos:
-        assert not name.startswith(("solutions/", "tests/", "examples/", "assignments/", ".git")), name
+        assert not name.startswith(("solutions/", "tests/", "examples/", ".git")), name
+        # The release notebook (points from its grade cells), which students have anyway.
+        assert not name.startswith("assignments/") or name == "assignments/ch19-attention/attention.ipynb", name
         assert "__pycache__" not in name and not name.endswith(".pyc"), name
 
 

@@ -474,7 +474,7 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
     full of characters that escaping multiplies): is results.json under 1 MB and feedback.html under
     4 MB, with a note that something was cut, and the scores untouched?"""
     from attnkit.cli import bounded_feedback
-    from attnkit.feedback import load_catalogue
+    from contract import CH19
     from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, TRUNCATED_NOTE, results_json
 
     flood = '<"&>' * 50_000
@@ -486,11 +486,11 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
         "cells": [{"index": i, "grade_id": "", "ok": False, "error_type": flood, "message": flood, "output": flood, "seconds": 0.0}
                   for i in range(500)],
     }
-    results = results_json(record)
+    results = results_json(record, CH19)
     assert len(json.dumps(results, ensure_ascii=False, indent=1).encode()) <= MAX_RESULTS_BYTES
     assert results["score"] == 150 and results["max_score"] == 300
     assert TRUNCATED_NOTE in results["notes"]
-    page = bounded_feedback(results, load_catalogue(Path(__file__).resolve().parents[1] / "autograder"))
+    page = bounded_feedback(results, CH19)
     assert len(page.encode()) <= MAX_FEEDBACK_BYTES
     assert 'id="score">150 / 300<' in page
 

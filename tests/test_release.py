@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnkit.release import README_NAME, build_student_zip
+from attnkit.release import README_NAME, build_student_zip, student_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ch19-attention"
@@ -72,6 +72,8 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     course = tmp_path_factory.mktemp("course")
     shutil.copy2(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     shutil.copytree(ROOT / "solutions", course / "solutions")
+    # The hidden suites name each assignment's student README (manifest.toml).
+    shutil.copytree(ROOT / "autograder", course / "autograder", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                         os.environ.get("PYTHONPATH")]))}
@@ -169,6 +171,7 @@ def test_student_zip_holds_only_the_release(regenerated: Path) -> None:
 
 def test_student_zip_is_reproducible(tmp_path: Path) -> None:
     """Does building the student zip twice from the same release give identical bytes?"""
-    first = build_student_zip(RELEASE_DIR, tmp_path / "a.zip").read_bytes()
-    second = build_student_zip(RELEASE_DIR, tmp_path / "b.zip").read_bytes()
+    readme = student_readme(ROOT, ASSIGNMENT)
+    first = build_student_zip(RELEASE_DIR, tmp_path / "a.zip", readme).read_bytes()
+    second = build_student_zip(RELEASE_DIR, tmp_path / "b.zip", readme).read_bytes()
     assert first == second

@@ -1,7 +1,7 @@
 """Sharding a class: ``--shard 1/2`` + ``--shard 2/2`` + ``attnkit merge`` == one unsharded run.
 
 Six students made from the solution, the release, a half-finished notebook and catalogue mistakes
-(``attnkit.bench`` builds them). The shards must be disjoint, cover everyone, and merge into the
+(``tools/bench.py`` builds them). The shards must be disjoint, cover everyone, and merge into the
 same grades.csv (and the same per-student results) as grading the class in one go.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.bench import ASSIGNMENT, make_named_class
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from bench import ASSIGNMENT, make_named_class  # noqa: E402
 
 STUDENTS = {
     "ada": "correct",

@@ -1,4 +1,4 @@
-"""``python -m attnkit.bench`` (``make bench``): attnkit against ``nbgrader autograde``, in one run.
+"""``python tools/bench.py`` (``make bench``): attnkit against ``nbgrader autograde``, in one run.
 
 What it does, all in a temporary folder:
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -51,9 +50,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+from attnkit.assignment import discover
+from attnkit.commands import nbgrader_command, tool_environment
+
 ASSIGNMENT = "ch19-attention"
 NOTEBOOK = "attention.ipynb"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 STUB_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 # Issue 5's goals.
@@ -67,19 +69,8 @@ KIT_HOOK = "# `nbgrader autograde` grades with attnkit"  # per-submission cost a
 
 # -- the synthetic class ---------------------------------------------------------------------------
 def load_catalogue(autograder: Path) -> ModuleType:
-    """The hidden suite's ``catalogue`` module, loaded from its file (it is not a package)."""
-    name = "attnkit_bench_catalogue"
-    spec = importlib.util.spec_from_file_location(name, autograder / "catalogue.py")
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(autograder / "catalogue.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    sys.path.insert(0, str(autograder))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(autograder))
-    return module
+    """The chapter's ``catalogue`` module, from the suites folder ``autograder``."""
+    return discover(autograder)[ASSIGNMENT].catalogue()
 
 
 def _source(cell: dict) -> str:
@@ -335,14 +326,6 @@ class Measured:
         return statistics.median(self.per_submission) if self.per_submission else float("nan")
 
 
-def tool_environment() -> dict[str, str]:
-    """This interpreter's ``bin/`` first on PATH (nbgrader's Gradebook runs ``alembic``)."""
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
-
-
 def measure(label: str, count: int, command: list[str], cwd: Path | None = None) -> Measured:
     """Run ``command`` to completion; its wall time, output and the peak memory of its tree."""
     load_before = os.getloadavg()[0]
@@ -417,11 +400,6 @@ def nbgrader_durations(log: str) -> list[float]:
     return durations
 
 
-def nbgrader_executable() -> list[str]:
-    script = Path(sys.executable).parent / "nbgrader"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "nbgrader"]
-
-
 def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) -> tuple[Measured, float]:
     """``nbgrader autograde`` on ``notebooks`` (student id -> file) in a fresh course at ``course``.
 
@@ -439,7 +417,7 @@ def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) ->
     # folder holding the config file; give the temporary course the same shape.
     shutil.copytree(root / "solutions" / ASSIGNMENT, course / "solutions" / ASSIGNMENT)
     started = time.perf_counter()
-    generate = subprocess.run([*nbgrader_executable(), "generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
+    generate = subprocess.run([*nbgrader_command(), "generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
                               cwd=course, env=tool_environment(), capture_output=True, text=True)
     generate_seconds = time.perf_counter() - started
     if generate.returncode != 0:
@@ -448,7 +426,7 @@ def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) ->
         folder = course / "submitted" / student_id / ASSIGNMENT
         folder.mkdir(parents=True)
         shutil.copy(notebook, folder / NOTEBOOK)
-    command = [*nbgrader_executable(), "autograde", ASSIGNMENT, "--force",
+    command = [*nbgrader_command(), "autograde", ASSIGNMENT, "--force",
                "--Application.log_format=%(asctime)s.%(msecs)03d [%(name)s | %(levelname)s] %(message)s",
                "--Application.log_datefmt=%H:%M:%S"]
     measured = measure("nbgrader autograde", len(notebooks), command, cwd=course)
@@ -650,7 +628,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m attnkit.bench", description="Benchmark attnkit grade against nbgrader autograde.")
+    parser = argparse.ArgumentParser(prog="python tools/bench.py", description="Benchmark attnkit grade against nbgrader autograde.")
     parser.add_argument("--sizes", type=parse_sizes, default=None, help="class sizes graded by attnkit (default 100,1000)")
     parser.add_argument("--nbgrader", type=int, default=None, help="submissions graded by nbgrader autograde (default 10; 0 skips)")
     parser.add_argument("--sample", type=int, default=None, help="submissions regraded one per process for the score check (default 12; 0 skips)")

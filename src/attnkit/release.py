@@ -140,13 +140,16 @@ def release_files(release_dir: Path) -> list[Path]:
 
 def student_readme(root: Path, assignment: str) -> str:
     """The README for students that the assignment's manifest names (``release_readme``)."""
-    from attnkit.assignment import load
+    from attnkit.assignment import discover
     from attnkit.constants import GraderError
 
     try:
-        readme = load(root / "autograder" / assignment, root / SOURCE_DIR).release_readme
+        suite = discover(root / "autograder").get(assignment)
     except GraderError as error:
         raise ReleaseError(str(error)) from None
+    if suite is None:
+        raise ReleaseError(f"no hidden suite for {assignment} under {root / 'autograder'} (its manifest names the student README)")
+    readme = suite.release_readme
     if not readme:
         raise ReleaseError(f"autograder/{assignment}/manifest.toml names no release_readme for the student bundle")
     return readme

@@ -277,17 +277,18 @@ def snoop(root: str, submitted: str, out: str, victim: str, assignment: str, sec
         def _read(path):
             with open(path, "rb") as handle:
                 return len(handle.read())
-        _try("open_reference", lambda: _read($root + "/autograder/reference.py"))
-        _try("open_catalogue", lambda: _read($root + "/autograder/catalogue.py"))
+        _try("open_reference", lambda: _read($root + "/autograder/ch19_attention/reference.py"))
+        _try("open_catalogue", lambda: _read($root + "/autograder/ch19_attention/catalogue.py"))
         _try("open_solution", lambda: _read($root + "/solutions/" + $assignment + "/attention.ipynb"))
         _try("open_engine", lambda: _read($root + "/src/attnkit/engine.py"))
         _try("list_autograder", lambda: sorted(os.listdir($root + "/autograder")))
         _try("read_victim", lambda: _read($submitted + "/" + $victim + "/" + $assignment + "/attention.ipynb"))
         _try("list_submitted", lambda: sorted(os.listdir($submitted)))
         _try("list_out", lambda: sorted(os.listdir($out)))
-        for _module in ("reference", "catalogue", "checks", "attnkit", "attnkit.engine", "attnkit.plugin"):
+        for _module in ("reference", "catalogue", "checks", "ch19_attention", "ch19_attention.reference",
+                        "ch19_attention.catalogue", "attnkit", "attnkit.checks", "attnkit.engine", "attnkit.plugin"):
             _try("import_" + _module, lambda: importlib.import_module(_module) and None)
-        _hidden = {"reference", "catalogue", "checks"}
+        _hidden = {"reference", "catalogue", "checks", "ch19_attention", "ch19_attention.reference", "ch19_attention.catalogue"}
         _found = set()
         for _object in gc.get_objects():
             if isinstance(_object, types.FunctionType):
@@ -298,7 +299,7 @@ def snoop(root: str, submitted: str, out: str, victim: str, assignment: str, sec
                 if _object.__name__ in _hidden or "autograder" in str(getattr(_object, "__file__", "")):
                     _found.add(_object.__name__)
         _report["gc_hidden"] = sorted(_found)[:5]
-        _report["sys_modules_hidden"] = sorted(n for n in sys.modules if n in _hidden or n.startswith("test_ch19"))
+        _report["sys_modules_hidden"] = sorted(n for n in sys.modules if n in _hidden or n.startswith(("test_ch19", "ch19_attention")))
         _walked, _hits, _deadline = 0, [], time.monotonic() + 1.2
         for _top in ($root, "/work/shared", "/root", "/home", "/srv", "/opt", "/mnt", "/var/tmp", "/dev/shm", "/tmp"):
             for _dir, _subdirs, _files in os.walk(_top):

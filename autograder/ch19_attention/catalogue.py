@@ -1,34 +1,19 @@
 """The catalogue of known mistakes (mutants) of the six API functions, for diagnosis.
 
-Each mistake is the reference with exactly one function replaced. ``mistake_namespaces()`` execs
-the reference source and then the mistake's ``def`` into one fresh namespace, so the reference
-functions that call the replaced one use the mistaken version: a later part that fails only
-because of an earlier function is diagnosed as that earlier mistake.
-
+Each mistake is the reference with exactly one function replaced (see ``attnkit.mistakes``): a
+later part that fails only because of an earlier function is diagnosed as that earlier mistake.
 Every ``source`` is self-contained (it imports what it uses), so it also works pasted into a
 student's notebook cell in place of the right answer.
 
-The ids are part of the results.json contract (design.md); more may be added, never renamed.
+The ids are part of the results.json contract; more may be added, never renamed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-REFERENCE_PATH = Path(__file__).with_name("reference.py")
-
-
-@dataclass(frozen=True)
-class Mistake:
-    id: str
-    section: str
-    function: str
-    source: str
-    zh: str
-    en: str
-
+from attnkit.mistakes import Catalogue, Mistake
 
 MISTAKES: tuple[Mistake, ...] = (
     Mistake(
@@ -438,7 +423,11 @@ def split_heads(x, num_heads):
     ),
 )
 
-_BY_ID = {mistake.id: mistake for mistake in MISTAKES}
+CATALOGUE = Catalogue(Path(__file__).with_name("reference.py"), MISTAKES)
+by_id = CATALOGUE.by_id
+reference_source = CATALOGUE.reference_source
+reference_namespace = CATALOGUE.reference_namespace
+mistake_namespaces = CATALOGUE.mistake_namespaces
 
 
 @lru_cache(maxsize=1)
@@ -475,31 +464,3 @@ def probes() -> dict[str, list[tuple[tuple, dict]]]:
             ((x, *weights, heads), {"context": context}),
         ],
     }
-
-
-def by_id(mistake_id: str) -> Mistake:
-    return _BY_ID[mistake_id]
-
-
-def reference_source() -> str:
-    return REFERENCE_PATH.read_text(encoding="utf-8")
-
-
-def _exec(*sources: str) -> dict:
-    namespace: dict = {"__name__": "__attnkit_catalogue__"}
-    for index, source in enumerate(sources):
-        exec(compile(source, f"<catalogue {index}>", "exec"), namespace)
-    return namespace
-
-
-@lru_cache(maxsize=1)
-def reference_namespace() -> dict:
-    """The six reference functions, in a fresh namespace (built once)."""
-    return _exec(reference_source())
-
-
-@lru_cache(maxsize=1)
-def mistake_namespaces() -> dict[str, dict]:
-    """id -> the reference with that one mistake's function replaced (built once)."""
-    source = reference_source()
-    return {mistake.id: _exec(source, mistake.source) for mistake in MISTAKES}

@@ -1,0 +1,65 @@
+"""The machinery of a catalogue of known mistakes; each assignment's ``catalogue.py`` holds the
+mistakes themselves.
+
+A mistake is the reference with exactly one function replaced. :meth:`Catalogue.mistake_namespaces`
+execs the reference source and then the mistake's ``def`` into one fresh namespace, so reference
+functions that call the replaced one use the mistaken version: a later part that fails only
+because of an earlier function is diagnosed as that earlier mistake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mistake:
+    id: str  # part of the results.json contract: may be added, never renamed
+    section: str  # where the textbook explains it
+    function: str  # the one student function it replaces
+    source: str  # self-contained (imports what it uses): it also works pasted into a notebook
+    zh: str
+    en: str
+
+
+class Catalogue:
+    """A reference source file and the mistakes of its functions."""
+
+    def __init__(self, reference: Path, mistakes: tuple[Mistake, ...]) -> None:
+        self.reference = reference
+        self.mistakes = mistakes
+        self._by_id = {mistake.id: mistake for mistake in mistakes}
+        if len(self._by_id) != len(mistakes):
+            raise ValueError("two mistakes share an id")
+
+    def by_id(self, mistake_id: str) -> Mistake:
+        return self._by_id[mistake_id]
+
+    def reference_source(self) -> str:
+        return self.reference.read_text(encoding="utf-8")
+
+    def reference_namespace(self) -> dict:
+        """The reference functions, in a fresh namespace (built once)."""
+        return self._reference
+
+    def mistake_namespaces(self) -> dict[str, dict]:
+        """id -> the reference with that one mistake's function replaced (built once)."""
+        return self._mistakes
+
+    @cached_property
+    def _reference(self) -> dict:
+        return _exec(self.reference_source())
+
+    @cached_property
+    def _mistakes(self) -> dict[str, dict]:
+        source = self.reference_source()
+        return {mistake.id: _exec(source, mistake.source) for mistake in self.mistakes}
+
+
+def _exec(*sources: str) -> dict:
+    namespace: dict = {"__name__": "__attnkit_catalogue__"}
+    for index, source in enumerate(sources):
+        exec(compile(source, f"<catalogue {index}>", "exec"), namespace)
+    return namespace

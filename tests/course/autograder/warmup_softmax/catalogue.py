@@ -1,0 +1,31 @@
+"""The warm-up's known mistake: exponentiating the raw scores (no shift by the row maximum)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnkit.mistakes import Catalogue, Mistake
+
+MISTAKES: tuple[Mistake, ...] = (
+    Mistake(
+        id="softmax_without_shift",
+        section="第 2 节",
+        function="softmax",
+        source='''\
+import torch
+
+
+def softmax(scores):
+    exps = scores.exp()
+    return exps / exps.sum(dim=-1, keepdim=True)
+''',
+        zh="直接对分数取指数，没有先减去每行的最大值。分数很大时 exp 溢出为 inf，inf/inf 得到 NaN；减去最大值不改变结果，却让指数不超过 1。",
+        en="The scores are exponentiated as they are, without subtracting each row's maximum first. Large scores overflow exp to inf, and inf/inf is NaN; the shift leaves the result unchanged and keeps every exponent at most 1.",
+    ),
+)
+
+CATALOGUE = Catalogue(Path(__file__).with_name("reference.py"), MISTAKES)
+by_id = CATALOGUE.by_id
+reference_source = CATALOGUE.reference_source
+reference_namespace = CATALOGUE.reference_namespace
+mistake_namespaces = CATALOGUE.mistake_namespaces

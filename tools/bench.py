@@ -23,7 +23,7 @@ edit to ``autograder/`` during the bench cannot make runs disagree; an edit to a
 shows as a changed result fingerprint and those samples are reported as not comparable.
 
 It prints per-submission means and medians, the speed ratio, peak memory, the fixed and marginal
-cost, and PASS/MISS for each goal of issue 5. It never fails on a missed goal: the numbers are the
+cost, and PASS/MISS for each speed goal (GOAL_* below). It never fails on a missed goal: the numbers are the
 point (the exit status is non-zero only when something could not run at all).
 
 Times are wall-clock on whatever else the machine is doing: the load average is printed with them.
@@ -58,7 +58,7 @@ NOTEBOOK = "attention.ipynb"
 ROOT = Path(__file__).resolve().parents[1]
 STUB_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
-# Issue 5's goals.
+# The speed goals a class of GOAL_CLASS_SIZE must meet.
 GOAL_CLASS_SIZE = 1000
 GOAL_CLASS_SECONDS = 60.0
 GOAL_SPEEDUP = 50.0

@@ -1,7 +1,7 @@
 """第 19 章 注意力机制：六个作业函数的参考实现（可信一侧）。
 
 The six functions of the student API, correct. ``scaled_attention`` is the chapter's own code
-(section 7); the others follow design.md. The hidden tests use this module for trusted masks and
+(section 7); the others follow the chapter's text (sections 5 and 6). The hidden tests use this module for trusted masks and
 expected values, and ``catalogue`` execs this file's *source* into fresh namespaces (the
 reference, and the reference with one function replaced by a known mistake), so keep it a plain
 module: imports, ``def``s and the answer cells' constants, nothing that runs code.

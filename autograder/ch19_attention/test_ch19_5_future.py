@@ -5,7 +5,7 @@ Change the third position's key and value (or input): the first two outputs must
 the third position's own output must (so an output that ignores its inputs cannot pass).
 
 Why not torch.equal, as the chapter prints? A -inf mask gives bit-identical earlier outputs, but
-masking after the softmax *with* renormalisation is also correct (design.md) and differs from run
+masking after the softmax *with* renormalisation is also correct (it gives the same weights) and differs from run
 to run by float64 rounding (~1e-14). So the inputs are float64 and "unchanged" means within 1e-10:
 any real leak through the mask moves an earlier output by O(1) here.
 """

@@ -1,4 +1,4 @@
-"""``attnkit grade | check | merge``: the command line of design.md's contract."""
+"""``attnkit grade | check | collect | merge``: the command line (README, "Commands")."""
 
 from __future__ import annotations
 

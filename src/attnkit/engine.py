@@ -186,8 +186,8 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
             if name.endswith(".ipynb"):
                 intake.skipped.append(Skipped(f"{student_id}/{shown}", f"笔记本直接放在了学生文件夹里，而不在作业文件夹（{names}）中，未评分"))
             elif stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode):
-                reason = "本次未评这项作业" if name in suites else "没有这项作业的隐藏测试"
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"作业“{shown}”：{reason}（本次评 {names}），未评分，也未写入成绩册"))
+                reason = f"本次没有评作业“{shown}”" if name in suites else f"没有作业“{shown}”的隐藏测试"
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"{reason}（本次只评 {names}），未评分，也未写入成绩册"))
         for assignment in chosen:
             _assignment(submitted, student_fd, student_id, assignment, modes.get(assignment.name), strays, len(chosen) == 1, job, intake)
     finally:

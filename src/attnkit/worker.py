@@ -1,6 +1,7 @@
 """A grading worker: one zygote, one trusted pytest session per chunk of submissions.
 
-Runs in its own process (``multiprocessing`` spawn). It never writes outputs: each finished
+Runs in its own process, forked by the engine (``multiprocessing`` fork context) with torch
+already imported. It never writes outputs: each finished
 submission goes back to the parent as a plain dict over a queue, and the parent is the only writer.
 """
 

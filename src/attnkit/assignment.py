@@ -21,7 +21,6 @@ part's points split in proportion to the weights (see :meth:`Assignment.test_poi
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from attnkit.constants import AUTOGRADER_ROOT, GraderError, SOLUTIONS_ROOT
+from attnkit.notebook import grade_cells
 
 MANIFEST = "manifest.toml"
 
@@ -128,18 +128,6 @@ class Assignment:
         if untested:
             raise GraderError(f"{self.name}: no hidden test for the grade cells {', '.join(untested)} of {self.source.name}")
         return {test: self.parts[grade_id].points * weight / totals[grade_id] for test, (grade_id, weight) in weights.items()}
-
-
-def grade_cells(notebook: Path) -> list[dict[str, Any]]:
-    """The nbgrader grade cells of a source notebook, in order: ``{grade_id, points, autograded}``
-    (autograded: a code cell; a markdown grade cell is graded by hand)."""
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    found = []
-    for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("grade"):
-            found.append({"grade_id": meta["grade_id"], "points": float(meta.get("points", 0)), "autograded": cell.get("cell_type") == "code"})
-    return found
 
 
 def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:

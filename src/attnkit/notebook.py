@@ -18,6 +18,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
 # Cell tag for instructor demo cells (figures, experiments) whose results nothing later uses.
@@ -214,6 +215,18 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
     elif not seen_ids - {""}:
         notebook.notes.append("单元格的 nbgrader 元数据已丢失；按顺序运行了全部代码单元格")
     return notebook
+
+
+def grade_cells(notebook: Path) -> list[dict[str, Any]]:
+    """The nbgrader grade cells of a source notebook, in order: ``{grade_id, points, autograded}``
+    (autograded: a code cell; a markdown grade cell is graded by hand)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    found = []
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade"):
+            found.append({"grade_id": meta["grade_id"], "points": float(meta.get("points", 0)), "autograded": cell.get("cell_type") == "code"})
+    return found
 
 
 def fingerprint(paths: list[Path], salt: str = "") -> str:

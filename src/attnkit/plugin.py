@@ -380,10 +380,9 @@ def notebook_source(path: Path) -> list[str]:
     """The code cells of a notebook (or the whole of a .py file), in order."""
     if path.suffix == ".py":
         return [path.read_text(encoding="utf-8")]
-    import json
+    from attnkit.notebook import read_notebook
 
-    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
-    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells if c.get("cell_type") == "code"]
+    return [cell.source for cell in read_notebook(path).cells]
 
 
 class LocalProvider:

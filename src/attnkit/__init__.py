@@ -1,3 +1,3 @@
-"""attnkit: sandboxed, diagnosing autograder for the attention chapter."""
+"""attnkit: a sandboxed, diagnosing autograder that hosts textbook assignments (autograder/<package>/)."""
 
 __version__ = "0.1.0"

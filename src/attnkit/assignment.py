@@ -3,8 +3,9 @@
 ``autograder/<package>/`` holds the hidden tests, the reference, the catalogue of mistakes and a
 ``manifest.toml`` that names the assignment (``name``: its nbgrader name, the folder students
 submit in); ``solutions/<name>/<notebook>`` is the nbgrader source notebook. The folder is a
-Python package (so its name is an identifier: ``ch19_attention`` for ``ch19-attention``), imported
-under its own name (``ch19_attention.catalogue``), so two assignments' modules never collide. The engine takes every chapter-specific thing from here:
+Python package (so its name is an identifier: ``ch20_transformer`` for ``ch20-transformer``),
+imported under its own name (``ch20_transformer.catalogue``), so two assignments' modules never
+collide. The engine takes every chapter-specific thing from here:
 
 - **points and parts**: the source notebook's autograded grade cells (grade id and points, in
   notebook order), as nbgrader itself reads them; the manifest only titles them;

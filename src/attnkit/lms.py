@@ -4,10 +4,10 @@ What the LMSs give a TA (a folder, or the zip they download as):
 
 - Canvas "Download Submissions": one flat folder of renamed files,
   ``lastnamefirstname[_LATE]_<user_id>_<submission_id>_<original name>``; when a student submits
-  again, Canvas renames the file ``attention-1.ipynb``, ``attention-2.ipynb``, ...
+  again, Canvas renames the file ``softmax-1.ipynb``, ``softmax-2.ipynb``, ...
 - Moodle "Download all submissions": one folder per student,
-  ``Full Name_<participant_id>_assignsubmission_file_/attention.ipynb`` (older Moodle versions
-  flatten this to ``Full Name_<id>_assignsubmission_file_attention.ipynb``).
+  ``Full Name_<participant_id>_assignsubmission_file_/softmax.ipynb`` (older Moodle versions
+  flatten this to ``Full Name_<id>_assignsubmission_file_softmax.ipynb``).
 
 Each notebook goes to ``submitted/<id>/<assignment>/<notebook>.ipynb`` with nbgrader's
 ``timestamp.txt`` (the file's time), keeping the newest resubmission. Every file that cannot be
@@ -36,7 +36,7 @@ MAX_ENTRIES = 100_000
 CANVAS = re.compile(r"^(?P<name>.+?)(?:_late)?_(?P<id>\d+)_(?P<submission>\d+)_(?P<file>.+)$", re.IGNORECASE)
 MOODLE_FOLDER = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_?$", re.IGNORECASE)
 MOODLE_FLAT = re.compile(r"^(?P<name>.+)_(?P<id>\d+)_assignsubmission_(?P<plugin>[a-z]+)_(?P<file>.+)$", re.IGNORECASE)
-# "attention-1.ipynb" (Canvas) or "attention (1).ipynb" (a browser's copy): resubmission number 1.
+# "softmax-1.ipynb" (Canvas) or "softmax (1).ipynb" (a browser's copy): resubmission number 1.
 RESUBMISSION = re.compile(r"^(?P<base>.+?)(?:-(?P<dash>\d+)| \((?P<paren>\d+)\))?$")
 
 

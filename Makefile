@@ -11,11 +11,11 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install browser grade test release check student-zip bench gradescope clean
+.PHONY: help install browser grade test lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
-	@echo "make test                                   run the whole test suite"
+	@echo "make test                                   lint (ruff), then run the whole test suite"
 	@echo "make release                                regenerate assignments/ from solutions/"
 	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
@@ -29,6 +29,15 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e .
 	touch $(STAMP)
 
+# The developer tools `make test` needs beyond the grader's own (the linter).
+DEV_STAMP := $(VENV)/.dev-installed
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev]"
+	touch $(DEV_STAMP)
+
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check src tests tools autograder examples
+
 # The feedback-page test looks at the page in a real browser: Debian's Chromium and CJK fonts.
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -qi "Noto Sans CJK"; then \
@@ -41,7 +50,7 @@ browser:
 grade: $(STAMP)
 	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)
 
-test: $(STAMP) browser
+test: $(DEV_STAMP) browser lint
 	$(BIN)/python -m pytest -q tests
 
 release: $(STAMP)

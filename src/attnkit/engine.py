@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import attnkit
+from attnkit import i18n
+from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
@@ -52,7 +54,7 @@ class Skipped:
     """Something in the submissions folder that was not graded, and why (for the summary and report)."""
 
     where: str  # the path below the submissions folder, printable
-    reason: str  # Chinese
+    reason: str  # in the run's language
 
     def to_dict(self) -> dict[str, str]:
         return {"where": self.where, "reason": self.reason}
@@ -64,10 +66,14 @@ class Intake:
     skipped: list[Skipped] = field(default_factory=list)
 
 
-def grader_digest(autograder: Path) -> str:
-    """What every result depends on besides the submission: the hidden suite and the engine."""
-    files = [p for p in autograder.rglob("*.py")] + [p for p in Path(attnkit.__file__).parent.rglob("*") if p.is_file() and p.suffix in (".py", ".j2")]
-    return fingerprint([p for p in files if "__pycache__" not in p.parts], salt=attnkit.__version__)
+def grader_digest(autograder: Path, language: str = i18n.DEFAULT_LANGUAGE) -> str:
+    """What every result depends on besides the submission: the hidden suite and the engine, with
+    their message catalogues, and the language the messages are written in (a class graded in
+    Chinese and then in English is regraded: its stored messages are in the other language)."""
+    files = [p for p in autograder.rglob("*") if p.is_file() and p.suffix in (".py", ".po")]
+    files += [p for p in Path(attnkit.__file__).parent.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".po")]
+    salt = attnkit.__version__ if language == i18n.DEFAULT_LANGUAGE else f"{attnkit.__version__}/{language}"
+    return fingerprint([p for p in files if "__pycache__" not in p.parts], salt=salt)
 
 
 def id_problem(name: str) -> str:
@@ -75,11 +81,11 @@ def id_problem(name: str) -> str:
     JSON, HTML and the gradebook, which all need text: bytes that are not UTF-8 and control
     characters are refused; everything else (markup, `=`, `javascript:`) is data, escaped where shown."""
     if display_name(name) != name:
-        return "文件夹名不是有效的 UTF-8 文本，无法作为学号，未评分"
+        return _("文件夹名不是有效的 UTF-8 文本，无法作为学号，未评分")
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name):
-        return "文件夹名含有控制字符，无法作为学号，未评分"
+        return _("文件夹名含有控制字符，无法作为学号，未评分")
     if len(name) > MAX_ID_LENGTH:
-        return f"文件夹名过长（超过 {MAX_ID_LENGTH} 个字符），无法作为学号，未评分"
+        return _("文件夹名过长（超过 {limit} 个字符），无法作为学号，未评分").format(limit=MAX_ID_LENGTH)
     return ""
 
 
@@ -103,9 +109,9 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
     """``submitted/<student_id>/<assignment>/<notebook>.ipynb``: a job per student with a folder of
     the known assignment; everything else is listed in ``skipped`` with its reason."""
     if not submitted.is_dir():
-        raise GradingError(f"submissions folder not found: {submitted}")
+        raise GradingError(_("找不到提交文件夹：{folder}").format(folder=submitted))
     if assignment is not None and assignment != ASSIGNMENT:
-        raise GradingError(f"no hidden test suite for assignment {assignment!r} (only {ASSIGNMENT!r})")
+        raise GradingError(_("作业 {assignment} 没有隐藏测试（只有 {known}）").format(assignment=assignment, known=ASSIGNMENT))
     intake = Intake()
     root_fd = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's folder
     try:
@@ -121,16 +127,16 @@ def find_jobs(submitted: Path, assignment: str | None, digest: str) -> Intake:
                     continue
                 _student(submitted, root_fd, name, mode, digest, intake)
             elif name.endswith(".ipynb"):
-                intake.skipped.append(Skipped(shown, "笔记本直接放在了提交文件夹下，而不在 <学号>/<作业>/ 文件夹中，未评分"))
+                intake.skipped.append(Skipped(shown, _("笔记本直接放在了提交文件夹下，而不在 <学号>/<作业>/ 文件夹中，未评分")))
             else:
-                intake.skipped.append(Skipped(shown, f"不是学生文件夹（{_kind(mode)}），未评分"))
+                intake.skipped.append(Skipped(shown, _("不是学生文件夹（{kind}），未评分").format(kind=_kind(mode))))
     finally:
         os.close(root_fd)
     return intake
 
 
 def _kind(mode: int) -> str:
-    return "普通文件" if stat.S_ISREG(mode) else kind_of(mode)
+    return _("普通文件") if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: str, intake: Intake) -> None:
@@ -143,12 +149,12 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: 
         return Job(student_id, ASSIGNMENT, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []))
 
     if stat.S_ISLNK(mode):
-        intake.jobs.append(job(["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+        intake.jobs.append(job([_("学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件")]))
         return
     try:
         student_fd = _open_folder(student_id, root_fd)
     except OSError as error:
-        intake.jobs.append(job([f"无法打开学生文件夹：{error.strerror}"]))
+        intake.jobs.append(job([_("无法打开学生文件夹：{reason}").format(reason=error.strerror)]))
         return
     try:
         entries = _entries(student_fd)
@@ -159,26 +165,26 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: 
             if name.startswith(".") or name == ASSIGNMENT:
                 continue
             if name.endswith(".ipynb"):
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"笔记本直接放在了学生文件夹里，而不在 {ASSIGNMENT}/ 文件夹中，未评分"))
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", _("笔记本直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(assignment=ASSIGNMENT)))
             elif stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode):
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"没有作业“{shown}”的隐藏测试（本次只评 {ASSIGNMENT}），未评分，也未写入成绩册"))
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册").format(name=shown, assignment=ASSIGNMENT)))
         if assignment_mode is None:
             if strays:
-                names = "、".join(display_name(n) for n in strays)
-                intake.jobs.append(job([f"笔记本 {names} 直接放在了学生文件夹里，而不在 {ASSIGNMENT}/ 文件夹中，未评分"]))
+                names = i18n.join(display_name(n) for n in strays)
+                intake.jobs.append(job([_("笔记本 {names} 直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(names=names, assignment=ASSIGNMENT)]))
             else:
-                intake.skipped.append(Skipped(student_id, f"学生文件夹里没有 {ASSIGNMENT}/ 文件夹，未评分"))
+                intake.skipped.append(Skipped(student_id, _("学生文件夹里没有 {assignment}/ 文件夹，未评分").format(assignment=ASSIGNMENT)))
             return
         if stat.S_ISLNK(assignment_mode):
-            intake.jobs.append(job([f"作业文件夹 {ASSIGNMENT} 是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+            intake.jobs.append(job([_("作业文件夹 {assignment} 是符号链接，只评分真实的文件夹，未读取其中任何文件").format(assignment=ASSIGNMENT)]))
             return
         if not stat.S_ISDIR(assignment_mode):
-            intake.jobs.append(job([f"{ASSIGNMENT} 不是文件夹（{_kind(assignment_mode)}），没有找到任何 .ipynb 笔记本"]))
+            intake.jobs.append(job([_("{assignment} 不是文件夹（{kind}），没有找到任何 .ipynb 笔记本").format(assignment=ASSIGNMENT, kind=_kind(assignment_mode))]))
             return
         try:
             assignment_fd = _open_folder(ASSIGNMENT, student_fd)
         except OSError as error:
-            intake.jobs.append(job([f"无法打开作业文件夹：{error.strerror}"]))
+            intake.jobs.append(job([_("无法打开作业文件夹：{reason}").format(reason=error.strerror)]))
             return
         try:
             candidates = [n for n, _ in _entries(assignment_fd) if n.endswith(".ipynb") and not n.startswith(".")]
@@ -192,28 +198,28 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, digest: 
         chosen = [NOTEBOOK_NAME]
         for extra in candidates:
             if extra != NOTEBOOK_NAME:
-                notes.append(f"文件夹里还有笔记本 {display_name(extra)}，只评分了 {NOTEBOOK_NAME}")
-                intake.skipped.append(Skipped(f"{student_id}/{ASSIGNMENT}/{display_name(extra)}", f"同一作业文件夹里有 {NOTEBOOK_NAME}，这个多出来的笔记本未评分"))
+                notes.append(_("文件夹里还有笔记本 {name}，只评分了 {graded}").format(name=display_name(extra), graded=NOTEBOOK_NAME))
+                intake.skipped.append(Skipped(f"{student_id}/{ASSIGNMENT}/{display_name(extra)}", _("同一作业文件夹里有 {graded}，这个多出来的笔记本未评分").format(graded=NOTEBOOK_NAME)))
     elif len(candidates) > 1:
-        names = "、".join(display_name(n) for n in candidates)
-        intake.jobs.append(job([f"作业文件夹里有多个笔记本（{names}）而没有 {NOTEBOOK_NAME}，无法确定评分哪一个，未评分；请只保留一个"]))
+        names = i18n.join(display_name(n) for n in candidates)
+        intake.jobs.append(job([_("作业文件夹里有多个笔记本（{names}）而没有 {expected}，无法确定评分哪一个，未评分；请只保留一个").format(names=names, expected=NOTEBOOK_NAME)]))
         return
     else:
         chosen = candidates
     if not chosen:
-        intake.jobs.append(job(["没有找到任何 .ipynb 笔记本"], notes=notes))
+        intake.jobs.append(job([_("没有找到任何 .ipynb 笔记本")], notes=notes))
         return
     name = chosen[0]
     shown = display_name(name)
     if shown != name:
-        intake.jobs.append(job([f"{shown}：文件名不是有效的 UTF-8 文本，未读取"], notes=notes))
+        intake.jobs.append(job([_("{name}：文件名不是有效的 UTF-8 文本，未读取").format(name=shown)], notes=notes))
         return
     try:
         # Read (capped, links refused) to fingerprint the exact bytes; the worker reads them
         # again the same way and checks this digest before grading them.
         data = read_submitted(submitted, folder / name)
     except Unsafe as error:
-        intake.jobs.append(job([f"{name}：{error}"], notes=notes))
+        intake.jobs.append(job([_("{name}：{problem}").format(name=name, problem=error)], notes=notes))
         return
     intake.jobs.append(job([], (str(folder / name),), (digest_of(data),), notes))
 
@@ -264,7 +270,7 @@ def not_graded_record(job: Job, reason: str) -> dict[str, Any]:
         "assignment": job.assignment,
         "fingerprint": "",
         "tests": [],
-        "problems": [f"未能评分：{reason}"],
+        "problems": [_("未能评分：{reason}").format(reason=reason)],
         "notes": [],
         "not_graded": reason,
     }
@@ -279,9 +285,9 @@ def death_reason(exitcode: int | None) -> str:
         except ValueError:
             name = str(number)
         if number == signal.SIGKILL:
-            return f"评分进程被强制终止（{name}，多半是内存耗尽）"
-        return f"评分进程因信号 {name} 崩溃"
-    return f"评分进程意外退出（退出码 {exitcode}）"
+            return _("评分进程被强制终止（{signal}，多半是内存耗尽）").format(signal=name)
+        return _("评分进程因信号 {signal} 崩溃").format(signal=name)
+    return _("评分进程意外退出（退出码 {code}）").format(code=exitcode)
 
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -445,10 +451,10 @@ def grade_jobs(
                 elif "chunk_done" in message:
                     if any(job.key in remaining for job in worker.chunk or []):
                         # A session that ended without a record for someone: find whom, alone.
-                        chunk_failed(worker, "评分会话结束时没有得到这份提交的结果")
+                        chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
                     feed(worker)
                 elif "chunk_failed" in message:
-                    chunk_failed(worker, f"评分过程出错（{message['chunk_failed'][:300]}）")
+                    chunk_failed(worker, _("评分过程出错（{error}）").format(error=message["chunk_failed"][:300]))
                     feed(worker)
                 else:
                     key = f"{message['student_id']}/{message['assignment']}"
@@ -457,7 +463,7 @@ def grade_jobs(
                         on_record(message)
             for worker in list(pool.values()):
                 if worker.chunk is not None and time.monotonic() - worker.since > stall_seconds:
-                    bury(worker, f"评分超时（超过 {stall_seconds:.0f} 秒没有完成）")
+                    bury(worker, _("评分超时（超过 {seconds} 秒没有完成）").format(seconds=f"{stall_seconds:.0f}"))
                 elif not worker.process.is_alive() and not worker.outbox.poll():
                     bury(worker, "")
     finally:
@@ -474,5 +480,6 @@ def grade_jobs(
         end_orphans(set())
         _adopt_orphans(False)
     if remaining:
-        raise GradingError(f"{len(remaining)} submission(s) were not graded: no worker could run")
+        raise GradingError(i18n.ngettext("{count} 份提交未能评分：没有一个评分进程能够运行", "{count} 份提交未能评分：没有一个评分进程能够运行",
+                                         len(remaining)).format(count=len(remaining)))
     return not_graded

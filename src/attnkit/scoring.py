@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from attnkit.i18n import N_, _
 from attnkit.isolation import level as isolation_level
 
 # Per-student output caps, whatever the notebook prints or raises: each message is cut to a fixed
@@ -14,20 +15,26 @@ MAX_TEXT = 2_000  # characters of one message, output, problem or note
 MAX_ITEMS = 100  # failed cells, problems, notes kept per submission
 MAX_RESULTS_BYTES = 1_000_000
 MAX_FEEDBACK_BYTES = 4_000_000
-TRUNCATED_NOTE = "反馈内容过长，部分信息已被截断（评分不受影响）"
+TRUNCATED_NOTE = N_("反馈内容过长，部分信息已被截断（评分不受影响）")
 
 # The notebook's autograded grade cells, in notebook order, with the chapter section each covers.
+# The titles are msgids: shown through part_title(), in the language of the run.
 PARTS: dict[str, str] = {
-    "check_scaled_attention": "缩放点积注意力（第 1–4 节）",
-    "check_masking": "带掩码的注意力（第 5、7 节）",
-    "check_empty_row": "整行被屏蔽时报错（第 5 节）",
-    "check_masks": "因果掩码与填充掩码（第 5 节）",
-    "check_future": "修改未来位置的实验（第 7 节）",
-    "check_heads": "拆分与合并多头（第 6 节）",
-    "check_multi_head": "多头注意力（第 6 节）",
-    "check_shape_trace": "形状追踪（第 6 节）",
-    "check_self_test": "自测题（第 8 节）",
+    "check_scaled_attention": N_("缩放点积注意力（第 1–4 节）"),
+    "check_masking": N_("带掩码的注意力（第 5、7 节）"),
+    "check_empty_row": N_("整行被屏蔽时报错（第 5 节）"),
+    "check_masks": N_("因果掩码与填充掩码（第 5 节）"),
+    "check_future": N_("修改未来位置的实验（第 7 节）"),
+    "check_heads": N_("拆分与合并多头（第 6 节）"),
+    "check_multi_head": N_("多头注意力（第 6 节）"),
+    "check_shape_trace": N_("形状追踪（第 6 节）"),
+    "check_self_test": N_("自测题（第 8 节）"),
 }
+
+
+def part_title(grade_id: str) -> str:
+    """A part's title in the current language (the tests of no known part: "other")."""
+    return _(PARTS[grade_id]) if grade_id in PARTS else _("其他")
 
 # The parts whose failures the attention weights can explain: the feedback page shows the
 # student's weights beside the expected ones when one of these fails.
@@ -41,13 +48,13 @@ def unique(items: list[str]) -> list[str]:
 def clip(text: Any, limit: int = MAX_TEXT) -> str:
     """``text`` (whatever came back) as a string of at most about ``limit`` characters."""
     text = text if isinstance(text, str) else str(text)
-    return text if len(text) <= limit else text[:limit] + f"……（已截断，共 {len(text)} 个字符）"
+    return text if len(text) <= limit else text[:limit] + _("……（已截断，共 {count} 个字符）").format(count=len(text))
 
 
 def _clip_items(items: list[Any], limit: int = MAX_ITEMS) -> list[str]:
     kept = [clip(item) for item in items[:limit]]
     if len(items) > limit:
-        kept.append(f"……另有 {len(items) - limit} 条未显示")
+        kept.append(_("……另有 {count} 条未显示").format(count=len(items) - limit))
     return kept
 
 
@@ -73,10 +80,10 @@ def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str
         text = container[key]
         if len(text) <= 16:
             break
-        container[key] = text[: len(text) // 2] + "……（已截断）"
+        container[key] = text[: len(text) // 2] + _("……（已截断）")
         cut = True
-    if cut and TRUNCATED_NOTE not in results["notes"]:
-        results["notes"].append(TRUNCATED_NOTE)
+    if cut and _(TRUNCATED_NOTE) not in results["notes"]:
+        results["notes"].append(_(TRUNCATED_NOTE))
     return results
 
 

@@ -436,7 +436,8 @@ def command_collect(args: argparse.Namespace) -> int:
         # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
         console.print("  " + escape(_("无法放置：{origin}：{reason}").format(origin=origin, reason=reason)), soft_wrap=True, style="red")
     if found.unplaced:
-        console.print(_("{count} 个文件无法放置（见上）；请手工处理后再评分。").format(count=len(found.unplaced)), style="red", markup=False)
+        console.print(ngettext("{count} 个文件无法放置（见上）；请手工处理后再评分。", "{count} 个文件无法放置（见上）；请手工处理后再评分。",
+                               len(found.unplaced)).format(count=len(found.unplaced)), style="red", markup=False)
         return 1
     return 0
 

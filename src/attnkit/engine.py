@@ -433,7 +433,7 @@ def grade_jobs(
             feed(start_worker())
 
     _adopt_orphans(True)
-    for _ in range(workers):
+    for _worker in range(workers):
         feed(start_worker())
     try:
         while remaining and pool:

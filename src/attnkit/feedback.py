@@ -12,15 +12,21 @@ from typing import Any
 import jinja2
 import markupsafe
 
+from attnkit import i18n
 from attnkit.engine import STUDENTS_FOLDER
-from attnkit.scoring import PARTS
+from attnkit.i18n import _
+from attnkit.scoring import PARTS, part_title
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("attnkit", "templates"),
     autoescape=jinja2.select_autoescape(["html", "j2"]),
     trim_blocks=True,
     lstrip_blocks=True,
+    extensions=["jinja2.ext.i18n"],
 )
+# gettext in the templates: ``_("… %(name)s …", name=…)`` with its variables escaped; looked up in
+# the language current when the page is rendered.
+_ENV.install_gettext_callables(gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True)
 # Every page carries this as a second wall behind escaping: no script, no frame, nothing fetched
 # from anywhere; only the inline styles the templates use, and data: images.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -33,8 +39,18 @@ def feedback_link(student_id: str, assignment: str) -> str:
     return "/".join([STUDENTS_FOLDER, urllib.parse.quote(student_id, safe=""), urllib.parse.quote(assignment, safe=""), "feedback.html"])
 
 
+def error_kind(error_type: str) -> str:
+    """A failed cell's error type as the page names it."""
+    return {"__timeout__": _("超时"), "__crashed__": _("进程退出")}.get(error_type, error_type)
+
+
+_ENV.globals["error_kind"] = error_kind
+
+
 def load_catalogue(autograder: Path) -> dict[str, dict[str, str]]:
-    """Mistake id -> {section, zh, en, function}, read from the hidden suite's catalogue."""
+    """Mistake id -> {section, zh, text, function}, read from the hidden suite's catalogue: ``zh``
+    is the explanation as written, ``text`` the explanation in the current language (through the
+    assignment's own message domain, ``locale/`` beside catalogue.py)."""
     spec = importlib.util.spec_from_file_location("attnkit_hidden_catalogue", autograder / "catalogue.py")
     if spec is None or spec.loader is None:
         return {}
@@ -45,7 +61,8 @@ def load_catalogue(autograder: Path) -> dict[str, dict[str, str]]:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(autograder))
-    return {m.id: {"section": m.section, "zh": m.zh, "en": m.en, "function": m.function} for m in module.MISTAKES}
+    translate = i18n.catalogue(Path(module.__file__).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext
+    return {m.id: {"section": translate(m.section), "zh": m.zh, "text": translate(m.zh), "function": m.function} for m in module.MISTAKES}
 
 
 def heat(value: float | None) -> str:
@@ -87,10 +104,10 @@ def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]])
     ordered = [t for grade_id in list(PARTS) + ["other"] for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
     error_causes = causes(ordered)
     parts = []
-    for grade_id, title in list(PARTS.items()) + [("other", "其他")]:
+    for grade_id in list(PARTS) + ["other"]:
         tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
         if tests:
-            parts.append({"id": grade_id, "title": title, "tests": tests, **results["parts"].get(grade_id, {})})
+            parts.append({"id": grade_id, "title": part_title(grade_id), "tests": tests, **results["parts"].get(grade_id, {})})
     evidence = results.get("evidence") or {}
     show_heatmaps = any(_weights_differ(panel) for panel in evidence.values()) if evidence else False
     return _ENV.get_template("feedback.html.j2").render(
@@ -101,6 +118,7 @@ def feedback_html(results: dict[str, Any], catalogue: dict[str, dict[str, str]])
         show_heatmaps=show_heatmaps,
         heat=heat,
         causes=error_causes,
+        html_lang=i18n.html_lang(),
     )
 
 
@@ -135,4 +153,5 @@ def report_html(
         skipped=skipped or [],
         link=feedback_link,
         seconds=seconds,
+        html_lang=i18n.html_lang(),
     )

@@ -132,7 +132,7 @@ def _enter_user_namespace() -> str:
     errno = ctypes.get_errno()
     os.write(go_write, b"1" if result == 0 else b"0")
     os.close(go_write)
-    _, status = os.waitpid(child, 0)
+    _pid, status = os.waitpid(child, 0)
     if result != 0:
         raise IsolationError(errno, f"unshare(CLONE_NEWUSER): {os.strerror(errno)}")
     if status != 0:

@@ -122,12 +122,9 @@ def title_of(item: pytest.Item) -> str:
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
     if first:
-        return i18n.catalogue(Path(str(item.fspath)).parent / "locale", ASSIGNMENT_DOMAIN).gettext(first)
+        return i18n.catalogue(Path(str(item.fspath)).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext(first)
     return getattr(item, "originalname", item.name)
 
-
-# The gettext domain of a hidden suite's own texts (its .po lives in <suite>/locale/).
-ASSIGNMENT_DOMAIN = "assignment"
 
 
 def error_info(error: BaseException) -> dict[str, Any]:

@@ -167,7 +167,7 @@ def evidence(student: Student, reference: dict) -> dict[str, Any]:
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
     shown: dict[str, Any] = {}
     for label, allowed in (("full", None), ("causal", causal)):
-        _, expected = reference["scaled_attention"](query, query.clone(), value, allowed)
+        _output, expected = reference["scaled_attention"](query, query.clone(), value, allowed)
         shown[label] = {"expected": expected[0, 0].tolist(), "student": None}
         try:
             calls_before = len(student.calls)

@@ -429,7 +429,7 @@ class Sandboxes:
     def reap(self, block: bool = False) -> None:
         while self.groups:
             try:
-                pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+                pid, _status = os.waitpid(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:

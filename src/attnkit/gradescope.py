@@ -148,8 +148,11 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]]) 
         lines.append(_("诊断（你的结果与这些常见错误的结果一致）："))
         for mistake in diagnoses:
             info = catalogue.get(mistake, {})
-            if info.get("section"):
-                lines.append("- " + _("{mistake}（{section}）：{explanation}").format(mistake=mistake, section=info["section"], explanation=info.get("text", "")))
+            explanation = info.get("text") or info.get("zh") or ""
+            if info.get("section") and explanation:
+                lines.append("- " + _("{mistake}（{section}）：{explanation}").format(mistake=mistake, section=info["section"], explanation=explanation))
+            elif explanation:
+                lines.append("- " + _("{mistake}：{explanation}").format(mistake=mistake, explanation=explanation))
             else:
                 lines.append(f"- {mistake}")
     for cell in results.get("cells", []):

@@ -35,6 +35,7 @@ from nbgrader.preprocessors import SaveAutoGrades
 
 from attnkit.engine import results_path
 from attnkit.notebook import Unsafe, read_submitted
+from attnkit import i18n
 from attnkit.i18n import _
 
 # nbgrader's autograde pipeline with Execute and SaveAutoGrades replaced by attnkit's step.
@@ -73,10 +74,12 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict
             (folder / notebook.name).write_bytes(data)
         out = Path(scratch) / "out"
         run = subprocess.run([*attnkit_command(), "grade", "--submitted", str(folder.parents[1]), "--out", str(out),
-                              "--jobs", "1", "--quiet", "--force"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                              "--jobs", "1", "--quiet", "--force", "--lang", i18n.language()],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         results_file = results_path(out, {"student_id": student, "assignment": assignment})
         if run.returncode != 0 or not results_file.is_file():
-            raise KitGradingFailed(f"attnkit grade failed for {student}/{assignment} ({run.returncode}): {run.stderr[-2000:]}")
+            raise KitGradingFailed(_("attnkit grade 无法评分 {student}/{assignment}（退出码 {code}）：{output}").format(
+                student=student, assignment=assignment, code=run.returncode, output=run.stderr[-2000:]))
         results = json.loads(results_file.read_text(encoding="utf-8"))
     return {name: float(part["score"]) for name, part in results["parts"].items() if part.get("max_score")}
 

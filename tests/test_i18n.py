@@ -229,3 +229,24 @@ def test_errors_before_grading_are_english(tmp_path: Path) -> None:
         run = subprocess.run([str(BIN / "attnkit"), *args], capture_output=True, text=True, env=env, timeout=120)
         assert run.returncode == 2 and "Cannot grade:" in run.stderr, run.stderr
         assert not cjk_in(run.stderr), run.stderr
+
+
+def test_messages_made_inside_the_sandbox_are_english(tmp_path: Path) -> None:
+    """The sandbox (forked from the zygote, which is told the language before it locks itself
+    down) writes its own messages in English too: a return value it cannot send back."""
+    notebook = json.loads((DEMO / "xiaolin" / "ch19-attention" / "attention.ipynb").read_text(encoding="utf-8"))
+    cell = next(c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "scaled_attention")
+    cell["source"] = "def scaled_attention(query, key, value, allowed=None):\n    return object(), object()\n"
+    folder = tmp_path / "submitted" / "obj" / "ch19-attention"
+    folder.mkdir(parents=True)
+    (folder / "attention.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
+    run = subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"),
+                          "--jobs", "1", "--quiet", "--lang", "en"], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = all_results(tmp_path / "out")[0]
+    outputs = [t["output"] for t in results["tests"] if "scaled_attention" in t.get("functions", []) or t["grade_id"] == "check_scaled_attention"]
+    assert any("unsupported value type object" in output for output in outputs), outputs[:2]
+    own = notebook_data(results)
+    for test in results["tests"]:
+        assert not CJK.search(without(test["output"], own)), test["output"]

@@ -33,7 +33,6 @@ LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 # What a page's <html lang> says for each language.
 HTML_LANG = {"zh": "zh-CN", "en": "en"}
 
-_current = DEFAULT_LANGUAGE
 _lock = threading.Lock()
 
 

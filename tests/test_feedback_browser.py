@@ -126,3 +126,77 @@ def test_key_t_page_explains_once_and_folds_the_repeats(key_t_page: Path, tmp_pa
     # Never the grader's paths or the hidden tests' source.
     for leak in ("autograder/", "test_ch19", "student.", "Traceback", "site-packages"):
         assert leak not in seen, leak
+
+
+# -- English (--lang en) --------------------------------------------------------------------------
+# Chinese characters, CJK punctuation and full-width forms: none may be visible on an English page
+# except what the page quotes from the student's notebook (which stays Chinese: section headings,
+# the student's own lines and the messages their own code raised).
+CJK = __import__("re").compile(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]")
+
+
+@pytest.fixture(scope="module")
+def english_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole demo class graded with --lang en: its output folder."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
+    base = tmp_path_factory.mktemp("browser_en")
+    env = {k: v for k, v in os.environ.items() if k != "ATTNKIT_LANG"}
+    env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"
+    subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(DEMO), "--out", str(base / "out"), "--jobs", "2", "--quiet", "--lang", "en"],
+                   check=True, env=env, timeout=600)
+    return base / "out"
+
+
+def quoted_from_notebooks(results: list[dict]) -> list[str]:
+    data = set()
+    for r in results:
+        for cell in r["cells"]:
+            data |= {str(cell.get(key) or "") for key in ("section", "text", "message", "output")}
+        for test in r["tests"]:
+            error = test.get("error") or {}
+            data |= {str(error.get(key) or "") for key in ("section", "text", "message")} | set(error.get("warnings", []))
+    return sorted((d for d in data if d), key=len, reverse=True)
+
+
+def english_screenshot(page: Path, name: str, tmp_path: Path) -> Image.Image:
+    shot = tmp_path / name
+    chromium(f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri(), profile=tmp_path / "profile")
+    assert shot.is_file(), "Chromium wrote no screenshot"
+    if (ROOT / "tests" / "artifacts").is_dir():
+        shutil.copy(shot, ROOT / "tests" / "artifacts" / name)
+    return Image.open(shot).convert("RGB")
+
+
+@pytest.mark.parametrize("which", ["report", "feedback"])
+def test_english_pages_in_the_browser(english_class: Path, tmp_path: Path, which: str) -> None:
+    """report.html and a feedback page with failing tests (wangfang: multiplies future scores by
+    zero), graded with --lang en: <html lang="en">, English headings, no Chinese in the text a
+    reader sees (except what is quoted from notebooks), and a screenshot with rendered text
+    (tests/artifacts/report_en.png, feedback_en.png)."""
+    results = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((english_class / "students").glob("*/*/results.json"))]
+    if which == "report":
+        page, quoted = english_class / "report.html", quoted_from_notebooks(results)
+        expected = ("Chapter 19, Attention · Class report", "Most common diagnoses", "mask_by_multiplying", "Pass rate per test")
+    else:
+        page = english_class / "students" / "wangfang" / "ch19-attention" / "feedback.html"
+        mine = [r for r in results if r["student_id"] == "wangfang"]
+        assert mine[0]["diagnoses"] == ["mask_by_multiplying"] and any(t["status"] == "failed" for t in mine[0]["tests"])
+        quoted = quoted_from_notebooks(mine)
+        expected = ("Chapter 19, Attention · Feedback", "Diagnosis: possible mistakes", "multiplies the scores by zero",
+                    "section 5", "Score per part", "Attention with a mask (sections 5 and 7)")
+    assert '<html lang="en">' in page.read_text(encoding="utf-8")
+    dom, seen = visible_text(page, tmp_path)
+    for text in expected:
+        assert text in seen, text
+    for item in quoted:
+        seen = seen.replace(item, " ")
+    leaks = [seen[max(0, m.start() - 40): m.end() + 40] for m in CJK.finditer(seen)]
+    assert not leaks, leaks[:5]
+    image = english_screenshot(page, f"{which}_en.png", tmp_path)
+    colours = image.getcolors(maxcolors=1 << 20) or []
+    dark = sum(count for count, (r, g, b) in colours if r < 80 and g < 80 and b < 80)
+    assert dark > 2000, f"hardly any text rendered ({dark} dark pixels)"
+    if which == "feedback":
+        blue = sum(count for count, (r, g, b) in colours if b > 150 and b - r > 60 and b - g > 30)
+        assert blue > 2000, f"heatmap cells not visible ({blue} blue pixels)"

@@ -6,15 +6,19 @@ from typing import Any
 
 import torch
 
+from attnkit import i18n
 from attnkit.checks import assert_close, fail
+
+from .messages import _
 
 
 def unpack_pair(result: Any, function: str) -> tuple[Any, Any]:
     """``(output, weights)`` from a function that must return a pair."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         kind = type(result).__name__
-        size = f"长度为 {len(result)} 的 {kind}" if isinstance(result, (tuple, list)) else kind
-        fail(f"{function} 应返回 (输出, 权重) 两个张量，实际返回了 {size}。")
+        if isinstance(result, (tuple, list)):
+            fail(_("{function} 应返回 (输出, 权重) 两个张量，实际返回了长度为 {length} 的 {kind}。").format(function=function, length=len(result), kind=kind))
+        fail(_("{function} 应返回 (输出, 权重) 两个张量，实际返回了 {kind}。").format(function=function, kind=kind))
     return result[0], result[1]
 
 
@@ -24,4 +28,4 @@ def assert_real_attention(got: Any, expected: torch.Tensor, what: str) -> None:
     try:
         assert_close(got, expected, what)
     except AssertionError as problem:
-        fail(f"{problem}这项检查只在同一个函数也能算出正确的注意力时给分。")
+        fail(i18n.sentences([problem, _("这项检查只在同一个函数也能算出正确的注意力时给分。")]))

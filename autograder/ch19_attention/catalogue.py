@@ -15,10 +15,12 @@ from pathlib import Path
 
 from attnkit.mistakes import Catalogue, Mistake
 
+from .messages import N_
+
 MISTAKES: tuple[Mistake, ...] = (
     Mistake(
         id="no_scale",
-        section="第 3 节",
+        section=N_("第 3 节"),
         function="scaled_attention",
         source='''\
 import torch
@@ -33,12 +35,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="点积分数没有除以 √d_k。维数越大，分数波动越大，Softmax 会变得过于尖锐；缩放点积注意力要先把 QKᵀ 除以键维数的平方根。",
-        en="The dot-product scores are not divided by sqrt(d_k). Without the scaling the scores grow with the key width and the softmax becomes too peaked; scaled dot-product attention divides QKᵀ by the square root of the key dimension.",
+        zh=N_("点积分数没有除以 √d_k。维数越大，分数波动越大，Softmax 会变得过于尖锐；缩放点积注意力要先把 QKᵀ 除以键维数的平方根。"),
     ),
     Mistake(
         id="scale_by_dk",
-        section="第 3 节",
+        section=N_("第 3 节"),
         function="scaled_attention",
         source='''\
 import torch
@@ -53,12 +54,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="分数除以了 d_k 本身，而不是 √d_k。d_k 个独立乘积之和的方差是 d_k，要让方差回到 1，应除以它的平方根（标准差）。",
-        en="The scores are divided by d_k instead of sqrt(d_k). A sum of d_k independent unit-variance products has variance d_k; dividing by its square root (the standard deviation) brings the variance back to 1.",
+        zh=N_("分数除以了 d_k 本身，而不是 √d_k。d_k 个独立乘积之和的方差是 d_k，要让方差回到 1，应除以它的平方根（标准差）。"),
     ),
     Mistake(
         id="softmax_wrong_axis",
-        section="第 4 节",
+        section=N_("第 4 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -75,12 +75,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-2)
     return weights @ value, weights
 ''',
-        zh="Softmax 沿错误的维度计算（对查询归一化）。Softmax 应沿每一行、也就是最后一维（键的维度）计算：固定一个查询，在它能访问的键之间分配权重，每行之和为 1。",
-        en="The softmax runs over the wrong axis (normalising over queries). It must run along each row, the last (key) dimension: for a fixed query, the weights over the keys it may see sum to 1.",
+        zh=N_("Softmax 沿错误的维度计算（对查询归一化）。Softmax 应沿每一行、也就是最后一维（键的维度）计算：固定一个查询，在它能访问的键之间分配权重，每行之和为 1。"),
     ),
     Mistake(
         id="mask_by_multiplying",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -97,12 +96,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="用乘零来“屏蔽”分数。分数为 0 时 exp(0)=1，被屏蔽的位置照样分到概率；应在 Softmax 之前把不允许的位置的分数设为 -∞。",
-        en="The mask multiplies the scores by zero. A score of 0 still gets exp(0) = 1 and a share of the probability; disallowed scores must be set to -inf before the softmax.",
+        zh=N_("用乘零来“屏蔽”分数。分数为 0 时 exp(0)=1，被屏蔽的位置照样分到概率；应在 Softmax 之前把不允许的位置的分数设为 -∞。"),
     ),
     Mistake(
         id="mask_after_softmax",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -119,12 +117,11 @@ def scaled_attention(query, key, value, allowed=None):
         weights = weights * allowed
     return weights @ value, weights
 ''',
-        zh="Softmax 之后才把不允许位置的权重清零，却没有重新归一化：每行之和不再是 1，而且被屏蔽位置的分数仍然影响了分母，未来的信息会漏进来。",
-        en="The weights are zeroed after the softmax without renormalising: rows no longer sum to 1, and the masked scores still sit in the softmax's denominator, so information from masked (future) positions leaks in.",
+        zh=N_("Softmax 之后才把不允许位置的权重清零，却没有重新归一化：每行之和不再是 1，而且被屏蔽位置的分数仍然影响了分母，未来的信息会漏进来。"),
     ),
     Mistake(
         id="mask_inverted",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -141,12 +138,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="你的代码屏蔽的是 allowed 为 True 的位置（例如 masked_fill(allowed, …)），留下的恰好是不允许访问的位置。本章的 allowed=True 表示“允许访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反），应屏蔽的是 allowed 为 False 的位置：masked_fill(~allowed, float(\"-inf\"))。",
-        en="Your code blocks the positions where allowed is True (e.g. masked_fill(allowed, ...)), keeping exactly the ones that may not be attended. In this chapter allowed=True means 'may attend' (as in PyTorch's scaled_dot_product_attention, the opposite of nn.MultiheadAttention); block where allowed is False: masked_fill(~allowed, float('-inf')).",
+        zh=N_("你的代码屏蔽的是 allowed 为 True 的位置（例如 masked_fill(allowed, …)），留下的恰好是不允许访问的位置。本章的 allowed=True 表示“允许访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反），应屏蔽的是 allowed 为 False 的位置：masked_fill(~allowed, float(\"-inf\"))。"),
     ),
     Mistake(
         id="mask_not_applied",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -163,12 +159,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="掩码没有起作用：例如调用了 scores.masked_fill(...) 却没有把结果赋回 scores（masked_fill 不会原地修改）。结果与不加掩码完全相同，查询仍能访问被屏蔽的位置。",
-        en="The mask has no effect, e.g. scores.masked_fill(...) is called but its result is not assigned back (masked_fill is not in-place). The result equals unmasked attention, so queries still see blocked positions.",
+        zh=N_("掩码没有起作用：例如调用了 scores.masked_fill(...) 却没有把结果赋回 scores（masked_fill 不会原地修改）。结果与不加掩码完全相同，查询仍能访问被屏蔽的位置。"),
     ),
     Mistake(
         id="no_empty_row_error",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -183,12 +178,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="某个查询整行都被屏蔽时没有报错。整行都是 -∞ 时 Softmax 的归一化没有定义，结果是 NaN；本章的实现约定此时抛出 ValueError，而不是等 NaN 出现后再猜。",
-        en="No error when a query has no allowed key. A row of all -inf has no defined softmax (the result is NaN); the chapter's implementation raises ValueError instead of letting NaN appear.",
+        zh=N_("某个查询整行都被屏蔽时没有报错。整行都是 -∞ 时 Softmax 的归一化没有定义，结果是 NaN；本章的实现约定此时抛出 ValueError，而不是等 NaN 出现后再猜。"),
     ),
     Mistake(
         id="causal_excludes_diagonal",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="causal_allowed",
         source='''\
 import torch
@@ -197,12 +191,11 @@ import torch
 def causal_allowed(size):
     return torch.ones(size, size, dtype=torch.bool).tril(diagonal=-1)
 ''',
-        zh="因果掩码把对角线也屏蔽了。允许访问的条件是 j ≤ i：当前位置的输入属于已知前文，可以访问；否则第一个位置没有任何可访问的键。",
-        en="The causal mask also blocks the diagonal. The condition is j <= i: a position's own input is already known and may be attended to; otherwise the first position has no key at all.",
+        zh=N_("因果掩码把对角线也屏蔽了。允许访问的条件是 j ≤ i：当前位置的输入属于已知前文，可以访问；否则第一个位置没有任何可访问的键。"),
     ),
     Mistake(
         id="causal_upper_triangle",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="causal_allowed",
         source='''\
 import torch
@@ -211,12 +204,11 @@ import torch
 def causal_allowed(size):
     return torch.ones(size, size, dtype=torch.bool).triu()
 ''',
-        zh="因果掩码取成了上三角（j ≥ i）：每个位置能看到自己之后的位置，恰好允许了偷看未来。行是查询位置 i、列是键位置 j，应允许 j ≤ i，即下三角。",
-        en="The causal mask is the upper triangle (j >= i): every position sees the ones after it, which is exactly the leak to prevent. Rows are query positions i, columns key positions j; allow j <= i, the lower triangle.",
+        zh=N_("因果掩码取成了上三角（j ≥ i）：每个位置能看到自己之后的位置，恰好允许了偷看未来。行是查询位置 i、列是键位置 j，应允许 j ≤ i，即下三角。"),
     ),
     Mistake(
         id="padding_on_queries",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="padding_allowed",
         source='''\
 import torch
@@ -227,12 +219,11 @@ def padding_allowed(lengths, size):
     allowed = torch.arange(size) < lengths[:, None]
     return allowed[:, None, :, None]
 ''',
-        zh="填充掩码屏蔽的是查询而不是键。要屏蔽的是 PAD 对应的键（最后一维），形状应为 (B, 1, 1, T)，以便对所有头和所有查询广播；屏蔽查询会让 PAD 查询整行无键可用。",
-        en="The padding mask blocks queries instead of keys. It must block the PAD keys (the last dimension), shape (B, 1, 1, T), broadcasting over heads and queries; masking queries leaves PAD queries with no key at all.",
+        zh=N_("填充掩码屏蔽的是查询而不是键。要屏蔽的是 PAD 对应的键（最后一维），形状应为 (B, 1, 1, T)，以便对所有头和所有查询广播；屏蔽查询会让 PAD 查询整行无键可用。"),
     ),
     Mistake(
         id="split_without_transpose",
-        section="第 6 节",
+        section=N_("第 6 节"),
         function="split_heads",
         source='''\
 import torch
@@ -244,12 +235,11 @@ def split_heads(x, num_heads):
         raise ValueError(f"宽度 {width} 不能被头数 {num_heads} 整除")
     return x.reshape(batch, num_heads, length, width // num_heads)
 ''',
-        zh="拆头时直接 reshape 成 (B, h, T, d)，没有先拆成 (B, T, h, d) 再交换维度。这样各个头拿到的是按内存顺序切开的片段，混进了别的位置，而不是每个位置特征的一部分；头拆分的是特征，不是序列。",
-        en="split_heads reshapes straight to (B, h, T, d) instead of (B, T, h, d) followed by a transpose. Each head then gets consecutive chunks of memory, mixing positions, rather than a slice of every position's features: heads split the features, not the sequence.",
+        zh=N_("拆头时直接 reshape 成 (B, h, T, d)，没有先拆成 (B, T, h, d) 再交换维度。这样各个头拿到的是按内存顺序切开的片段，混进了别的位置，而不是每个位置特征的一部分；头拆分的是特征，不是序列。"),
     ),
     Mistake(
         id="merge_without_transpose",
-        section="第 6 节",
+        section=N_("第 6 节"),
         function="merge_heads",
         source='''\
 import torch
@@ -259,12 +249,11 @@ def merge_heads(x):
     batch, heads, length, size = x.shape
     return x.reshape(batch, length, heads * size)
 ''',
-        zh="拼回多头时直接 reshape 成 (B, T, h·d)，没有先把维度换回 (B, T, h, d)。这样每个位置拿到的是同一个头里相邻几个位置的结果，而不是各个头在这个位置的结果。",
-        en="merge_heads reshapes straight to (B, T, h*d) without first transposing back to (B, T, h, d). Each position then receives several positions of one head instead of every head's result for that position.",
+        zh=N_("拼回多头时直接 reshape 成 (B, T, h·d)，没有先把维度换回 (B, T, h, d)。这样每个位置拿到的是同一个头里相邻几个位置的结果，而不是各个头在这个位置的结果。"),
     ),
     Mistake(
         id="missing_output_projection",
-        section="第 6 节",
+        section=N_("第 6 节"),
         function="multi_head_attention",
         source='''\
 import torch
@@ -278,12 +267,11 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     heads, weights = scaled_attention(query, key, value, allowed)
     return merge_heads(heads), weights
 ''',
-        zh="拼接各头之后漏了输出投影 W_O。多头注意力的输出是 Concat(O_1, …, O_h) W_O，投影让各头的结果混合起来。",
-        en="The output projection W_O is missing after concatenating the heads. Multi-head attention returns Concat(O_1, ..., O_h) W_O; the projection mixes the heads' results.",
+        zh=N_("拼接各头之后漏了输出投影 W_O。多头注意力的输出是 Concat(O_1, …, O_h) W_O，投影让各头的结果混合起来。"),
     ),
     Mistake(
         id="causal_true_means_blocked",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="causal_allowed",
         source='''\
 import torch
@@ -292,12 +280,11 @@ import torch
 def causal_allowed(size):
     return torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
 ''',
-        zh="你的 causal_allowed 在未来位置（j > i）为 True、在当前与之前的位置为 False，这是 nn.MultiheadAttention 的约定（True 表示“禁止访问”）。本章的约定相反：True 表示“允许访问”，应在 j ≤ i 处为 True，例如 torch.ones(size, size, dtype=torch.bool).tril()。",
-        en="Your causal_allowed is True at future positions (j > i) and False at the current and earlier ones: nn.MultiheadAttention's convention (True = may NOT attend). This chapter's is the opposite: True = may attend, so it must be True where j <= i, e.g. torch.ones(size, size, dtype=torch.bool).tril().",
+        zh=N_("你的 causal_allowed 在未来位置（j > i）为 True、在当前与之前的位置为 False，这是 nn.MultiheadAttention 的约定（True 表示“禁止访问”）。本章的约定相反：True 表示“允许访问”，应在 j ≤ i 处为 True，例如 torch.ones(size, size, dtype=torch.bool).tril()。"),
     ),
     Mistake(
         id="additive_mask_wrong_sign",
-        section="第 5 节",
+        section=N_("第 5 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -314,12 +301,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="你把掩码变成了加到分数上的数，但符号反了：被屏蔽的位置加上了一个很大的正数，于是权重几乎全部落在不允许访问的位置上。你选出被屏蔽位置的方式（~allowed）是对的；加上的应是 -∞（或 -1e9 这样很大的负数），这样 exp 之后才为 0。",
-        en="The mask is added to the scores, but with the wrong sign: blocked positions get a large positive number, so nearly all the weight goes to positions that may not be attended. Selecting the blocked positions (~allowed) is right; what is added must be -inf (or a large negative number such as -1e9) so that exp gives 0.",
+        zh=N_("你把掩码变成了加到分数上的数，但符号反了：被屏蔽的位置加上了一个很大的正数，于是权重几乎全部落在不允许访问的位置上。你选出被屏蔽位置的方式（~allowed）是对的；加上的应是 -∞（或 -1e9 这样很大的负数），这样 exp 之后才为 0。"),
     ),
     Mistake(
         id="scale_by_dv",
-        section="第 3 节",
+        section=N_("第 3 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -336,12 +322,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="你的代码用值向量的维数 d_v（value.shape[-1]）来缩放分数。分数是查询与键的点积，它的方差随键的维数 d_k 增长，所以要除以 √d_k，即 query.shape[-1] 或 key.shape[-1] 的平方根；d_k = d_v 时两者恰好相同，所以本章的例子看不出区别。",
-        en="Your code scales the scores by the value width d_v (value.shape[-1]). The scores are query-key dot products whose variance grows with the key width d_k, so divide by sqrt(d_k), the square root of query.shape[-1] or key.shape[-1]; when d_k = d_v, as in the chapter's example, the two coincide.",
+        zh=N_("你的代码用值向量的维数 d_v（value.shape[-1]）来缩放分数。分数是查询与键的点积，它的方差随键的维数 d_k 增长，所以要除以 √d_k，即 query.shape[-1] 或 key.shape[-1] 的平方根；d_k = d_v 时两者恰好相同，所以本章的例子看不出区别。"),
     ),
     Mistake(
         id="scale_by_fixed_number",
-        section="第 3 节",
+        section=N_("第 3 节"),
         function="scaled_attention",
         source='''\
 from math import sqrt
@@ -358,12 +343,11 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 ''',
-        zh="你的代码总是把分数除以同一个固定的数 √2（本章例子里 d_k = 2），而不是按输入的键维数计算 √d_k。d_k 换成别的值时缩放就错了；应写成 sqrt(query.shape[-1])。",
-        en="Your code always divides the scores by the same fixed number, sqrt(2) (d_k = 2 in the chapter's example), instead of sqrt(d_k) computed from the input's key width. With any other d_k the scaling is wrong; write sqrt(query.shape[-1]).",
+        zh=N_("你的代码总是把分数除以同一个固定的数 √2（本章例子里 d_k = 2），而不是按输入的键维数计算 √d_k。d_k 换成别的值时缩放就错了；应写成 sqrt(query.shape[-1])。"),
     ),
     Mistake(
         id="multi_head_scale_by_model_width",
-        section="第 6 节",
+        section=N_("第 6 节"),
         function="multi_head_attention",
         source='''\
 from math import sqrt
@@ -384,12 +368,11 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     weights = scores.softmax(dim=-1)
     return merge_heads(weights @ value) @ w_o, weights
 ''',
-        zh="你的多头注意力把每个头的分数除以 √D（整个模型宽度的平方根）。每个头里的点积只在 D/h 维上求和，所以应除以 √(D/h)，即每个头的维数 d_k 的平方根；直接调用 scaled_attention 处理拆好的头就会自动用对的维数。",
-        en="Your multi-head attention divides each head's scores by sqrt(D), the whole model width. Each head's dot products sum over only D/h dimensions, so divide by sqrt(D/h), the per-head d_k; calling scaled_attention on the split heads uses the right width automatically.",
+        zh=N_("你的多头注意力把每个头的分数除以 √D（整个模型宽度的平方根）。每个头里的点积只在 D/h 维上求和，所以应除以 √(D/h)，即每个头的维数 d_k 的平方根；直接调用 scaled_attention 处理拆好的头就会自动用对的维数。"),
     ),
     Mistake(
         id="shared_projection",
-        section="第 6 节",
+        section=N_("第 6 节"),
         function="multi_head_attention",
         source='''\
 import torch
@@ -403,12 +386,11 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     heads, weights = scaled_attention(query, key, value, allowed)
     return merge_heads(heads) @ w_o, weights
 ''',
-        zh="你的代码用同一个投影矩阵 w_q 算出了 Q、K 和 V，w_k 与 w_v 没有用到。查询、键、值各有自己的投影：Q = X W_Q，K = X W_K（或上下文 W_K），V = X W_V，这样“要找什么”“能提供什么线索”“提供什么内容”才能分开学习。",
-        en="Your code computes Q, K and V all with the same projection w_q; w_k and w_v are never used. Queries, keys and values each have their own projection (Q = X W_Q, K = X W_K, V = X W_V, keys and values from the context when given), so what is sought, what matches and what is delivered are learned separately.",
+        zh=N_("你的代码用同一个投影矩阵 w_q 算出了 Q、K 和 V，w_k 与 w_v 没有用到。查询、键、值各有自己的投影：Q = X W_Q，K = X W_K（或上下文 W_K），V = X W_V，这样“要找什么”“能提供什么线索”“提供什么内容”才能分开学习。"),
     ),
     Mistake(
         id="no_divisibility_check",
-        section="第 6 节",
+        section=N_("第 6 节"),
         function="split_heads",
         source='''\
 import torch
@@ -418,8 +400,7 @@ def split_heads(x, num_heads):
     batch, length, width = x.shape
     return x.reshape(batch, length, num_heads, width // num_heads).transpose(1, 2)
 ''',
-        zh="拆头前没有检查宽度能否被头数整除。D 不能被 h 整除时每个头分不到相同的维数，应明确抛出 ValueError 说明原因，而不是让 reshape 报出难懂的错误（或悄悄丢掉特征）。",
-        en="split_heads does not check that the width is divisible by the number of heads. When it is not, the heads cannot get equal widths; raise a ValueError saying so instead of an obscure reshape error (or silently dropping features).",
+        zh=N_("拆头前没有检查宽度能否被头数整除。D 不能被 h 整除时每个头分不到相同的维数，应明确抛出 ValueError 说明原因，而不是让 reshape 报出难懂的错误（或悄悄丢掉特征）。"),
     ),
 )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .messages import _
+
 # Run once by each worker's zygote before it forks sandboxes: the kind of code every submission
 # runs, so each sandbox inherits warm caches (torch's op dispatch, IPython's compiler).
 WARM_UP = """
@@ -37,7 +39,7 @@ def evidence(student: Any, reference: dict) -> dict[str, Any]:
     value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]  # (1, 1, 3, 2)
     causal = torch.ones(3, 3, dtype=torch.bool).tril()  # (3, 3)
     panels = []
-    for label, title, allowed in (("full", "未加掩码", None), ("causal", "因果掩码", causal)):
+    for label, title, allowed in (("full", _("未加掩码"), None), ("causal", _("因果掩码"), causal)):
         _, expected = reference["scaled_attention"](query, query.clone(), value, allowed)  # (1, 1, 3, 3)
         panel: dict[str, Any] = {"label": label, "title": title, "expected": expected[0, 0].tolist(), "student": None}
         try:
@@ -49,7 +51,7 @@ def evidence(student: Any, reference: dict) -> dict[str, Any]:
             pass
         panels.append(panel)
     return {
-        "title": "你的注意力权重与期望权重（第 7 节的三位置实验）",
-        "note": "行表示查询位置，列表示被访问的位置；每一行加起来应为 1。",
+        "title": _("你的注意力权重与期望权重（第 7 节的三位置实验）"),
+        "note": _("行表示查询位置，列表示被访问的位置；每一行加起来应为 1。"),
         "panels": panels,
     }

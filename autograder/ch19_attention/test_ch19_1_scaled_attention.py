@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from attnkit.checks import assert_close, assert_dtype, assert_shape
 from .attention_checks import unpack_pair
+from .messages import _
 
 pytestmark = [pytest.mark.grade_id("check_scaled_attention"), pytest.mark.function("scaled_attention")]
 
@@ -54,10 +55,10 @@ def test_section2_example(student):
     key = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     value = torch.tensor([[10.0, 0.0], [0.0, 10.0], [10.0, 10.0]])
     output, weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
-    assert_shape(weights, (1, 3), "第 2 节例子的权重")
-    assert_shape(output, (1, 2), "第 2 节例子的输出")
-    assert_close(weights, torch.tensor([[0.4011, 0.1978, 0.4011]]), "第 2 节例子的权重（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
-    assert_close(output, torch.tensor([[8.0222, 5.9889]]), "第 2 节例子的输出（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
+    assert_shape(weights, (1, 3), _("第 2 节例子的权重"))
+    assert_shape(output, (1, 2), _("第 2 节例子的输出"))
+    assert_close(weights, torch.tensor([[0.4011, 0.1978, 0.4011]]), _("第 2 节例子的权重（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
+    assert_close(output, torch.tensor([[8.0222, 5.9889]]), _("第 2 节例子的输出（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
 
 
 @pytest.mark.weight(4)
@@ -65,29 +66,29 @@ def test_section7_unmasked(student):
     """第 7 节的三位置实验（不加掩码）：权重矩阵与第一行输出是否与本章一致？"""
     query, key, value = chapter_section7()
     output, weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
-    assert_shape(output, (1, 1, 3, 2), "第 7 节实验的输出")
-    assert_shape(weights, (1, 1, 3, 3), "第 7 节实验的权重")
-    assert_dtype(output, torch.float64, "第 7 节实验的输出")
-    assert_dtype(weights, torch.float64, "第 7 节实验的权重")
+    assert_shape(output, (1, 1, 3, 2), _("第 7 节实验的输出"))
+    assert_shape(weights, (1, 1, 3, 3), _("第 7 节实验的权重"))
+    assert_dtype(output, torch.float64, _("第 7 节实验的输出"))
+    assert_dtype(weights, torch.float64, _("第 7 节实验的权重"))
     chapter_weights = torch.tensor(
         [[0.4011, 0.1978, 0.4011], [0.1978, 0.4011, 0.4011], [0.2483, 0.2483, 0.5035]], dtype=torch.float64
     )[None, None]
-    assert_close(weights, chapter_weights, "第 7 节未加掩码的权重（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
+    assert_close(weights, chapter_weights, _("第 7 节未加掩码的权重（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
     first_row = torch.tensor([8.0222, 5.9889], dtype=torch.float64)
-    assert_close(output[0, 0, 0], first_row, "第 7 节第一行加权结果（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
+    assert_close(output[0, 0, 0], first_row, _("第 7 节第一行加权结果（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
 
 
 def assert_random_case(student, query, key, value):
     """The (2, 3, 4, 6) random case in ``query``'s dtype: shapes (2, 3, 4, 3) and (2, 3, 4, 6),
     the dtype kept, weights and output as the trusted implementation gives them."""
     output, weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
-    assert_shape(output, (2, 3, 4, 3), "输出")
-    assert_shape(weights, (2, 3, 4, 6), "权重")
-    assert_dtype(output, query.dtype, "输出")
-    assert_dtype(weights, query.dtype, "权重")
+    assert_shape(output, (2, 3, 4, 3), _("输出"))
+    assert_shape(weights, (2, 3, 4, 6), _("权重"))
+    assert_dtype(output, query.dtype, _("输出"))
+    assert_dtype(weights, query.dtype, _("权重"))
     expected_output, expected_weights = trusted(query, key, value)
-    assert_close(weights, expected_weights, "权重")
-    assert_close(output, expected_output, "输出")
+    assert_close(weights, expected_weights, _("权重"))
+    assert_close(output, expected_output, _("输出"))
 
 
 @pytest.mark.weight(4)
@@ -106,15 +107,15 @@ def test_random_float64(student):
 def test_other_leading_dims(student):
     """只有批次维 (B, T, d)、或者没有任何前导维 (T, d) 时，是否也能算对？"""
     output, weights = unpack_pair(student.scaled_attention(Q3, K3, V3), "scaled_attention")
-    assert_shape(output, (3, 2, 4), "三维输入的输出")
-    assert_shape(weights, (3, 2, 7), "三维输入的权重")
+    assert_shape(output, (3, 2, 4), _("三维输入的输出"))
+    assert_shape(weights, (3, 2, 7), _("三维输入的权重"))
     expected_output, expected_weights = trusted(Q3, K3, V3)
-    assert_close(weights, expected_weights, "三维输入的权重")
-    assert_close(output, expected_output, "三维输入的输出")
+    assert_close(weights, expected_weights, _("三维输入的权重"))
+    assert_close(output, expected_output, _("三维输入的输出"))
 
     output, weights = unpack_pair(student.scaled_attention(Q2, K2, V2, None), "scaled_attention")
-    assert_shape(output, (1, 4), "二维输入（一个查询、7 把键）的输出")
-    assert_shape(weights, (1, 7), "二维输入（一个查询、7 把键）的权重")
+    assert_shape(output, (1, 4), _("二维输入（一个查询、7 把键）的输出"))
+    assert_shape(weights, (1, 7), _("二维输入（一个查询、7 把键）的权重"))
     expected_output, expected_weights = trusted(Q2, K2, V2)
-    assert_close(weights, expected_weights, "二维输入（一个查询、7 把键）的权重")
-    assert_close(output, expected_output, "二维输入（一个查询、7 把键）的输出")
+    assert_close(weights, expected_weights, _("二维输入（一个查询、7 把键）的权重"))
+    assert_close(output, expected_output, _("二维输入（一个查询、7 把键）的输出"))

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from attnkit.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
 from .attention_checks import unpack_pair
+from .messages import _
 
 pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention")]
 
@@ -52,10 +53,10 @@ def assert_blocked_zero(weights, allowed, what):
     leaked = blocked & (weights != 0)
     if leaked.any():
         index = tuple(int(i) for i in leaked.nonzero()[0])
-        fail(
-            f"{what}：不允许访问的位置应得到 0 权重，但位置 {fmt_index(index)} 的权重为 "
-            f"{fmt_number(float(weights[index]))}（共 {int(leaked.sum())} 处不为 0）。"
-        )
+        count = int(leaked.sum())
+        fail(ngettext("{what}：不允许访问的位置应得到 0 权重，但位置 {index} 的权重为 {weight}（共 {count} 处不为 0）。",
+                      "{what}：不允许访问的位置应得到 0 权重，但位置 {index} 的权重为 {weight}（共 {count} 处不为 0）。", count).format(
+            what=what, index=fmt_index(index), weight=fmt_number(float(weights[index])), count=count))
 
 
 @pytest.mark.weight(4)
@@ -65,35 +66,35 @@ def test_section7_causal(student):
     value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]
     allowed = torch.ones(3, 3, dtype=torch.bool).tril()
     output, weights = unpack_pair(student.scaled_attention(query, query.clone(), value, allowed), "scaled_attention")
-    assert_shape(output, (1, 1, 3, 2), "第 7 节因果输出")
-    assert_shape(weights, (1, 1, 3, 3), "第 7 节因果权重")
-    assert_dtype(output, torch.float64, "第 7 节因果输出")
+    assert_shape(output, (1, 1, 3, 2), _("第 7 节因果输出"))
+    assert_shape(weights, (1, 1, 3, 3), _("第 7 节因果权重"))
+    assert_dtype(output, torch.float64, _("第 7 节因果输出"))
     chapter_weights = torch.tensor([[1.0, 0.0, 0.0], [0.3302, 0.6698, 0.0], [0.2483, 0.2483, 0.5035]], dtype=torch.float64)
     chapter_output = torch.tensor([[10.0, 0.0], [3.3024, 6.6976], [7.5174, 7.5174]], dtype=torch.float64)
-    assert_close(weights, chapter_weights[None, None], "第 7 节因果权重（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
-    assert_close(output, chapter_output[None, None], "第 7 节因果输出（保留 4 位小数）", atol=CHAPTER_ATOL, rtol=0)
+    assert_close(weights, chapter_weights[None, None], _("第 7 节因果权重（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
+    assert_close(output, chapter_output[None, None], _("第 7 节因果输出（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
 
 
-def assert_masked_case(student, query, key, value, allowed, label):
+def assert_masked_case(student, query, key, value, allowed, output_label, weights_label):
     """The (2, 3, 4, 6) random case under ``allowed``: shapes, dtype kept, blocked keys at
     weight 0, weights and output as the trusted implementation gives them."""
     output, weights = unpack_pair(student.scaled_attention(query, key, value, allowed), "scaled_attention")
-    assert_shape(output, (2, 3, 4, 3), f"{label}输出")
-    assert_shape(weights, (2, 3, 4, 6), f"{label}权重")
-    assert_dtype(output, query.dtype, f"{label}输出")
-    assert_blocked_zero(weights, allowed, f"{label}权重")
+    assert_shape(output, (2, 3, 4, 3), output_label)
+    assert_shape(weights, (2, 3, 4, 6), weights_label)
+    assert_dtype(output, query.dtype, output_label)
+    assert_blocked_zero(weights, allowed, weights_label)
     expected_output, expected_weights = trusted(query, key, value, allowed)
-    assert_close(weights, expected_weights, f"{label}权重")
-    assert_close(output, expected_output, f"{label}输出")
+    assert_close(weights, expected_weights, weights_label)
+    assert_close(output, expected_output, output_label)
 
 
 @pytest.mark.weight(3)
 def test_2d_mask_broadcast(student):
     """二维掩码 (T_q, T_k) 配四维输入（float32）：被屏蔽的键权重是否为 0、结果是否与 PyTorch 一致？"""
-    assert_masked_case(student, Q.float(), K.float(), V.float(), ALLOWED_2D, "加掩码后的")
+    assert_masked_case(student, Q.float(), K.float(), V.float(), ALLOWED_2D, _("加掩码后的输出"), _("加掩码后的权重"))
 
 
 @pytest.mark.weight(3)
 def test_padding_mask_broadcast(student):
     """形状 (B, 1, 1, T_k) 的填充掩码（float64）：是否对所有头、所有查询广播，并屏蔽 PAD 键？"""
-    assert_masked_case(student, Q, K, V, PADDING, "加填充掩码后的")
+    assert_masked_case(student, Q, K, V, PADDING, _("加填充掩码后的输出"), _("加填充掩码后的权重"))

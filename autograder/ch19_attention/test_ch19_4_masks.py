@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from . import reference
 from attnkit.checks import assert_bool_equal, assert_close, assert_tensor, fail, fmt_shape
+from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_masks")
 
@@ -38,10 +39,10 @@ def test_padding_allowed(student):
     """padding_allowed(lengths, size)：形状是否为 (B, 1, 1, size)，且只在键位置小于序列长度处为 True？"""
     lengths = torch.tensor([3, 5, 1])
     got = student.padding_allowed(lengths, 5)
-    assert_bool_equal(got, expected_padding(lengths, 5), "padding_allowed(长度 [3, 5, 1], 5)")
+    assert_bool_equal(got, expected_padding(lengths, 5), _("padding_allowed(长度 [3, 5, 1], 5)"))
     lengths = torch.tensor([2, 4])
     got = student.padding_allowed(lengths, 6)
-    assert_bool_equal(got, expected_padding(lengths, 6), "padding_allowed(长度 [2, 4], 6)")
+    assert_bool_equal(got, expected_padding(lengths, 6), _("padding_allowed(长度 [2, 4], 6)"))
 
 
 @pytest.mark.weight(5)
@@ -50,10 +51,10 @@ def test_causal_and_padding_combined(student):
     """把你的因果掩码与填充掩码用 & 组合后做注意力（长度 4 与 2 的两个序列）：结果是否正确？"""
     lengths = torch.tensor([4, 2])
     causal = assert_tensor(student.causal_allowed(4), "causal_allowed(4)")
-    padding = assert_tensor(student.padding_allowed(lengths, 4), "padding_allowed(长度 [4, 2], 4)")
-    for name, mask in (("causal_allowed(4)", causal), ("padding_allowed(长度 [4, 2], 4)", padding)):
+    padding = assert_tensor(student.padding_allowed(lengths, 4), _("padding_allowed(长度 [4, 2], 4)"))
+    for name, mask in (("causal_allowed(4)", causal), (_("padding_allowed(长度 [4, 2], 4)"), padding)):
         if mask.dtype != torch.bool:
-            fail(f"{name} 应是布尔张量（torch.bool），实际数据类型为 {mask.dtype}。")
+            fail(_("{name} 应是布尔张量（torch.bool），实际数据类型为 {dtype}。").format(name=name, dtype=mask.dtype))
     try:
         # Shapes first, values after: two thin masks ((n, 1) and (1, n)) would broadcast to n * n
         # elements on the trusted side if `&` came before this check.
@@ -61,17 +62,15 @@ def test_causal_and_padding_combined(student):
             raise RuntimeError("does not fit")
         combined = causal & padding
     except RuntimeError:
-        fail(
-            f"因果掩码 {fmt_shape(causal.shape)} 与填充掩码 {fmt_shape(padding.shape)} 用 & 组合后"
-            "无法广播到 (批次 2, 头数 2, 4 个查询, 4 把键)。"
-        )
+        fail(_("因果掩码 {causal} 与填充掩码 {padding} 用 & 组合后无法广播到 (批次 2, 头数 2, 4 个查询, 4 把键)。").format(
+            causal=fmt_shape(causal.shape), padding=fmt_shape(padding.shape)))
     expected_mask = expected_causal(4) & expected_padding(lengths, 4)
     generator = torch.Generator().manual_seed(1904)
     query, key, value = (torch.randn(2, 2, 4, size, generator=generator, dtype=torch.float64) for size in (3, 3, 2))
     try:
-        output, _ = reference.scaled_attention(query, key, value, combined)
+        output, _unused = reference.scaled_attention(query, key, value, combined)
     except ValueError:
-        fail("两个掩码组合后，有的查询一个键也不能访问（整行为 False）；"
-             "而正确的组合下每个查询至少能访问自己所在序列的第一个位置。")
+        fail(_("两个掩码组合后，有的查询一个键也不能访问（整行为 False）；"
+             "而正确的组合下每个查询至少能访问自己所在序列的第一个位置。"))
     expected = F.scaled_dot_product_attention(query, key, value, attn_mask=expected_mask)
-    assert_close(output, expected, "用组合掩码算出的注意力输出")
+    assert_close(output, expected, _("用组合掩码算出的注意力输出"))

@@ -17,6 +17,7 @@ from attnkit.proxy import StudentRaised
 from . import reference
 from attnkit.checks import assert_shape, fail, fmt_index, max_change
 from .attention_checks import assert_real_attention, unpack_pair
+from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_future")
 
@@ -40,20 +41,17 @@ def causal(size):
 
 def check_positions(before, after, changed, what, shape):
     """Outputs before ``changed`` unchanged, output at ``changed`` changed (positions on dim -2)."""
-    assert_shape(before, shape, f"{what}（改动前）的输出")
-    assert_shape(after, shape, f"{what}（改动后）的输出")
+    assert_shape(before, shape, _("{what}（改动前）的输出").format(what=what))
+    assert_shape(after, shape, _("{what}（改动后）的输出").format(what=what))
     moved, index = max_change(before[..., :changed, :], after[..., :changed, :])
     if moved > UNCHANGED:
-        fail(
-            f"{what}：只改动了第 {changed + 1} 个位置，前 {changed} 个位置的输出却变了"
-            f"（最大变化 {moved:.4g}，在位置 {fmt_index(index)}）。它们不应有访问这个位置的通路。"
-        )
-    own, _ = max_change(before[..., changed, :], after[..., changed, :])
+        fail(_("{what}：只改动了第 {position} 个位置，前 {earlier} 个位置的输出却变了"
+               "（最大变化 {moved}，在位置 {index}）。它们不应有访问这个位置的通路。").format(
+            what=what, position=changed + 1, earlier=changed, moved=f"{moved:.4g}", index=fmt_index(index)))
+    own, _unused = max_change(before[..., changed, :], after[..., changed, :])
     if not own > CHANGED:
-        fail(
-            f"{what}：改动第 {changed + 1} 个位置后，它自己的输出没有任何变化；"
-            "这个位置应能访问自己的信息，输出应随之改变。"
-        )
+        fail(_("{what}：改动第 {position} 个位置后，它自己的输出没有任何变化；"
+               "这个位置应能访问自己的信息，输出应随之改变。").format(what=what, position=changed + 1))
 
 
 @pytest.mark.weight(3)
@@ -63,10 +61,10 @@ def test_future_key_and_value_do_not_leak(student):
     changed_key, changed_value = K.clone(), V.clone()
     changed_key[..., 2, :] += 100
     changed_value[..., 2, :] -= 100
-    before, _ = unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")
-    after, _ = unpack_pair(student.scaled_attention(Q, changed_key, changed_value, causal(T)), "scaled_attention")
-    check_positions(before, after, 2, "因果注意力（改动第 3 个位置的键和值）", (2, 2, T, 2))
-    assert_real_attention(before, reference.scaled_attention(Q, K, V, causal(T))[0], "因果注意力（改动前）的输出")
+    before, _unused = unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")
+    after, _unused = unpack_pair(student.scaled_attention(Q, changed_key, changed_value, causal(T)), "scaled_attention")
+    check_positions(before, after, 2, _("因果注意力（改动第 3 个位置的键和值）"), (2, 2, T, 2))
+    assert_real_attention(before, reference.scaled_attention(Q, K, V, causal(T))[0], _("因果注意力（改动前）的输出"))
 
 
 @pytest.mark.weight(2)
@@ -75,10 +73,10 @@ def test_later_query_does_not_change_earlier_outputs(student):
     """第 8 节问题 7：不加掩码，只改动第 4 个查询，前 3 个输出是否不变（第 4 个输出改变）？"""
     changed_query = Q.clone()
     changed_query[..., 3, :] = -2 * changed_query[..., 3, :] + 1
-    before, _ = unpack_pair(student.scaled_attention(Q, K, V), "scaled_attention")
-    after, _ = unpack_pair(student.scaled_attention(changed_query, K, V), "scaled_attention")
-    check_positions(before, after, 3, "改动第 4 个查询", (2, 2, T, 2))
-    assert_real_attention(before, reference.scaled_attention(Q, K, V)[0], "不加掩码时（改动前）的输出")
+    before, _unused = unpack_pair(student.scaled_attention(Q, K, V), "scaled_attention")
+    after, _unused = unpack_pair(student.scaled_attention(changed_query, K, V), "scaled_attention")
+    check_positions(before, after, 3, _("改动第 4 个查询"), (2, 2, T, 2))
+    assert_real_attention(before, reference.scaled_attention(Q, K, V)[0], _("不加掩码时（改动前）的输出"))
 
 
 def perturbed_input():
@@ -99,12 +97,13 @@ def test_multi_head_future_with_your_causal_mask(student):
     except StudentRaised as error:
         if error.type_name == "NotImplementedError":
             raise
-        fail(f"用你的 causal_allowed({T}) 作掩码调用 multi_head_attention 时出错（{error.type_name}：{str(error)[:300]}）。")
-    before, _ = unpack_pair(before, "multi_head_attention")
-    after, _ = unpack_pair(after, "multi_head_attention")
-    check_positions(before, after, 2, f"多头注意力 + 你的 causal_allowed({T})", (2, T, D))
+        fail(_("用你的 causal_allowed({size}) 作掩码调用 multi_head_attention 时出错（{type}：{message}）。").format(
+            size=T, type=error.type_name, message=str(error)[:300]))
+    before, _unused = unpack_pair(before, "multi_head_attention")
+    after, _unused = unpack_pair(after, "multi_head_attention")
+    check_positions(before, after, 2, _("多头注意力 + 你的 causal_allowed({size})").format(size=T), (2, T, D))
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
-    assert_real_attention(before, expected, f"多头注意力 + 你的 causal_allowed({T})（改动前）的输出")
+    assert_real_attention(before, expected, _("多头注意力 + 你的 causal_allowed({size})（改动前）的输出").format(size=T))
 
 
 @pytest.mark.weight(2)
@@ -112,10 +111,10 @@ def test_multi_head_future_with_your_causal_mask(student):
 @pytest.mark.depends_on("scaled_attention", "split_heads", "merge_heads")
 def test_multi_head_future_with_trusted_mask(student):
     """多头注意力配正确的因果掩码：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
-    before, _ = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
-    after, _ = unpack_pair(
+    before, _unused = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
+    after, _unused = unpack_pair(
         student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention"
     )
-    check_positions(before, after, 2, "多头注意力 + 因果掩码", (2, T, D))
+    check_positions(before, after, 2, _("多头注意力 + 因果掩码"), (2, T, D))
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
-    assert_real_attention(before, expected, "多头注意力 + 因果掩码（改动前）的输出")
+    assert_real_attention(before, expected, _("多头注意力 + 因果掩码（改动前）的输出"))

@@ -11,6 +11,7 @@ import torch
 
 from . import reference
 from attnkit.checks import assert_equal_exactly, assert_shape, expect_value_error, fail, fmt_number
+from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_heads")
 
@@ -20,22 +21,21 @@ X = torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6)  # (B=2, T=5, 
 def check_split(got, x, heads):
     batch, length, width = x.shape
     size = width // heads
-    what = f"split_heads(x, {heads})（x 的形状为 (2, 5, 6)）"
+    what = _("split_heads(x, {heads})（x 的形状为 (2, 5, 6)）").format(heads=heads)
     assert_shape(got, (batch, heads, length, size), what)
     if got.dtype != x.dtype:
-        fail(f"{what}的数据类型应与输入一致（{x.dtype}），实际为 {got.dtype}。")
+        fail(_("{what}的数据类型应与输入一致（{expected}），实际为 {got}。").format(what=what, expected=x.dtype, got=got.dtype))
     for b in range(batch):
         for r in range(heads):
             for t in range(length):
                 expected = x[b, t, r * size : (r + 1) * size]
                 if not torch.equal(got[b, r, t], expected):
-                    fail(
-                        f"split_heads(x, {heads}) 的元素放错了位置：第 {r + 1} 个头在第 {t + 1} 个位置（批次 {b + 1}）"
-                        f"应是该位置的第 {r * size + 1}–{(r + 1) * size} 个特征 "
-                        f"[{', '.join(fmt_number(float(v)) for v in expected)}]，"
-                        f"实际为 [{', '.join(fmt_number(float(v)) for v in got[b, r, t])}]。"
-                        "多头拆分的是每个位置的特征，不是序列。"
-                    )
+                    fail(_("split_heads(x, {heads}) 的元素放错了位置：第 {head} 个头在第 {position} 个位置（批次 {batch}）"
+                           "应是该位置的第 {first}–{last} 个特征 {expected}，实际为 {got}。"
+                           "多头拆分的是每个位置的特征，不是序列。").format(
+                        heads=heads, head=r + 1, position=t + 1, batch=b + 1, first=r * size + 1, last=(r + 1) * size,
+                        expected="[" + ", ".join(fmt_number(float(v)) for v in expected) + "]",
+                        got="[" + ", ".join(fmt_number(float(v)) for v in got[b, r, t]) + "]"))
 
 
 @pytest.mark.weight(4)
@@ -52,22 +52,22 @@ def test_merge_heads(student):
     """merge_heads：(2, 3, 5, 2) 拼回后形状是否为 (2, 5, 6)、元素是否到位，拆开再拼回是否得到原输入？"""
     heads = torch.arange(2 * 3 * 5 * 2, dtype=torch.float32).reshape(2, 3, 5, 2)
     got = student.merge_heads(heads)
-    assert_shape(got, (2, 5, 6), "merge_heads 的结果（输入形状为 (2, 3, 5, 2)）")
+    assert_shape(got, (2, 5, 6), _("merge_heads 的结果（输入形状为 (2, 3, 5, 2)）"))
     for b in range(2):
         for t in range(5):
             for r in range(3):
                 if not torch.equal(got[b, t, 2 * r : 2 * r + 2], heads[b, r, t]):
-                    fail(
-                        f"merge_heads 的元素放错了位置：批次 {b + 1}、第 {t + 1} 个位置的第 {2 * r + 1}–{2 * r + 2} 个特征"
-                        f"应来自第 {r + 1} 个头在同一位置的结果 [{', '.join(fmt_number(float(v)) for v in heads[b, r, t])}]，"
-                        f"实际为 [{', '.join(fmt_number(float(v)) for v in got[b, t, 2 * r : 2 * r + 2])}]。"
-                    )
+                    fail(_("merge_heads 的元素放错了位置：批次 {batch}、第 {position} 个位置的第 {first}–{last} 个特征"
+                           "应来自第 {head} 个头在同一位置的结果 {expected}，实际为 {got}。").format(
+                        batch=b + 1, position=t + 1, first=2 * r + 1, last=2 * r + 2, head=r + 1,
+                        expected="[" + ", ".join(fmt_number(float(v)) for v in heads[b, r, t]) + "]",
+                        got="[" + ", ".join(fmt_number(float(v)) for v in got[b, t, 2 * r : 2 * r + 2]) + "]"))
     round_trip = student.merge_heads(reference.split_heads(X, 2))
-    assert_equal_exactly(round_trip, X, "把 (2, 5, 6) 的输入拆成 2 个头再用 merge_heads 拼回的结果")
+    assert_equal_exactly(round_trip, X, _("把 (2, 5, 6) 的输入拆成 2 个头再用 merge_heads 拼回的结果"))
 
 
 @pytest.mark.weight(2)
 @pytest.mark.function("split_heads")
 def test_split_heads_rejects_indivisible_width(student):
     """宽度 6 不能被 4 个头整除：split_heads 是否抛出 ValueError？"""
-    expect_value_error(lambda: student.split_heads(X, 4), "宽度 6 不能被 4 个头整除时，split_heads")
+    expect_value_error(lambda: student.split_heads(X, 4), _("宽度 6 不能被 4 个头整除时，split_heads"))

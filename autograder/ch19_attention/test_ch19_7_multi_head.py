@@ -12,6 +12,7 @@ from torch import nn
 
 from attnkit.checks import assert_close, assert_dtype, assert_shape
 from .attention_checks import unpack_pair
+from .messages import _
 
 # Each test grades multi_head_attention alone: when the student's scaled_attention, split_heads or
 # merge_heads failed its own tests, a failing test here is re-run with the reference ones.
@@ -46,19 +47,19 @@ def pytorch_attention(x, heads, context=None, attn_mask=None, key_padding_mask=N
 
 def check(result, expected, what, shape_out, shape_weights):
     output, weights = unpack_pair(result, "multi_head_attention")
-    assert_shape(output, shape_out, f"{what}的输出")
-    assert_shape(weights, shape_weights, f"{what}的权重")
-    assert_dtype(output, torch.float32, f"{what}的输出")
+    assert_shape(output, shape_out, _("{what}的输出").format(what=what))
+    assert_shape(weights, shape_weights, _("{what}的权重").format(what=what))
+    assert_dtype(output, torch.float32, _("{what}的输出").format(what=what))
     expected_output, expected_weights = expected
-    assert_close(weights, expected_weights, f"{what}的权重（每个头一张）")
-    assert_close(output, expected_output, f"{what}的输出")
+    assert_close(weights, expected_weights, _("{what}的权重（每个头一张）").format(what=what))
+    assert_close(output, expected_output, _("{what}的输出").format(what=what))
 
 
 @pytest.mark.weight(5)
 def test_self_attention_matches_pytorch(student):
     """自注意力（B=2、T=5、D=6、2 个头，不加掩码）：输出与各头权重是否与 nn.MultiheadAttention 一致？"""
     result = student.multi_head_attention(X, W_Q, W_K, W_V, W_O, 2)
-    check(result, pytorch_attention(X, 2), "多头自注意力", (2, 5, D), (2, 2, 5, 5))
+    check(result, pytorch_attention(X, 2), _("多头自注意力"), (2, 5, D), (2, 2, 5, 5))
 
 
 @pytest.mark.weight(5)
@@ -66,15 +67,15 @@ def test_causal_self_attention_matches_pytorch(student):
     """加因果掩码的多头自注意力（2 个头）：输出与各头权重是否与 nn.MultiheadAttention 一致？"""
     allowed = torch.ones(5, 5, dtype=torch.bool).tril()
     result = student.multi_head_attention(X, W_Q, W_K, W_V, W_O, 2, allowed=allowed)
-    check(result, pytorch_attention(X, 2, attn_mask=~allowed), "加因果掩码的多头自注意力", (2, 5, D), (2, 2, 5, 5))
+    check(result, pytorch_attention(X, 2, attn_mask=~allowed), _("加因果掩码的多头自注意力"), (2, 5, D), (2, 2, 5, 5))
 
 
 @pytest.mark.weight(5)
 def test_cross_attention_matches_pytorch(student):
     """交叉注意力（3 个查询位置、5 个上下文位置、3 个头），不加掩码与加上下文填充掩码时是否都与 nn.MultiheadAttention 一致？"""
     result = student.multi_head_attention(X_SHORT, W_Q, W_K, W_V, W_O, 3, context=CONTEXT)
-    check(result, pytorch_attention(X_SHORT, 3, context=CONTEXT), "交叉注意力", (2, 3, D), (2, 3, 3, 5))
+    check(result, pytorch_attention(X_SHORT, 3, context=CONTEXT), _("交叉注意力"), (2, 3, D), (2, 3, 3, 5))
     padding = (torch.arange(5) < torch.tensor([5, 2])[:, None])[:, None, None, :]
     result = student.multi_head_attention(X_SHORT, W_Q, W_K, W_V, W_O, 3, allowed=padding, context=CONTEXT)
     expected = pytorch_attention(X_SHORT, 3, context=CONTEXT, key_padding_mask=~padding[:, 0, 0, :])
-    check(result, expected, "加上下文填充掩码的交叉注意力", (2, 3, D), (2, 3, 3, 5))
+    check(result, expected, _("加上下文填充掩码的交叉注意力"), (2, 3, D), (2, 3, 3, 5))

@@ -11,6 +11,7 @@ import torch
 
 from . import reference
 from attnkit.checks import answer_shape, judge_answers
+from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_shape_trace")
 
@@ -39,7 +40,7 @@ EXPECTED = traced_shapes()
 
 def check_answers(student, names):
     items = [(name, answer_shape, EXPECTED[name]) for name in names]
-    judge_answers(student, items, "这里是 D=12、三个头、B=4、T=5，不是第 6 节的例子：对照第 6 节，按各维的含义重新推一遍。")
+    judge_answers(student, items, _("这里是 D=12、三个头、B=4、T=5，不是第 6 节的例子：对照第 6 节，按各维的含义重新推一遍。"))
 
 
 @pytest.mark.weight(2)

@@ -14,7 +14,7 @@ from attnkit.checks import answer_bool, answer_int, answer_shape, judge_answers
 
 pytestmark = pytest.mark.grade_id("check_self_test")
 
-HINT = "回到第 8 节对应的问题再想一想。"
+HINT = N_("回到第 8 节对应的问题再想一想。")
 _g = torch.Generator().manual_seed(1909)
 
 
@@ -26,14 +26,14 @@ def test_output_and_weights_shapes(student):
     judge_answers(student, [
         ("answer_output_shape", answer_shape, tuple(output.shape)),
         ("answer_weights_shape", answer_shape, tuple(weights.shape)),
-    ], HINT)
+    ], _(HINT))
 
 
 @pytest.mark.weight(1)
 def test_causal_sees_current(student):
     """第 8 节问题 4：因果注意力能否访问输入的当前位置，答对了吗？"""
     sees_current = bool(reference.causal_allowed(4).diagonal().all())
-    judge_answers(student, [("answer_causal_sees_current", answer_bool, sees_current)], HINT)
+    judge_answers(student, [("answer_causal_sees_current", answer_bool, sees_current)], _(HINT))
 
 
 @pytest.mark.weight(1)
@@ -41,7 +41,7 @@ def test_heads_do_not_split_sequence(student):
     """第 8 节问题 5：两个头是否分别处理序列的前半段和后半段，答对了吗？"""
     x = torch.randn(1, 6, 4, generator=_g)
     every_head_sees_every_position = reference.split_heads(x, 2).shape[-2] == x.shape[1]
-    judge_answers(student, [("answer_heads_split_sequence", answer_bool, not every_head_sees_every_position)], HINT)
+    judge_answers(student, [("answer_heads_split_sequence", answer_bool, not every_head_sees_every_position)], _(HINT))
 
 
 @pytest.mark.weight(1)
@@ -53,7 +53,7 @@ def test_values_times_two(student):
     judge_answers(student, [
         ("answer_weights_factor", answer_int, round(float((weights2 / weights).mean()))),
         ("answer_output_factor", answer_int, round(float((output2 / output).mean()))),
-    ], HINT)
+    ], _(HINT))
 
 
 @pytest.mark.weight(1)
@@ -62,10 +62,10 @@ def test_earlier_outputs_and_growth(student):
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
     changed = query.clone()
     changed[2] += 1
-    before, _ = reference.scaled_attention(query, key, value)
-    after, _ = reference.scaled_attention(changed, key, value)
+    before, _unused = reference.scaled_attention(query, key, value)
+    after, _unused = reference.scaled_attention(changed, key, value)
     batch, heads = 2, 4  # any fixed batch and head count: the ratio of B*h*T*T
     judge_answers(student, [
         ("answer_earlier_outputs_change", answer_bool, not torch.equal(before[:2], after[:2])),
         ("answer_growth_factor", answer_int, (batch * heads * 300 * 300) // (batch * heads * 100 * 100)),
-    ], HINT)
+    ], _(HINT))

@@ -25,11 +25,11 @@ import importlib
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from attnkit import i18n
 from attnkit.constants import AUTOGRADER_ROOT, GraderError, SOLUTIONS_ROOT
 from attnkit.notebook import grade_cells
 
@@ -101,11 +101,25 @@ class Assignment:
         exec(compile((self.folder / f"{module}.py").read_text(encoding="utf-8"), str(self.folder / f"{module}.py"), "exec"), namespace)
         return str(namespace.get(attribute, ""))
 
-    @cached_property
+    # -- texts in the reader's language ---------------------------------------------------------
+    def _(self, message: str) -> str:
+        """A text of this assignment (manifest titles, the catalogue) in the current language:
+        Chinese as written, else from ``locale/<language>/LC_MESSAGES/assignment.po`` beside it."""
+        return i18n.translations(str(self.folder / "locale"), i18n.ASSIGNMENT_DOMAIN, i18n.language()).gettext(message)
+
+    @property
+    def page_title(self) -> str:
+        return self._(self.title)
+
+    def part_title(self, grade_id: str) -> str:
+        return self._(self.parts[grade_id].title) if grade_id in self.parts else i18n._("其他")
+
+    @property
     def mistakes(self) -> dict[str, dict[str, str]]:
-        """Mistake id -> {section, zh, en, function}, from the catalogue (for pages and summaries)."""
-        catalogue = self.catalogue()
-        return {m.id: {"section": m.section, "zh": m.zh, "en": m.en, "function": m.function} for m in catalogue.MISTAKES}
+        """Mistake id -> {section, zh, text, function} (``zh`` as written, ``text`` in the current
+        language), from the catalogue, for pages and summaries."""
+        return {m.id: {"section": self._(m.section), "zh": m.zh, "text": self._(m.zh), "function": m.function}
+                for m in self.catalogue().MISTAKES}
 
     def digest_files(self) -> list[Path]:
         """The files every result of this assignment depends on besides the submission."""

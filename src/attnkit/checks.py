@@ -1,4 +1,5 @@
-"""Curated checks for any assignment's hidden tests: every failure says, in Chinese, what was checked and what
+"""Curated checks for any assignment's hidden tests: every failure says, in the student's language
+(Chinese, or English through the engine's catalogue), what was checked and what
 went wrong (shapes, the largest error and where, the first wrong row), never the test's code.
 
 The plugin runs pytest with ``--assert=plain``, so the text of the AssertionError raised here is
@@ -12,7 +13,9 @@ from typing import Any
 
 import torch
 
+from attnkit import i18n
 from attnkit.proxy import StudentRaised
+from attnkit.i18n import _, ngettext
 
 # Tolerances by dtype, for results compared with a float64 expectation.
 # float32: machine epsilon ~1.2e-7; a softmax over <= 8 keys and a matmul over <= 8 terms of O(1)
@@ -41,7 +44,7 @@ def fmt_number(x: float) -> str:
 def fmt_row(row: torch.Tensor) -> str:
     values = row.reshape(-1).tolist()
     shown = [fmt_number(float(v)) if not isinstance(v, bool) else str(v) for v in values[:_MAX_SHOWN]]
-    more = "，…" if len(values) > _MAX_SHOWN else ""
+    more = _("，…") if len(values) > _MAX_SHOWN else ""
     return "[" + ", ".join(shown) + more + "]"
 
 
@@ -55,7 +58,10 @@ def fmt_index(index: tuple[int, ...]) -> str:
 
 
 def _w(label: str) -> str:
-    """A label followed by Chinese text: a space after Latin text or a closing bracket of code."""
+    """A label followed by Chinese text: a space after Latin text or a closing bracket of code
+    (English sentences put their own spaces)."""
+    if i18n.language() != "zh":
+        return label
     return label + " " if label and (label[-1].isascii() and label[-1] not in "。，") else label
 
 
@@ -65,20 +71,20 @@ def fail(message: str) -> None:
 
 def assert_tensor(got: Any, what: str) -> torch.Tensor:
     if not isinstance(got, torch.Tensor):
-        fail(f"{_w(what)}应是一个 torch.Tensor，实际得到的是 {type(got).__name__}。")
+        fail(_("{what}应是一个 torch.Tensor，实际得到的是 {type}。").format(what=_w(what), type=type(got).__name__))
     return got
 
 
 def assert_shape(got: Any, expected: Any, what: str) -> torch.Tensor:
     got = assert_tensor(got, what)
     if tuple(got.shape) != tuple(expected):
-        fail(f"{_w(what)}的形状应为 {fmt_shape(expected)}，实际为 {fmt_shape(got.shape)}。")
+        fail(_("{what}的形状应为 {expected}，实际为 {got}。").format(what=_w(what), expected=fmt_shape(expected), got=fmt_shape(got.shape)))
     return got
 
 
 def assert_dtype(got: torch.Tensor, expected: torch.dtype, what: str) -> None:
     if got.dtype != expected:
-        fail(f"{_w(what)}的数据类型应与输入一致（{expected}），实际为 {got.dtype}。")
+        fail(_("{what}的数据类型应与输入一致（{expected}），实际为 {got}。").format(what=_w(what), expected=expected, got=got.dtype))
 
 
 
@@ -87,7 +93,7 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
     """Shape, dtype-independent values within ``atol + rtol * |expected|``; names the worst element."""
     got = assert_shape(got, expected.shape, what)
     if not got.is_floating_point():
-        fail(f"{_w(what)}应是浮点张量，实际数据类型为 {got.dtype}。")
+        fail(_("{what}应是浮点张量，实际数据类型为 {dtype}。").format(what=_w(what), dtype=got.dtype))
     default_atol, default_rtol = TOLERANCE.get(got.dtype, TOLERANCE[torch.float32])
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
@@ -98,16 +104,20 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
     bad_value = ~torch.isfinite(g) & torch.isfinite(e)
     if bad_value.any():
         index = _first(bad_value)
-        fail(
-            f"{_w(what)}中出现了 {fmt_number(float(g[index]))}（第一处在位置 {fmt_index(index)}），"
-            f"期望是有限的数。{_row_text(g, e, index)}"
-        )
+        fail(i18n.sentences([
+            _("{what}中出现了 {value}（第一处在位置 {index}），期望是有限的数。").format(
+                what=_w(what), value=fmt_number(float(g[index])), index=fmt_index(index)),
+            _row_text(g, e, index),
+        ]))
     excess = (g - e).abs() - (atol + rtol * e.abs())
     excess = torch.where(torch.isnan(excess), torch.zeros_like(excess), excess)
     if excess.max() > 0:
         index = tuple(int(i) for i in torch.unravel_index(torch.argmax(excess), excess.shape))
         error = float((g - e).abs()[index])
-        fail(f"{_w(what)}与期望不符：最大误差 {error:.4g}，出现在位置 {fmt_index(index)}。{_row_text(g, e, index)}")
+        fail(i18n.sentences([
+            _("{what}与期望不符：最大误差 {error}，出现在位置 {index}。").format(what=_w(what), error=f"{error:.4g}", index=fmt_index(index)),
+            _row_text(g, e, index),
+        ]))
 
 
 def _first(mask: torch.Tensor) -> tuple[int, ...]:
@@ -116,41 +126,38 @@ def _first(mask: torch.Tensor) -> tuple[int, ...]:
 
 def _row_text(got: torch.Tensor, expected: torch.Tensor, index: tuple[int, ...]) -> str:
     if got.dim() == 0:
-        return f"应为 {fmt_number(float(expected))}，实际为 {fmt_number(float(got))}。"
+        return _("应为 {expected}，实际为 {got}。").format(expected=fmt_number(float(expected)), got=fmt_number(float(got)))
     if got.dim() == 1:
-        return f"应为 {fmt_row(expected)}，实际为 {fmt_row(got)}。"
+        return _("应为 {expected}，实际为 {got}。").format(expected=fmt_row(expected), got=fmt_row(got))
     row = index[:-1]
-    return f"位置 {fmt_index(row)} 这一行应为 {fmt_row(expected[row])}，实际为 {fmt_row(got[row])}。"
+    return _("位置 {row} 这一行应为 {expected}，实际为 {got}。").format(row=fmt_index(row), expected=fmt_row(expected[row]), got=fmt_row(got[row]))
 
 
 def assert_bool_equal(got: Any, expected: torch.Tensor, what: str) -> None:
     """A bool mask: dtype bool, the exact shape, the exact values (names the first difference)."""
     got = assert_tensor(got, what)
     if got.dtype != torch.bool:
-        fail(f"{_w(what)}应是布尔张量（torch.bool），实际数据类型为 {got.dtype}。")
+        fail(_("{what}应是布尔张量（torch.bool），实际数据类型为 {dtype}。").format(what=_w(what), dtype=got.dtype))
     assert_shape(got, expected.shape, what)
     different = got != expected
     if different.any():
         index = _first(different)
         count = int(different.sum())
-        fail(
-            f"{_w(what)}有 {count} 处取值不对，第一处在位置 {fmt_index(index)}："
-            f"应为 {bool(expected[index])}，实际为 {bool(got[index])}。"
-        )
+        fail(ngettext("{what}有 {count} 处取值不对，第一处在位置 {index}：应为 {expected}，实际为 {got}。",
+                      "{what}有 {count} 处取值不对，第一处在位置 {index}：应为 {expected}，实际为 {got}。", count).format(
+            what=_w(what), count=count, index=fmt_index(index), expected=bool(expected[index]), got=bool(got[index])))
 
 
 def assert_equal_exactly(got: Any, expected: torch.Tensor, what: str) -> None:
     """Pure data movement (reshape/transpose) must reproduce the elements exactly."""
     got = assert_shape(got, expected.shape, what)
     if got.dtype != expected.dtype:
-        fail(f"{_w(what)}的数据类型应为 {expected.dtype}，实际为 {got.dtype}。")
+        fail(_("{what}的数据类型应为 {expected}，实际为 {got}。").format(what=_w(what), expected=expected.dtype, got=got.dtype))
     different = got != expected
     if different.any():
         index = _first(different)
-        fail(
-            f"{_w(what)}的元素放错了位置：第一处不同在位置 {fmt_index(index)}，"
-            f"应为 {fmt_number(float(expected[index]))}，实际为 {fmt_number(float(got[index]))}。"
-        )
+        fail(_("{what}的元素放错了位置：第一处不同在位置 {index}，应为 {expected}，实际为 {got}。").format(
+            what=_w(what), index=fmt_index(index), expected=fmt_number(float(expected[index])), got=fmt_number(float(got[index]))))
 
 
 def max_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]]:
@@ -174,13 +181,12 @@ def expect_value_error(call: Any, what: str) -> None:
     except StudentRaised as error:
         if error.type_name == "NotImplementedError":
             raise  # the plugin says "not finished yet"
-        fail(f"{_w(what)}应抛出 ValueError，实际抛出了 {error.type_name}：{str(error)[:300]}")
-    detail = ""
+        fail(_("{what}应抛出 ValueError，实际抛出了 {type}：{message}").format(what=_w(what), type=error.type_name, message=str(error)[:300]))
     if isinstance(result, (tuple, list)):
         tensors = [item for item in result if isinstance(item, torch.Tensor)]
         if any(t.is_floating_point() and torch.isnan(t).any() for t in tensors):
-            detail = "（返回值中出现了 NaN）"
-    fail(f"{_w(what)}应抛出 ValueError，但你的函数正常返回了{detail}。")
+            fail(_("{what}应抛出 ValueError，但你的函数正常返回了（返回值中出现了 NaN）。").format(what=_w(what)))
+    fail(_("{what}应抛出 ValueError，但你的函数正常返回了。").format(what=_w(what)))
 
 
 # -- answer cells --------------------------------------------------------------------------------
@@ -205,35 +211,35 @@ def _integral(value: Any) -> int | None:
 def answer_shape(value: Any, name: str) -> tuple[int, ...]:
     """A shape answer: a tuple or list of integers (floats of integral value accepted)."""
     if value is None:
-        fail(f"{name} 还没有填写。")
+        fail(_("{name} 还没有填写。").format(name=name))
     if isinstance(value, torch.Tensor) and value.dim() == 1:
         value = value.tolist()
     if not isinstance(value, (tuple, list)):
-        fail(f"{name} 应是一个形状，写成整数元组，例如 (2, 3)；实际得到的是 {type(value).__name__}。")
+        fail(_("{name} 应是一个形状，写成整数元组，例如 (2, 3)；实际得到的是 {type}。").format(name=name, type=type(value).__name__))
     numbers = [_integral(item) for item in value]
     if any(n is None for n in numbers):
-        fail(f"{name} 的每一项都应是整数，实际为 {list(value)!r}。")
+        fail(_("{name} 的每一项都应是整数，实际为 {value}。").format(name=name, value=repr(list(value))))
     return tuple(numbers)  # type: ignore[arg-type]
 
 
 def answer_int(value: Any, name: str) -> int:
     if value is None:
-        fail(f"{name} 还没有填写。")
+        fail(_("{name} 还没有填写。").format(name=name))
     number = _integral(value)
     if number is None:
-        fail(f"{name} 应是一个整数（倍数），实际得到的是 {value!r}。")
+        fail(_("{name} 应是一个整数（倍数），实际得到的是 {value}。").format(name=name, value=repr(value)))
     return number  # type: ignore[return-value]
 
 
 def answer_bool(value: Any, name: str) -> bool:
     if value is None:
-        fail(f"{name} 还没有填写。")
+        fail(_("{name} 还没有填写。").format(name=name))
     value = _plain(value)
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    fail(f"{name} 应是 True 或 False，实际得到的是 {value!r}。")
+    fail(_("{name} 应是 True 或 False，实际得到的是 {value}。").format(name=name, value=repr(value)))
     raise AssertionError  # unreachable
 
 
@@ -251,6 +257,6 @@ def judge_answers(student: Any, items: list[tuple[str, Any, Any]], hint: str) ->
         if value != expected:
             wrong.append(name)
     if wrong:
-        problems.append(f"答案不对：{'、'.join(wrong)}。{hint}")
+        problems.append(i18n.sentences([_("答案不对：{names}。").format(names=i18n.join(wrong)), hint]))
     if problems:
-        fail("".join(problems))
+        fail(i18n.sentences(problems))

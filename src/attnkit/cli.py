@@ -26,6 +26,8 @@ from rich.text import Text
 from attnkit import __version__
 from attnkit.assignment import Assignment, discover
 from attnkit.constants import AUTOGRADER_ROOT, DEFAULT_MEMORY_MB, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
+from attnkit import i18n
+from attnkit.i18n import _, ngettext
 from attnkit.engine import (
     Job,
     find_jobs,
@@ -57,8 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description="Grade a class's notebooks with hidden test suites, in sandboxes.")
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
     parser.add_argument("--verbose", action="store_true", help="more detail: each graded submission, and the traceback of a failure")
+    language = argparse.ArgumentParser(add_help=False)
+    language.add_argument(
+        "--lang", choices=i18n.LANGUAGES, default=None,
+        help=f"language of the console output, report.html and feedback pages (default: ${i18n.ENV_VARIABLE}, else zh)",
+    )
+    parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None, dest="top_lang", help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
-    grade = commands.add_parser("grade", help="grade a class in nbgrader's layout")
+    grade = commands.add_parser("grade", parents=[language], help="grade a class in nbgrader's layout")
     grade.add_argument("--submitted", type=Path, required=True, help="DIR/<student_id>/<assignment>/<notebook>.ipynb")
     grade.add_argument("--out", type=Path, required=True, help="where grades.csv, report.html and per-student results go")
     grade.add_argument("--jobs", type=int, default=None, help="parallel workers (default: number of cores)")
@@ -76,17 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the notebooks without an isolated sandbox where the OS gives none: only for notebooks you trust",
     )
 
-    check = commands.add_parser("check", help="grade one notebook (self-study) and print the feedback")
+    check = commands.add_parser("check", parents=[language], help="grade one notebook (self-study) and print the feedback")
     check.add_argument("notebook", type=Path)
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
     check.add_argument("--assignment", default=None, help="the assignment (default: the one whose notebook has this file's name)")
 
-    intake = commands.add_parser("collect", help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
+    intake = commands.add_parser("collect", parents=[language], help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
     intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
     intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
     intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: the only one)")
 
-    merge = commands.add_parser("merge", help="combine shard outputs into one grades.csv and report")
+    merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
     merge.add_argument("--out", type=Path, required=True)
     return parser
@@ -200,13 +208,13 @@ def read_skipped(out: Path) -> list[dict[str, str]]:
 
 
 def summary_table(all_results: list[dict[str, Any]]) -> Table:
-    table = Table(title="评分结果")
-    for column in ("学生", "分数", "诊断", "问题"):
+    table = Table(title=_("评分结果"))
+    for column in (_("学生"), _("分数"), _("诊断"), _("问题")):
         table.add_column(column)
     for r in sorted(all_results, key=lambda r: r["student_id"]):
-        score = "未评分" if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
+        score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
         # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
-        table.add_row(*(Text(cell) for cell in (r["student_id"], score, ", ".join(r["diagnoses"]) or "-", "；".join(r["problems"])[:60] or "-")))
+        table.add_row(*(Text(cell) for cell in (r["student_id"], score, ", ".join(r["diagnoses"]) or "-", _("；").join(r["problems"])[:60] or "-")))
     return table
 
 
@@ -219,8 +227,9 @@ def command_grade(args: argparse.Namespace) -> int:
     suites = discover(args.autograder)
     intake = find_jobs(args.submitted, suites, args.assignment)
     if not intake.jobs and not intake.skipped:
-        layout = "、".join(f"<学号>/{suite.name}/{suite.notebook}" for suite in suites.values())
-        raise GraderError(f"提交文件夹 {args.submitted} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交")
+        layout = i18n.join(_("<学号>/{assignment}/{notebook}").format(assignment=suite.name, notebook=suite.notebook) for suite in suites.values())
+        raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(
+            folder=args.submitted, layout=layout))
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
@@ -230,15 +239,18 @@ def command_grade(args: argparse.Namespace) -> int:
     record_shard(args.out, args.shard)
     repair_outputs(args.out, suites)
     if not args.quiet:
-        console.print(f"{len(jobs)} 份提交；{len(jobs) - len(todo)} 份未变化，跳过；{len(todo)} 份需要评分（{workers} 个进程）")
+        console.print(_("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
+            total=len(jobs), unchanged=len(jobs) - len(todo), todo=len(todo), workers=workers))
     # No refresh thread: workers are forked from this process, which must not run other threads.
-    with Progress(TextColumn("评分"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet, auto_refresh=False) as progress:
+    with Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet, auto_refresh=False) as progress:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
             results = write_record(args.out, record, suites)
             if args.verbose:
-                progress.console.print(f"{results['student_id']}/{results['assignment']}：{results['score']:g}/{results['max_score']:g}（{results['seconds']:.2f} 秒）")
+                progress.console.print(_("{student}/{assignment}：{score}/{max_score}（{seconds} 秒）").format(
+                    student=results["student_id"], assignment=results["assignment"], score=f"{results['score']:g}",
+                    max_score=f"{results['max_score']:g}", seconds=f"{results['seconds']:.2f}"), markup=False)
             progress.advance(task)
             progress.refresh()
 
@@ -259,19 +271,23 @@ def command_grade(args: argparse.Namespace) -> int:
         atomic_write(args.out / "grades.csv", grades_csv(all_results, suites, totals))
         if not args.quiet:
             manual = sum(1 for t in totals.values() if t["manual"] is not None)
-            console.print(f"已记入 {args.gradebook}（{len(totals)} 份提交，其中 {manual} 份已有人工评分）；"
-                          f"grades.csv 的 total 列与 nbgrader export 的 score 一致", soft_wrap=True, markup=False)
+            console.print(_("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；"
+                            "grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
+                gradebook=args.gradebook, count=len(totals), manual=manual), soft_wrap=True, markup=False)
     # Always printed, --quiet or not: these need the TA's attention.
     for r in not_graded:
-        console.print(f"未评分：{r['student_id']}/{r['assignment']}：{r['not_graded']}", markup=False)
+        console.print(_("未评分：{student}/{assignment}：{reason}").format(
+            student=r["student_id"], assignment=r["assignment"], reason=r["not_graded"]), markup=False)
     for item in skipped:
-        console.print(f"已跳过：{item['where']}：{item['reason']}", markup=False)
+        console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
     if not args.quiet:
         console.print(summary_table(all_results))
         console.print(isolation_line(all_results))
-        console.print(f"已写入 {args.out / 'grades.csv'} 与 {args.out / 'report.html'}（{time.perf_counter() - started:.1f} 秒）")
+        console.print(_("已写入 {csv} 与 {report}（{seconds} 秒）").format(
+            csv=args.out / "grades.csv", report=args.out / "report.html", seconds=f"{time.perf_counter() - started:.1f}"), markup=False)
     if not_graded or skipped:
-        console.print(f"{len(not_graded)} 份提交未能评分，{len(skipped)} 项被跳过（见 report.html）", markup=False)
+        console.print(_("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(
+            not_graded=len(not_graded), skipped=len(skipped)), markup=False)
         return 1
     return 0
 
@@ -281,17 +297,17 @@ def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: st
     the only one there is."""
     if name is not None:
         if name not in suites:
-            raise GraderError(f"未知作业 {name}（已有：{'、'.join(suites)}）")
+            raise GraderError(_("未知作业 {name}（已有：{known}）").format(name=name, known=i18n.join(suites)))
         return suites[name]
     matching = [suite for suite in suites.values() if suite.notebook == notebook] or (list(suites.values()) if len(suites) == 1 else [])
     if len(matching) != 1:
-        raise GraderError(f"无法确定 {notebook} 属于哪项作业：请用 --assignment 指定（{'、'.join(suites)}）")
+        raise GraderError(_("无法确定 {notebook} 属于哪项作业：请用 --assignment 指定（{known}）").format(notebook=notebook, known=i18n.join(suites)))
     return matching[0]
 
 
 def command_check(args: argparse.Namespace) -> int:
     if not args.notebook.is_file():
-        raise GraderError(f"no such notebook: {args.notebook}")
+        raise GraderError(_("找不到笔记本：{path}").format(path=args.notebook))
     assignment = assignment_for(discover(), args.assignment, args.notebook.name)
     with tempfile.TemporaryDirectory(prefix="attnkit-check-") as scratch:
         submitted = Path(scratch) / "submitted" / "me" / assignment.name
@@ -300,33 +316,37 @@ def command_check(args: argparse.Namespace) -> int:
         out = args.out or Path(scratch) / "out"
         # One's own notebook: it may run unisolated where the OS gives no sandbox, and says so.
         grade_args = build_parser().parse_args(
-            ["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force", "--no-isolation"]
+            ["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force", "--no-isolation",
+             "--lang", i18n.language()]
         )
         code = command_grade(grade_args)
         results = collect(out)[0]
         if results.get("isolation") != "isolated":
-            print("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。")
-        for part in assignment.parts.values():
-            scores = results["parts"].get(part.grade_id, {})
-            print(f"{part.title:<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+            print(_("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。"))
+        for grade_id in assignment.parts:
+            scores = results["parts"].get(grade_id, {})
+            print(f"{assignment.part_title(grade_id):<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
         tests = [dict(test) for test in results["tests"]]
         for cause in causes(tests):  # each runtime error once, before the tests it broke
-            print(f"从这里开始 {cause['number']}：你的 {cause['function']} 抛出了 {cause['type']}（{len(cause['tests'])} 项检查因此未通过）")
+            print(ngettext("从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
+                           "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）", len(cause["tests"])).format(
+                number=cause["number"], function=cause["function"], type=cause["type"], count=len(cause["tests"])))
             if cause.get("text"):
-                print(f"  出错的一行：{cause['place']}：{cause['text']}")
+                print("  " + _("出错的一行：{place}：{text}").format(place=cause["place"], text=cause["text"]))
             if cause.get("explanation"):
                 print(f"  {cause['explanation']}")
         for test in tests:
             if test.get("cause"):
-                print(f"  ✘ {test['name']}：见「从这里开始 {test['cause']}」")
+                print("  ✘ " + _("{name}：见「从这里开始 {number}」").format(name=test["name"], number=test["cause"]))
             elif test["status"] != "passed":
-                print(f"  ✘ {test['name']}：{test['output']}")
+                print("  ✘ " + _("{name}：{output}").format(name=test["name"], output=test["output"]))
         for mistake in results["diagnoses"]:
             info = assignment.mistakes.get(mistake, {})
-            print(f"诊断 {mistake}（{info.get('section', '')}）：{info.get('zh', '')}")
-        print(f"总分 {results['score']:g}/{results['max_score']:g}")
+            print(_("诊断 {mistake}（{section}）：{explanation}").format(
+                mistake=mistake, section=info.get("section", ""), explanation=info.get("text", "")))
+        print(_("总分 {score}/{max_score}").format(score=f"{results['score']:g}", max_score=f"{results['max_score']:g}"))
         if args.out:
-            print(f"反馈页面：{out / STUDENTS_FOLDER / 'me' / assignment.name / 'feedback.html'}")
+            print(_("反馈页面：{path}").format(path=out / STUDENTS_FOLDER / "me" / assignment.name / "feedback.html"))
     return code
 
 
@@ -363,10 +383,10 @@ def check_shard_set(folders: list[Path]) -> None:
     """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
-        raise GraderError(f"找不到要合并的文件夹：{'、'.join(missing)}")
+        raise GraderError(_("找不到要合并的文件夹：{folders}").format(folders=i18n.join(missing)))
     empty = [str(f) for f in folders if not (f / "grades.csv").is_file()]
     if empty:
-        raise GraderError(f"不是 attnkit grade 的输出（没有 grades.csv）：{'、'.join(empty)}")
+        raise GraderError(_("不是 attnkit grade 的输出（没有 grades.csv）：{folders}").format(folders=i18n.join(empty)))
     # A list, not a dict: the same folder given twice is a duplicate shard, not one shard.
     shards: list[tuple[Path, dict[str, int]]] = []
     for folder in folders:
@@ -375,24 +395,26 @@ def check_shard_set(folders: list[Path]) -> None:
         except FileNotFoundError:
             continue
         except ValueError as error:
-            raise GraderError(f"{folder / SHARD_FILE} 无法读取：{error}") from None
+            raise GraderError(_("{path} 无法读取：{error}").format(path=folder / SHARD_FILE, error=error)) from None
     if not shards:
         return  # whole runs (e.g. two sections of a class): nothing to check
     unsharded = [str(f) for f in folders if f not in {folder for folder, _ in shards}]
     if unsharded:
-        raise GraderError(f"这些文件夹不是用 --shard 评的，不能与分片混合合并：{'、'.join(unsharded)}")
+        raise GraderError(_("这些文件夹不是用 --shard 评的，不能与分片混合合并：{folders}").format(folders=i18n.join(unsharded)))
     counts = {info["count"] for _, info in shards}
     if len(counts) != 1:
-        raise GraderError(f"分片总数不一致：{sorted(counts)}（每个分片都要用同一个 n 运行 --shard i/n）")
+        raise GraderError(_("分片总数不一致：{counts}（每个分片都要用同一个 n 运行 --shard i/n）").format(counts=sorted(counts)))
     count = counts.pop()
     seen: dict[int, Path] = {}
     for folder, info in shards:
         if info["index"] in seen:
-            raise GraderError(f"分片 {info['index']}/{count} 出现两次：{seen[info['index']]} 与 {folder}")
+            raise GraderError(_("分片 {index}/{count} 出现两次：{first} 与 {second}").format(
+                index=info["index"], count=count, first=seen[info["index"]], second=folder))
         seen[info["index"]] = folder
     absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
     if absent:
-        raise GraderError(f"分片不全，缺少 {'、'.join(absent)}：请先运行 attnkit grade --shard {absent[0]} …，再合并")
+        raise GraderError(_("分片不全，缺少 {missing}：请先运行 attnkit grade --shard {first} …，再合并").format(
+            missing=i18n.join(absent), first=absent[0]))
 
 
 def command_merge(args: argparse.Namespace) -> int:
@@ -414,7 +436,7 @@ def command_merge(args: argparse.Namespace) -> int:
                     if (source / name).is_file():
                         atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
     write_class_outputs(args.out, list(all_results.values()), discover(), 0.0, skipped)
-    console.print(f"合并了 {len(all_results)} 份结果，写入 {args.out}")
+    console.print(_("合并了 {count} 份结果，写入 {out}").format(count=len(all_results), out=args.out), markup=False)
     return 1 if skipped or any(r.get("not_graded") for r in all_results.values()) else 0
 
 
@@ -425,14 +447,16 @@ def command_collect(args: argparse.Namespace) -> int:
     assignment = assignment_for(discover(), args.assignment, "")
     found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem])
     students = sorted({c.student_id for c in found.placed.values()})
-    console.print(f"已放入 {len(found.placed)} 份笔记本（{len(students)} 名学生）到 {args.submitted}")
+    console.print(_("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(
+        notebooks=len(found.placed), students=len(students), folder=args.submitted), markup=False)
     for candidate in sorted(found.superseded, key=lambda c: c.origin):
-        console.print(f"  较早的重交，未采用：{escape(candidate.origin)}", soft_wrap=True)
+        console.print("  " + _("较早的重交，未采用：{origin}").format(origin=candidate.origin), soft_wrap=True, markup=False)
     for origin, reason in sorted(found.unplaced):
         # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
-        console.print(f"  [red]无法放置[/red]：{escape(origin)}：{escape(reason)}", soft_wrap=True)
+        console.print("  " + escape(_("无法放置：{origin}：{reason}").format(origin=origin, reason=reason)), soft_wrap=True, style="red")
     if found.unplaced:
-        console.print(f"[red]{len(found.unplaced)} 个文件无法放置[/red]（见上）；请手工处理后再评分。")
+        console.print(ngettext("{count} 个文件无法放置（见上）；请手工处理后再评分。", "{count} 个文件无法放置（见上）；请手工处理后再评分。",
+                               len(found.unplaced)).format(count=len(found.unplaced)), style="red", markup=False)
         return 1
     return 0
 
@@ -448,13 +472,13 @@ def output_lock(out: Path) -> Iterator[None]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.seek(0)
-        holder = handle.read().strip() or "另一个进程"
+        holder = handle.read().strip() or _("另一个进程")
         handle.close()
-        raise GraderError(f"{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
-                           f"请等它结束，或换一个 --out。") from None
+        raise GraderError(_("{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
+                             "请等它结束，或换一个 --out。").format(out=out, holder=holder)) from None
     handle.seek(0)
     handle.truncate()
-    handle.write(f"进程 {os.getpid()}，开始于 {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.write(_("进程 {pid}，开始于 {time}").format(pid=os.getpid(), time=time.strftime("%Y-%m-%d %H:%M:%S")) + "\n")
     handle.flush()
     try:
         yield
@@ -465,6 +489,7 @@ def output_lock(out: Path) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command]
     try:
         if args.command in ("grade", "merge"):
@@ -474,11 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     except GraderError as error:
         if args.verbose:
             console.print(traceback.format_exc(), markup=False, highlight=False)
-        console.print(f"[red]无法评分：{escape(str(error))}[/red]", soft_wrap=True)
+        console.print(escape(_("无法评分：{reason}").format(reason=error)), soft_wrap=True, style="red")
         return 2
     except KeyboardInterrupt:
         # Every graded submission was written as it arrived; the next run skips those.
-        console.print("\n已中断。已评完的提交都已保存；再次运行同一条命令即可从中断处继续（只评剩下的）。")
+        console.print("\n" + _("已中断。已评完的提交都已保存；再次运行同一条命令即可从中断处继续（只评剩下的）。"), markup=False)
         return 130
 
 

@@ -32,6 +32,8 @@ import attnkit
 from attnkit.assignment import Assignment
 from attnkit.constants import STUDENTS_FOLDER, GraderError
 from attnkit.files import atomic_write
+from attnkit import i18n
+from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
@@ -46,7 +48,7 @@ class Skipped:
     """Something in the submissions folder that was not graded, and why (for the summary and report)."""
 
     where: str  # the path below the submissions folder, printable
-    reason: str  # Chinese
+    reason: str  # in the run's language
 
     def to_dict(self) -> dict[str, str]:
         return {"where": self.where, "reason": self.reason}
@@ -59,11 +61,14 @@ class Intake:
 
 
 @functools.cache
-def grader_digest(assignment: Assignment) -> str:
+def grader_digest(assignment: Assignment, language: str = i18n.DEFAULT_LANGUAGE) -> str:
     """What every result of an assignment depends on besides the submission: its hidden suite,
-    its source notebook (the points) and the engine."""
+    its source notebook (the points) and the engine, with their message catalogues, and the
+    language the messages are written in (a class graded in Chinese and then in English is
+    regraded: its stored messages are in the other language)."""
     engine = [p for p in Path(attnkit.__file__).parent.rglob("*") if p.is_file() and p.suffix in (".py", ".j2", ".po") and "__pycache__" not in p.parts]
-    return fingerprint(assignment.digest_files() + sorted(engine), salt=attnkit.__version__)
+    salt = attnkit.__version__ if language == i18n.DEFAULT_LANGUAGE else f"{attnkit.__version__}/{language}"
+    return fingerprint(assignment.digest_files() + sorted(engine), salt=salt)
 
 
 def id_problem(name: str) -> str:
@@ -71,11 +76,11 @@ def id_problem(name: str) -> str:
     JSON, HTML and the gradebook, which all need text: bytes that are not UTF-8 and control
     characters are refused; everything else (markup, `=`, `javascript:`) is data, escaped where shown."""
     if display_name(name) != name:
-        return "文件夹名不是有效的 UTF-8 文本，无法作为学号，未评分"
+        return _("文件夹名不是有效的 UTF-8 文本，无法作为学号，未评分")
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name):
-        return "文件夹名含有控制字符，无法作为学号，未评分"
+        return _("文件夹名含有控制字符，无法作为学号，未评分")
     if len(name) > MAX_ID_LENGTH:
-        return f"文件夹名过长（超过 {MAX_ID_LENGTH} 个字符），无法作为学号，未评分"
+        return _("文件夹名过长（超过 {limit} 个字符），无法作为学号，未评分").format(limit=MAX_ID_LENGTH)
     return ""
 
 
@@ -102,9 +107,9 @@ def find_jobs(submitted: Path, suites: dict[str, Assignment], only: str | None =
     The run grades ``only`` when given, else every assignment with a hidden suite that at least
     one student has a folder for (a class of one assignment is not told about the others)."""
     if not submitted.is_dir():
-        raise GraderError(f"submissions folder not found: {submitted}")
+        raise GraderError(_("找不到提交文件夹：{folder}").format(folder=submitted))
     if only is not None and only not in suites:
-        raise GraderError(f"no hidden test suite for assignment {only!r} (suites: {', '.join(suites)})")
+        raise GraderError(_("作业 {assignment} 没有隐藏测试（只有 {known}）").format(assignment=only, known=i18n.join(suites)))
     intake = Intake()
     root_fd = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's folder
     try:
@@ -121,9 +126,9 @@ def find_jobs(submitted: Path, suites: dict[str, Assignment], only: str | None =
                     continue
                 students.append((name, mode))
             elif name.endswith(".ipynb"):
-                intake.skipped.append(Skipped(shown, "笔记本直接放在了提交文件夹下，而不在 <学号>/<作业>/ 文件夹中，未评分"))
+                intake.skipped.append(Skipped(shown, _("笔记本直接放在了提交文件夹下，而不在 <学号>/<作业>/ 文件夹中，未评分")))
             else:
-                intake.skipped.append(Skipped(shown, f"不是学生文件夹（{_kind(mode)}），未评分"))
+                intake.skipped.append(Skipped(shown, _("不是学生文件夹（{kind}），未评分").format(kind=_kind(mode))))
         chosen = [suites[only]] if only is not None else _present(root_fd, students, suites)
         for name, mode in students:
             _student(submitted, root_fd, name, mode, chosen, suites, intake)
@@ -149,16 +154,16 @@ def _present(root_fd: int, students: list[tuple[str, int]], suites: dict[str, As
 
 
 def _kind(mode: int) -> str:
-    return "普通文件" if stat.S_ISREG(mode) else kind_of(mode)
+    return _("普通文件") if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: list[Assignment],
              suites: dict[str, Assignment], intake: Intake) -> None:
-    names = "、".join(suite.name for suite in chosen)
+    names = i18n.join(suite.name for suite in chosen)
 
     def job(assignment: Assignment, problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (),
             notes: list[str] | None = None) -> Job:
-        salt = hashlib.sha256(grader_digest(assignment).encode())
+        salt = hashlib.sha256(grader_digest(assignment, i18n.language()).encode())
         for path, sha in zip(notebooks, digests):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
@@ -167,13 +172,13 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
 
     if stat.S_ISLNK(mode):
         for assignment in chosen:
-            intake.jobs.append(job(assignment, ["学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+            intake.jobs.append(job(assignment, [_("学生文件夹是符号链接，只评分真实的文件夹，未读取其中任何文件")]))
         return
     try:
         student_fd = _open_folder(student_id, root_fd)
     except OSError as error:
         for assignment in chosen:
-            intake.jobs.append(job(assignment, [f"无法打开学生文件夹：{error.strerror}"]))
+            intake.jobs.append(job(assignment, [_("无法打开学生文件夹：{reason}").format(reason=error.strerror)]))
         return
     try:
         entries = _entries(student_fd)
@@ -184,10 +189,11 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
             if name.startswith(".") or any(name == suite.name for suite in chosen):
                 continue
             if name.endswith(".ipynb"):
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"笔记本直接放在了学生文件夹里，而不在作业文件夹（{names}）中，未评分"))
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", _("笔记本直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(assignment=names)))
             elif stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode):
-                reason = f"本次没有评作业“{shown}”" if name in suites else f"没有作业“{shown}”的隐藏测试"
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", f"{reason}（本次只评 {names}），未评分，也未写入成绩册"))
+                reason = (_("本次没有评作业“{name}”（本次只评 {assignment}），未评分，也未写入成绩册") if name in suites
+                          else _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册"))
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", reason.format(name=shown, assignment=names)))
         for assignment in chosen:
             _assignment(submitted, student_fd, student_id, assignment, modes.get(assignment.name), strays, len(chosen) == 1, job, intake)
     finally:
@@ -203,21 +209,21 @@ def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: A
         # this is the only assignment graded): the student then gets a 0 that says why.
         mine = [n for n in strays if n == expected or only_one]
         if mine:
-            listed = "、".join(display_name(n) for n in mine)
-            intake.jobs.append(job(assignment, [f"笔记本 {listed} 直接放在了学生文件夹里，而不在 {name}/ 文件夹中，未评分"]))
+            listed = i18n.join(display_name(n) for n in mine)
+            intake.jobs.append(job(assignment, [_("笔记本 {names} 直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(names=listed, assignment=name)]))
         else:
-            intake.skipped.append(Skipped(student_id, f"学生文件夹里没有 {name}/ 文件夹，未评分"))
+            intake.skipped.append(Skipped(student_id, _("学生文件夹里没有 {assignment}/ 文件夹，未评分").format(assignment=name)))
         return
     if stat.S_ISLNK(mode):
-        intake.jobs.append(job(assignment, [f"作业文件夹 {name} 是符号链接，只评分真实的文件夹，未读取其中任何文件"]))
+        intake.jobs.append(job(assignment, [_("作业文件夹 {assignment} 是符号链接，只评分真实的文件夹，未读取其中任何文件").format(assignment=name)]))
         return
     if not stat.S_ISDIR(mode):
-        intake.jobs.append(job(assignment, [f"{name} 不是文件夹（{_kind(mode)}），没有找到任何 .ipynb 笔记本"]))
+        intake.jobs.append(job(assignment, [_("{assignment} 不是文件夹（{kind}），没有找到任何 .ipynb 笔记本").format(assignment=name, kind=_kind(mode))]))
         return
     try:
         assignment_fd = _open_folder(name, student_fd)
     except OSError as error:
-        intake.jobs.append(job(assignment, [f"无法打开作业文件夹：{error.strerror}"]))
+        intake.jobs.append(job(assignment, [_("无法打开作业文件夹：{reason}").format(reason=error.strerror)]))
         return
     try:
         candidates = [n for n, _ in _entries(assignment_fd) if n.endswith(".ipynb") and not n.startswith(".")]
@@ -229,28 +235,28 @@ def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: A
         chosen = [expected]
         for extra in candidates:
             if extra != expected:
-                notes.append(f"文件夹里还有笔记本 {display_name(extra)}，只评分了 {expected}")
-                intake.skipped.append(Skipped(f"{student_id}/{name}/{display_name(extra)}", f"同一作业文件夹里有 {expected}，这个多出来的笔记本未评分"))
+                notes.append(_("文件夹里还有笔记本 {name}，只评分了 {graded}").format(name=display_name(extra), graded=expected))
+                intake.skipped.append(Skipped(f"{student_id}/{name}/{display_name(extra)}", _("同一作业文件夹里有 {graded}，这个多出来的笔记本未评分").format(graded=expected)))
     elif len(candidates) > 1:
-        listed = "、".join(display_name(n) for n in candidates)
-        intake.jobs.append(job(assignment, [f"作业文件夹里有多个笔记本（{listed}）而没有 {expected}，无法确定评分哪一个，未评分；请只保留一个"]))
+        listed = i18n.join(display_name(n) for n in candidates)
+        intake.jobs.append(job(assignment, [_("作业文件夹里有多个笔记本（{names}）而没有 {expected}，无法确定评分哪一个，未评分；请只保留一个").format(names=listed, expected=expected)]))
         return
     else:
         chosen = candidates
     if not chosen:
-        intake.jobs.append(job(assignment, ["没有找到任何 .ipynb 笔记本"], notes=notes))
+        intake.jobs.append(job(assignment, [_("没有找到任何 .ipynb 笔记本")], notes=notes))
         return
     notebook = chosen[0]
     shown = display_name(notebook)
     if shown != notebook:
-        intake.jobs.append(job(assignment, [f"{shown}：文件名不是有效的 UTF-8 文本，未读取"], notes=notes))
+        intake.jobs.append(job(assignment, [_("{name}：文件名不是有效的 UTF-8 文本，未读取").format(name=shown)], notes=notes))
         return
     try:
         # Read (capped, links refused) to fingerprint the exact bytes; the worker reads them
         # again the same way and checks this digest before grading them.
         data = read_submitted(submitted, folder / notebook)
     except Unsafe as error:
-        intake.jobs.append(job(assignment, [f"{notebook}：{error}"], notes=notes))
+        intake.jobs.append(job(assignment, [_("{name}：{problem}").format(name=notebook, problem=error)], notes=notes))
         return
     intake.jobs.append(job(assignment, [], (str(folder / notebook),), (digest_of(data),), notes))
 
@@ -291,7 +297,7 @@ def not_graded_record(job: Job, reason: str) -> dict[str, Any]:
         "assignment": job.assignment,
         "fingerprint": "",
         "tests": [],
-        "problems": [f"未能评分：{reason}"],
+        "problems": [_("未能评分：{reason}").format(reason=reason)],
         "notes": [],
         "not_graded": reason,
     }
@@ -306,9 +312,9 @@ def death_reason(exitcode: int | None) -> str:
         except ValueError:
             name = str(number)
         if number == signal.SIGKILL:
-            return f"评分进程被强制终止（{name}，多半是内存耗尽）"
-        return f"评分进程因信号 {name} 崩溃"
-    return f"评分进程意外退出（退出码 {exitcode}）"
+            return _("评分进程被强制终止（{signal}，多半是内存耗尽）").format(signal=name)
+        return _("评分进程因信号 {signal} 崩溃").format(signal=name)
+    return _("评分进程意外退出（退出码 {code}）").format(code=exitcode)
 
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -454,7 +460,7 @@ def grade_jobs(
             feed(start_worker())
 
     _adopt_orphans(True)
-    for _ in range(workers):
+    for _worker in range(workers):
         feed(start_worker())
     try:
         while remaining and pool:
@@ -472,10 +478,10 @@ def grade_jobs(
                 elif "chunk_done" in message:
                     if any(job.key in remaining for job in worker.chunk or []):
                         # A session that ended without a record for someone: find whom, alone.
-                        chunk_failed(worker, "评分会话结束时没有得到这份提交的结果")
+                        chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
                     feed(worker)
                 elif "chunk_failed" in message:
-                    chunk_failed(worker, f"评分过程出错（{message['chunk_failed'][:300]}）")
+                    chunk_failed(worker, _("评分过程出错（{error}）").format(error=message["chunk_failed"][:300]))
                     feed(worker)
                 else:
                     key = f"{message['student_id']}/{message['assignment']}"
@@ -484,7 +490,7 @@ def grade_jobs(
                         on_record(message)
             for worker in list(pool.values()):
                 if worker.chunk is not None and time.monotonic() - worker.since > stall_seconds:
-                    bury(worker, f"评分超时（超过 {stall_seconds:.0f} 秒没有完成）")
+                    bury(worker, _("评分超时（超过 {seconds} 秒没有完成）").format(seconds=f"{stall_seconds:.0f}"))
                 elif not worker.process.is_alive() and not worker.outbox.poll():
                     bury(worker, "")
     finally:
@@ -501,5 +507,6 @@ def grade_jobs(
         end_orphans(set())
         _adopt_orphans(False)
     if remaining:
-        raise GraderError(f"{len(remaining)} submission(s) were not graded: no worker could run")
+        raise GraderError(i18n.ngettext("{count} 份提交未能评分：没有一个评分进程能够运行", "{count} 份提交未能评分：没有一个评分进程能够运行",
+                                         len(remaining)).format(count=len(remaining)))
     return not_graded

@@ -13,6 +13,8 @@ import re
 from types import TracebackType
 from typing import Any
 
+from attnkit.i18n import N_, _
+
 # Frames of the student's code: IPython's cells, the development backend's source, a notebook run
 # in-process. Everything else (torch, the standard library, the grader) is never shown.
 _STUDENT_FILES = re.compile(r"^(<ipython-input-\d+-[0-9a-f]+>|<submission>|.*\.ipynb)$")
@@ -39,11 +41,11 @@ def student_frame(traceback: TracebackType | None) -> dict[str, Any] | None:
 def warning_text(message: Any, category: type, filename: str, lineno: int) -> str:
     """One warning as the page shows it: its class and message, and the student's line when the
     warning points into their code."""
-    text = f"{category.__name__}：{str(message).split(' (Triggered internally', 1)[0][:400]}"
+    text = _("{category}：{message}").format(category=category.__name__, message=str(message).split(" (Triggered internally", 1)[0][:400])
     if _STUDENT_FILES.match(filename or ""):
         line = linecache.getline(filename, lineno).strip()
         if line:
-            text += f"（出自你的这一行：{line[:200]}）"
+            text += _("（出自你的这一行：{line}）").format(line=line[:200])
     return text
 
 
@@ -53,35 +55,35 @@ _DOT_T = re.compile(r"\.T\b")
 _EXPLANATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"view size is not compatible with input tensor's size and stride|use \.reshape\(\.\.\.\) instead"),
-        "view 只能用在内存连续的张量上；transpose 或 permute 之后的张量不再连续。把 .view(...) 换成 .reshape(...)，"
-        "或者先调用 .contiguous() 再 .view(...)。",
+        N_("view 只能用在内存连续的张量上；transpose 或 permute 之后的张量不再连续。把 .view(...) 换成 .reshape(...)，"
+           "或者先调用 .contiguous() 再 .view(...)。"),
     ),
     (
         re.compile(r"expected scalar type|expected m1 and m2 to have the same dtype|must have the same dtype|"
                    r"expected both vectors to have same dtype|found dtype \w+ but expected|Float but found Double|"
                    r"Double but found Float|same dtype"),
-        "参与运算的张量数据类型不一致（例如一个是 float32、一个是 float64）。不要把输入强制转成某一种类型；"
-        "需要新建张量时用 torch.zeros_like(x) 或 dtype=x.dtype，让结果与输入的类型保持一致。",
+        N_("参与运算的张量数据类型不一致（例如一个是 float32、一个是 float64）。不要把输入强制转成某一种类型；"
+           "需要新建张量时用 torch.zeros_like(x) 或 dtype=x.dtype，让结果与输入的类型保持一致。"),
     ),
     (
         re.compile(r"mat1 and mat2 shapes cannot be multiplied|size of tensor a \(\d+\) must match the size of tensor b|"
                    r"Expected size for first two dimensions of batch2|shapes cannot be multiplied|"
                    r"inconsistent tensor size|Dimension out of range|size mismatch"),
-        "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
-        "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
-        "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。",
+        N_("矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
+           "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
+           "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。"),
     ),
     (
         re.compile(r"masked_fill_? only supports boolean masks|expected mask dtype to be Bool"),
-        "masked_fill 的掩码必须是布尔张量（torch.bool）。allowed 本身就是布尔张量；取反用 ~allowed，不要用 1 - allowed。",
+        N_("masked_fill 的掩码必须是布尔张量（torch.bool）。allowed 本身就是布尔张量；取反用 ~allowed，不要用 1 - allowed。"),
     ),
     (
         re.compile(r"is not defined"),
-        "用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要先运行（评分时按顺序运行全部单元格）。",
+        N_("用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要先运行（评分时按顺序运行全部单元格）。"),
     ),
 )
 
-DOT_T_EXPLANATION = (
+DOT_T_EXPLANATION = N_(
     "这一行对多于两维的张量用了 .T。.T 会把张量的所有维度倒过来（(B, h, T, d) 变成 (d, T, h, B)），"
     "只有二维矩阵时它才等于转置，所以本章的二维例子能算、带批次和头的输入就出错。"
     "要交换最后两维，请写 key.transpose(-2, -1)（或 key.mT）。"
@@ -89,12 +91,12 @@ DOT_T_EXPLANATION = (
 
 
 def explain(type_name: str, message: str, line: str = "", warnings: list[str] | None = None) -> str:
-    """A Chinese explanation of a common torch failure, or "" when we have nothing better than
+    """An explanation (in the current language) of a common torch failure, or "" when we have nothing better than
     torch's own message."""
     warned_dot_t = any("x.T" in warning for warning in warnings or [])
     if type_name in ("RuntimeError", "IndexError") and (warned_dot_t or _DOT_T.search(line or "")):
-        return DOT_T_EXPLANATION
+        return _(DOT_T_EXPLANATION)
     for pattern, text in _EXPLANATIONS:
         if pattern.search(message or ""):
-            return text
+            return _(text)
     return ""

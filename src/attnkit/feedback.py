@@ -10,15 +10,21 @@ from typing import Any
 import jinja2
 import markupsafe
 
+from attnkit import i18n
 from attnkit.assignment import Assignment
 from attnkit.constants import CRASHED, STUDENTS_FOLDER, TIMEOUT
+from attnkit.i18n import _
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("attnkit", "templates"),
     autoescape=jinja2.select_autoescape(["html", "j2"]),
     trim_blocks=True,
     lstrip_blocks=True,
+    extensions=["jinja2.ext.i18n"],
 )
+# gettext in the templates: ``_("… %(name)s …", name=…)`` with its variables escaped; looked up in
+# the language current when the page is rendered.
+_ENV.install_gettext_callables(gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True)
 # Every page carries this as a second wall behind escaping: no script, no frame, nothing fetched
 # from anywhere; only the inline styles the templates use, and data: images.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -29,6 +35,14 @@ def feedback_link(student_id: str, assignment: str) -> str:
     """A relative link from report.html to a student's page: each id is one percent-encoded path
     segment, so no id (``javascript:…``, ``../``, ``?``, ``#``) can become a scheme or leave OUT."""
     return "/".join([STUDENTS_FOLDER, urllib.parse.quote(student_id, safe=""), urllib.parse.quote(assignment, safe=""), "feedback.html"])
+
+
+def error_kind(error_type: str) -> str:
+    """A failed cell's error type as the page names it."""
+    return {TIMEOUT: _("超时"), CRASHED: _("进程退出")}.get(error_type, error_type)
+
+
+_ENV.globals["error_kind"] = error_kind
 
 
 def heat(value: float | None) -> str:
@@ -67,25 +81,26 @@ def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def feedback_html(results: dict[str, Any], assignment: Assignment) -> str:
     results = {**results, "tests": [dict(test) for test in results["tests"]]}  # marked below, not the caller's
-    titles = {grade_id: part.title for grade_id, part in assignment.parts.items()}
-    ordered = [t for grade_id in list(titles) + ["other"] for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
+    order = list(assignment.parts) + ["other"]
+    ordered = [t for grade_id in order for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
     error_causes = causes(ordered)
     parts = []
-    for grade_id, title in list(titles.items()) + [("other", "其他")]:
+    for grade_id in order:
         tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
         if tests:
-            parts.append({"id": grade_id, "title": title, "tests": tests, **results["parts"].get(grade_id, {})})
+            parts.append({"id": grade_id, "title": assignment.part_title(grade_id), "tests": tests, **results["parts"].get(grade_id, {})})
     evidence = results.get("evidence") or {}
     show_heatmaps = any(_weights_differ(panel) for panel in evidence.get("panels", []))
     return _ENV.get_template("feedback.html.j2").render(
         r=results,
-        title=assignment.title,
+        title=assignment.page_title,
         parts=parts,
         catalogue=assignment.mistakes,
         evidence=evidence,
         show_heatmaps=show_heatmaps,
         heat=heat,
         causes=error_causes,
+        html_lang=i18n.html_lang(),
     )
 
 
@@ -110,7 +125,7 @@ def report_html(
     broken = [r for r in all_results if not r.get("not_graded") and (r["problems"] or any(c.get("error_type") in (TIMEOUT, CRASHED) for c in r["cells"]))]
     return _ENV.get_template("report.html.j2").render(
         results=sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])),
-        title=" · ".join(suite.title for suite in shown),
+        title=" · ".join(suite.page_title for suite in shown),
         several=len(shown) > 1,
         count=len(all_results),
         isolation=isolation,
@@ -125,4 +140,5 @@ def report_html(
         skipped=skipped or [],
         link=feedback_link,
         seconds=seconds,
+        html_lang=i18n.html_lang(),
     )

@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, Iterator
 from contextlib import contextmanager
 
+from attnkit import i18n
 from attnkit.constants import PROJECT_ROOT, GraderError
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
+from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, read_submitted
 
 # nbgrader autograde's sanitising steps, in its order.
@@ -64,21 +66,23 @@ def register_assignment(database: Path, assignment: str, root: Path) -> None:
     """Register ``assignment``'s notebooks and cells as ``nbgrader generate_assignment`` does:
     by running it, with the gradebook as its database and a throwaway release folder."""
     if not (root / "solutions" / assignment).is_dir():
-        raise GraderError(f"源作业不存在：{root / 'solutions' / assignment}")
+        raise GraderError(_("源作业不存在：{path}").format(path=root / "solutions" / assignment))
     from attnkit.nbgrader_course import blocked_changes
 
     problems = blocked_changes(database.resolve(), root / "solutions")
     problems = [p for p in problems if p.startswith(assignment + "/")]
     if problems:
-        raise GraderError("gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：" + "；".join(problems)
-                           + "。请撤销单元格的增删，或备份 gradebook 后用 nbgrader db assignment remove 删除旧记录再评分。")
+        raise GraderError(_("gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：{problems}。"
+                             "请撤销单元格的增删，或备份 gradebook 后用 nbgrader db assignment remove 删除旧记录再评分。").format(
+            problems=_("；").join(problems)))
     with tempfile.TemporaryDirectory(prefix="attnkit-register-") as scratch:
         command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
                    f"--CourseDirectory.root={root}", f"--CourseDirectory.release_directory={scratch}",
                    f"--db=sqlite:///{database.resolve()}", "--log-level=WARN"]
         run = subprocess.run(command, cwd=root, env=tool_environment(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if run.returncode != 0:
-        raise GraderError(f"nbgrader generate_assignment 无法登记作业 {assignment}：{(run.stdout + run.stderr)[-3000:]}")
+        raise GraderError(_("nbgrader generate_assignment 无法登记作业 {assignment}：{output}").format(
+            assignment=assignment, output=(run.stdout + run.stderr)[-3000:]))
 
 
 def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | None:
@@ -110,9 +114,9 @@ def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: s
     try:
         data = read_submitted(submitted, folder / name)
     except Unsafe as error:
-        return None, f"未复制到 autograded/：{results['student_id']}/{name}：{error}"
+        return None, _("未复制到 autograded/：{student}/{name}：{problem}").format(student=results["student_id"], name=name, problem=error)
     if digest_of(data) != entry.get("sha256"):
-        return None, f"未复制到 autograded/：{results['student_id']}/{name}：文件在评分之后被改动过"
+        return None, _("未复制到 autograded/：{student}/{name}：文件在评分之后被改动过").format(student=results["student_id"], name=name)
     return data, ""
 
 

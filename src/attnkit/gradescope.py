@@ -43,7 +43,7 @@ TEMPLATE_DIR = "gradescope"
 TEMPLATES = ("setup.sh", "run_autograder", "README.md")
 EXECUTABLE = {"setup.sh", "run_autograder"}
 PROJECT_FILES = ("requirements.lock", "pyproject.toml")
-PACKAGE_SUFFIXES = {".py", ".j2", ".css", ".html", ".json", ".txt"}
+PACKAGE_SUFFIXES = {".py", ".j2", ".po", ".css", ".html", ".json", ".txt"}
 SUITE_SKIP_SUFFIXES = {".pyc", ".pyo"}
 
 # Gradescope's visibility settings for a result (its autograder specification). attnkit's default
@@ -126,32 +126,46 @@ def _texts(autograder: Path | None, assignment: str) -> tuple[dict[str, dict[str
 
 
 def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]], titles: dict[str, str] | None = None) -> str:
-    """The top-level ``output`` students read on Gradescope (in Chinese, like the feedback page)."""
+    """The top-level ``output`` students read on Gradescope (in the run's language, like the
+    feedback page: ATTNKIT_LANG)."""
+    from attnkit.i18n import _
+
     titles = titles or {}
-    lines = [f"总分 {results.get('score', 0):g}/{results.get('max_score', 0):g}"]
+    lines = [_("总分 {score}/{max_score}").format(score=f"{results.get('score', 0):g}", max_score=f"{results.get('max_score', 0):g}")]
     for problem in results.get("problems", []):
-        lines.append(f"问题：{problem}")
+        lines.append(_("问题：{problem}").format(problem=problem))
     for note in results.get("notes", []):
-        lines.append(f"提示：{note}")
+        lines.append(_("提示：{note}").format(note=note))
     parts = results.get("parts", {})
     if parts:
         lines.append("")
         for part, scores in parts.items():
             if scores.get("max_score"):
-                lines.append(f"{titles.get(part, part)}：{scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+                lines.append(_("{part}：{score}/{max_score}").format(
+                    part=titles.get(part, part), score=f"{scores.get('score', 0):g}", max_score=f"{scores.get('max_score', 0):g}"))
     diagnoses = results.get("diagnoses", [])
     if diagnoses:
         lines.append("")
-        lines.append("诊断（你的结果与这些常见错误的结果一致）：")
+        lines.append(_("诊断（你的结果与这些常见错误的结果一致）："))
         for mistake in diagnoses:
             info = catalogue.get(mistake, {})
-            where = f"（{info['section']}）" if info.get("section") else ""
-            lines.append(f"- {mistake}{where}：{info.get('zh', '')}".rstrip("："))
+            explanation = info.get("text") or info.get("zh") or ""
+            if info.get("section") and explanation:
+                lines.append("- " + _("{mistake}（{section}）：{explanation}").format(mistake=mistake, section=info["section"], explanation=explanation))
+            elif explanation:
+                lines.append("- " + _("{mistake}：{explanation}").format(mistake=mistake, explanation=explanation))
+            else:
+                lines.append(f"- {mistake}")
     for cell in results.get("cells", []):
         if cell.get("error_type"):
             # A student finds a cell by its section heading, not by an index that counts markdown cells.
-            where = f"「{cell['section']}」一节的单元格" if cell.get("section") else f"单元格 {cell.get('grade_id') or cell.get('index')}"
-            lines.append(f"{where}运行出错：{cell.get('error_type')}：{cell.get('message', '')}"[:500])
+            if cell.get("section"):
+                text = _("「{section}」一节的单元格运行出错：{error}：{message}").format(
+                    section=cell["section"], error=cell.get("error_type"), message=cell.get("message", ""))
+            else:
+                text = _("单元格 {cell} 运行出错：{error}：{message}").format(
+                    cell=cell.get("grade_id") or cell.get("index"), error=cell.get("error_type"), message=cell.get("message", ""))
+            lines.append(text[:500])
     return "\n".join(lines)
 
 

@@ -28,6 +28,8 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
+from attnkit.i18n import _, ngettext
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -130,7 +132,7 @@ def _enter_user_namespace() -> str:
     errno = ctypes.get_errno()
     os.write(go_write, b"1" if result == 0 else b"0")
     os.close(go_write)
-    _, status = os.waitpid(child, 0)
+    _pid, status = os.waitpid(child, 0)
     if result != 0:
         raise IsolationError(errno, f"unshare(CLONE_NEWUSER): {os.strerror(errno)}")
     if status != 0:
@@ -362,12 +364,14 @@ def describe(all_items: list[list[str]]) -> str:
     """One line for the run summary and report.html: the isolation the class actually got."""
     levels = {level(items) for items in all_items} - {""}
     if not levels:
-        return "没有运行任何学生代码"
+        return _("没有运行任何学生代码")
     if levels != {"isolated"}:
         count = sum(level(items) == "unisolated" for items in all_items)
-        return f"未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）"
+        return ngettext("未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
+                        "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
+                        count).format(count=count)
     union = {item for items in all_items for item in items}
-    user = "映射为主机上的 nobody" if "uid-nobody" in union else "映射为评分者自己的 uid（无 root 时内核只允许这一种映射）"
-    memory = "cgroup 限制整份提交的内存与进程数" if "cgroup-memory-and-pids" in union else "单进程、按进程限制地址空间（无法使用 cgroup）"
-    proc = "" if "no-proc" not in union else "；没有 /proc（内核不允许在此挂载）"
-    return f"已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}{proc}"
+    user = _("映射为主机上的 nobody") if "uid-nobody" in union else _("映射为评分者自己的 uid（无 root 时内核只允许这一种映射）")
+    memory = _("cgroup 限制整份提交的内存与进程数") if "cgroup-memory-and-pids" in union else _("单进程、按进程限制地址空间（无法使用 cgroup）")
+    text = _("已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}").format(user=user, memory=memory)
+    return text if "no-proc" not in union else text + _("；没有 /proc（内核不允许在此挂载）")

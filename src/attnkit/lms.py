@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
+from attnkit import i18n
+from attnkit.i18n import _
+
 MAX_FILE_BYTES = 50 * 1024 * 1024  # a notebook with embedded figures is a few MB; 50 MB is plenty
 MAX_TOTAL_BYTES = 4 * 1024 * 1024 * 1024
 MAX_ENTRIES = 100_000
@@ -81,16 +84,16 @@ def parse(path: PurePosixPath, notebooks: dict[str, str]) -> tuple[str, str, int
     if student_id is None:
         flat = MOODLE_FLAT.match(path.name) or CANVAS.match(path.name)
         if not flat:
-            return "文件名既不是 Canvas 格式（姓名_用户号_提交号_文件名）也不是 Moodle 格式（姓名_编号_assignsubmission_file_）"
+            return _("文件名既不是 Canvas 格式（姓名_用户号_提交号_文件名）也不是 Moodle 格式（姓名_编号_assignsubmission_file_）")
         student_id, original = flat["id"], flat["file"]
     stem, suffix = os.path.splitext(original)
     if suffix.lower() != ".ipynb":
-        return f"不是笔记本（{suffix or '无扩展名'}）"
+        return _("不是笔记本（{suffix}）").format(suffix=suffix) if suffix else _("不是笔记本（无扩展名）")
     parts = RESUBMISSION.match(stem)
     base, number = parts["base"], int(parts["dash"] or parts["paren"] or 0)
     name = notebooks.get(base.lower()) or notebooks.get(stem.lower())
     if name is None:
-        return f"笔记本名 {original} 不是本作业的（应为 {'、'.join(sorted(v + '.ipynb' for v in notebooks.values()))}）"
+        return _("笔记本名 {name} 不是本作业的（应为 {expected}）").format(name=original, expected=i18n.join(sorted(v + ".ipynb" for v in notebooks.values())))
     if name.lower() == stem.lower():
         number = 0  # the name itself ends in "-<digits>": not a resubmission
     return student_id, name, number
@@ -102,20 +105,20 @@ def folder_entries(root: Path, unplaced: list[tuple[str, str]]) -> Iterator[Entr
     for directory, subdirs, files in os.walk(root, followlinks=False):
         for name in sorted(subdirs):
             if (Path(directory) / name).is_symlink():
-                unplaced.append((str(Path(directory) / name), "符号链接，未跟随"))
+                unplaced.append((str(Path(directory) / name), _("符号链接，未跟随")))
         subdirs[:] = sorted(d for d in subdirs if not (Path(directory) / d).is_symlink())
         for name in sorted(files):
             path = Path(directory) / name
             info = path.lstat()
             count += 1
             if count > MAX_ENTRIES:
-                unplaced.append((str(path), f"文件数超过上限 {MAX_ENTRIES}，其余未处理"))
+                unplaced.append((str(path), _("文件数超过上限 {limit}，其余未处理").format(limit=MAX_ENTRIES)))
                 return
             if stat.S_ISLNK(info.st_mode):
-                unplaced.append((str(path), "符号链接，未跟随"))
+                unplaced.append((str(path), _("符号链接，未跟随")))
                 continue
             if not stat.S_ISREG(info.st_mode):
-                unplaced.append((str(path), "不是普通文件"))
+                unplaced.append((str(path), _("不是普通文件")))
                 continue
             yield Entry(PurePosixPath(path.relative_to(root).as_posix()), info.st_size, info.st_mtime,
                         lambda path=path: _read_capped(path))
@@ -127,7 +130,7 @@ def _read_capped(path: Path) -> bytes:
     with os.fdopen(descriptor, "rb") as handle:
         data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"超过 {MAX_FILE_BYTES // 2**20} MB")
+        raise ValueError(_("超过 {limit} MB").format(limit=MAX_FILE_BYTES // 2**20))
     return data
 
 
@@ -136,7 +139,7 @@ def zip_entries(archive: Path, unplaced: list[tuple[str, str]]) -> Iterator[Entr
     opened = zipfile.ZipFile(archive)
     infos = opened.infolist()
     if len(infos) > MAX_ENTRIES:
-        unplaced.append((str(archive), f"压缩包条目超过上限 {MAX_ENTRIES}"))
+        unplaced.append((str(archive), _("压缩包条目超过上限 {limit}").format(limit=MAX_ENTRIES)))
         return
     total = 0
     for info in infos:
@@ -145,15 +148,15 @@ def zip_entries(archive: Path, unplaced: list[tuple[str, str]]) -> Iterator[Entr
             continue
         mode = info.external_attr >> 16
         if stat.S_ISLNK(mode):
-            unplaced.append((label, "符号链接，未跟随"))
+            unplaced.append((label, _("符号链接，未跟随")))
             continue
         name = PurePosixPath(info.filename.replace("\\", "/"))
         if name.is_absolute() or ".." in name.parts or re.match(r"^[A-Za-z]:", info.filename):
-            unplaced.append((label, "路径指向压缩包之外（zip-slip），已拒绝"))
+            unplaced.append((label, _("路径指向压缩包之外（zip-slip），已拒绝")))
             continue
         total += info.file_size
         if total > MAX_TOTAL_BYTES:
-            unplaced.append((label, f"解压总量超过上限 {MAX_TOTAL_BYTES // 2**30} GB，其余未处理"))
+            unplaced.append((label, _("解压总量超过上限 {limit} GB，其余未处理").format(limit=MAX_TOTAL_BYTES // 2**30)))
             return
         mtime = datetime.datetime(*info.date_time).timestamp()
 
@@ -162,7 +165,7 @@ def zip_entries(archive: Path, unplaced: list[tuple[str, str]]) -> Iterator[Entr
             with opened.open(info) as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
             if len(data) > MAX_FILE_BYTES:
-                raise ValueError(f"超过 {MAX_FILE_BYTES // 2**20} MB")
+                raise ValueError(_("超过 {limit} MB").format(limit=MAX_FILE_BYTES // 2**20))
             return data
 
         yield Entry(name, info.file_size, mtime, read)
@@ -173,22 +176,22 @@ def gather(sources: list[Path], notebooks: dict[str, str]) -> Collected:
     found = Collected()
     for source in sources:
         if source.is_symlink() and source.is_dir():
-            found.unplaced.append((str(source), "符号链接，未跟随"))
+            found.unplaced.append((str(source), _("符号链接，未跟随")))
             continue
         if source.is_dir():
             entries = folder_entries(source, found.unplaced)
         elif source.is_file() and zipfile.is_zipfile(source):
             entries = zip_entries(source, found.unplaced)
         else:
-            found.unplaced.append((str(source), "不存在，或既不是文件夹也不是 zip"))
+            found.unplaced.append((str(source), _("不存在，或既不是文件夹也不是 zip")))
             continue
         for entry in entries:
             label = f"{source.name}:{entry.path}" if source.is_file() else str(source / entry.path)
             if any(part in ("__MACOSX", ".DS_Store") for part in entry.path.parts):
-                found.unplaced.append((label, "操作系统生成的附带文件"))
+                found.unplaced.append((label, _("操作系统生成的附带文件")))
                 continue
             if entry.size > MAX_FILE_BYTES:
-                found.unplaced.append((label, f"超过 {MAX_FILE_BYTES // 2**20} MB"))
+                found.unplaced.append((label, _("超过 {limit} MB").format(limit=MAX_FILE_BYTES // 2**20)))
                 continue
             parsed = parse(entry.path, notebooks)
             if isinstance(parsed, str):
@@ -222,7 +225,7 @@ def collect(sources: list[Path], submitted: Path, assignment: str, notebooks: li
         try:
             data = candidate.read()
         except (OSError, ValueError, zipfile.BadZipFile) as error:
-            found.unplaced.append((candidate.origin, f"无法读取：{error}"))
+            found.unplaced.append((candidate.origin, _("无法读取：{error}").format(error=error)))
             del found.placed[key]
             continue
         folder = submitted / candidate.student_id / assignment

@@ -17,11 +17,10 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Mistake:
     id: str  # part of the results.json contract: may be added, never renamed
-    section: str  # where the textbook explains it
+    section: str  # where the textbook explains it (a msgid of the assignment's domain)
     function: str  # the one student function it replaces
     source: str  # self-contained (imports what it uses): it also works pasted into a notebook
-    zh: str
-    en: str
+    zh: str  # the explanation, a msgid of the assignment's domain (English: its locale/en/…/assignment.po)
 
 
 class Catalogue:

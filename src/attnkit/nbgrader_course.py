@@ -36,6 +36,8 @@ from nbgrader.preprocessors import SaveAutoGrades
 from attnkit.commands import attnkit_command
 from attnkit.engine import results_path
 from attnkit.notebook import Unsafe, read_submitted
+from attnkit import i18n
+from attnkit.i18n import _
 
 # nbgrader's autograde pipeline with Execute and SaveAutoGrades replaced by attnkit's step.
 AUTOGRADE_PREPROCESSORS = [
@@ -68,10 +70,12 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict
             (folder / notebook.name).write_bytes(data)
         out = Path(scratch) / "out"
         run = subprocess.run([*attnkit_command(), "grade", "--submitted", str(folder.parents[1]), "--out", str(out),
-                              "--jobs", "1", "--quiet", "--force"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                              "--jobs", "1", "--quiet", "--force", "--lang", i18n.language()],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
         results_file = results_path(out, {"student_id": student, "assignment": assignment})
         if run.returncode != 0 or not results_file.is_file():
-            raise KitGradingFailed(f"attnkit grade failed for {student}/{assignment} ({run.returncode}): {run.stderr[-2000:]}")
+            raise KitGradingFailed(_("attnkit grade 无法评分 {student}/{assignment}（退出码 {code}）：{output}").format(
+                student=student, assignment=assignment, code=run.returncode, output=run.stderr[-2000:]))
         results = json.loads(results_file.read_text(encoding="utf-8"))
     return {name: float(part["score"]) for name, part in results["parts"].items() if part.get("max_score")}
 
@@ -174,7 +178,8 @@ def blocked_changes(db_path: Path, source: Path) -> list[str]:
                 try:
                     recorded = gradebook.find_notebook(notebook.stem, folder.name)
                 except MissingEntry:
-                    problems.append(f"{folder.name}/{notebook.name}: 新增的笔记本（已有 {len(assignment.submissions)} 份提交）")
+                    problems.append(_("{notebook}：新增的笔记本（已有 {count} 份提交）").format(
+                        notebook=f"{folder.name}/{notebook.name}", count=len(assignment.submissions)))
                     continue
                 old = {"grade": {c.name for c in recorded.grade_cells}, "solution": {c.name for c in recorded.solution_cells},
                        "task": {c.name for c in recorded.task_cells}, "source": {c.name for c in recorded.source_cells}}
@@ -182,8 +187,9 @@ def blocked_changes(db_path: Path, source: Path) -> list[str]:
                 added = sorted(set().union(*new.values()) - set().union(*old.values()))
                 removed = sorted(set().union(*old.values()) - set().union(*new.values()))
                 if old != new:
-                    problems.append(f"{folder.name}/{notebook.name}: 新增单元格 {added or '无'}，删除单元格 {removed or '无'}"
-                                    f"（已有 {len(assignment.submissions)} 份提交）")
+                    problems.append(_("{notebook}：新增单元格 {added}，删除单元格 {removed}（已有 {count} 份提交）").format(
+                        notebook=f"{folder.name}/{notebook.name}", added=added or _("无"), removed=removed or _("无"),
+                        count=len(assignment.submissions)))
     return problems
 
 
@@ -205,14 +211,14 @@ def guard_generate_assignment(root: Path, source: str, release: str, db_url: str
     if db_url.startswith("sqlite:///"):
         problems = blocked_changes(Path(db_url[len("sqlite:///"):]), root / source)
         if problems:
-            print("nbgrader generate_assignment 已停止，发布目录 {} 未改动。\n".format(root / release)
-                  + "gradebook 中已有提交，而源笔记本的单元格有增删，nbgrader 不允许这样修改：\n  "
-                  + "\n  ".join(problems)
-                  + "\n继续的办法（任选其一）：\n"
+            print(_("nbgrader generate_assignment 已停止，发布目录 {release} 未改动。\n"
+                    "gradebook 中已有提交，而源笔记本的单元格有增删，nbgrader 不允许这样修改：\n  {problems}\n"
+                    "继续的办法（任选其一）：\n"
                     "  1. 撤销 solutions/ 中单元格的增删（改单元格内容、分值可以，增删单元格不行）；\n"
                     "  2. 作为新作业发布：复制到 solutions/<新名字>/，再 nbgrader generate_assignment <新名字>；\n"
                     "  3. 先备份 gradebook.db，再 nbgrader db assignment remove <作业> --force 删除旧记录，\n"
-                    "     然后 nbgrader generate_assignment <作业> --force，最后 make grade 重新登记成绩。",
+                    "     然后 nbgrader generate_assignment <作业> --force，最后 make grade 重新登记成绩。").format(
+                      release=root / release, problems="\n  ".join(problems)),
                   file=sys.stderr)
             sys.exit(1)
     backup_release(root / release, root / source)
@@ -238,7 +244,7 @@ def backup_release(release: Path, source: Path) -> None:
                 shutil.copy2(path, target)
                 restored.append(str(target))
         if restored:
-            print("nbgrader 删除了发布文件，已恢复原样：\n  " + "\n  ".join(restored), file=sys.stderr)
+            print(_("nbgrader 删除了发布文件，已恢复原样：") + "\n  " + "\n  ".join(restored), file=sys.stderr)
         shutil.rmtree(backup, ignore_errors=True)
 
     atexit.register(restore)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit.i18n import _
+
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
 # Cell tag for instructor demo cells (figures, experiments) whose results nothing later uses.
 # Skipping them is most of a notebook's run time; a student who tags their own code only skips it.
@@ -43,16 +45,16 @@ def display_name(name: str) -> str:
 def kind_of(mode: int) -> str:
     """What a non-regular file is, in the student's language."""
     if stat.S_ISLNK(mode):
-        return "符号链接"
+        return _("符号链接")
     if stat.S_ISDIR(mode):
-        return "文件夹"
+        return _("文件夹")
     if stat.S_ISFIFO(mode):
-        return "命名管道（FIFO）"
+        return _("命名管道（FIFO）")
     if stat.S_ISSOCK(mode):
-        return "套接字"
+        return _("套接字")
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "设备文件"
-    return "特殊文件"
+        return _("设备文件")
+    return _("特殊文件")
 
 
 def _open_below(root: Path, path: Path) -> tuple[int, int]:
@@ -61,30 +63,30 @@ def _open_below(root: Path, path: Path) -> tuple[int, int]:
     try:
         parts = path.relative_to(root).parts
     except ValueError:
-        raise Unsafe("文件不在提交文件夹内，未读取") from None
+        raise Unsafe(_("文件不在提交文件夹内，未读取")) from None
     if not parts or any(part in ("", ".", "..") for part in parts):
-        raise Unsafe("文件路径不合法，未读取")
+        raise Unsafe(_("文件路径不合法，未读取"))
     folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's own folder: trusted
     try:
         for part in parts[:-1]:
             try:
                 inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=folder)
             except OSError as error:
-                raise Unsafe(f"路径中的“{display_name(part)}”不是普通文件夹（可能是符号链接），未读取") from error
+                raise Unsafe(_("路径中的“{name}”不是普通文件夹（可能是符号链接），未读取").format(name=display_name(part))) from error
             os.close(folder)
             folder = inner
         name = parts[-1]
         try:
             before = os.stat(name, dir_fd=folder, follow_symlinks=False)
         except OSError as error:
-            raise Unsafe(f"无法读取文件：{error.strerror}") from None
+            raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
         # Checked before open: opening a device node can itself have effects (a tape rewinds).
         if not stat.S_ISREG(before.st_mode):
-            raise Unsafe(f"这是{kind_of(before.st_mode)}而不是普通文件，未读取")
+            raise Unsafe(_("这是{kind}而不是普通文件，未读取").format(kind=kind_of(before.st_mode)))
         try:
             handle = os.open(name, _FILE_FLAGS, dir_fd=folder)
         except OSError as error:
-            raise Unsafe(f"无法读取文件：{error.strerror}") from None
+            raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
         return folder, handle
     except BaseException:
         os.close(folder)
@@ -99,9 +101,9 @@ def read_submitted(root: Path, path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> b
         info = os.fstat(handle)
         # Checked again on the descriptor: the name may have been swapped since the lstat.
         if not stat.S_ISREG(info.st_mode):
-            raise Unsafe(f"这是{kind_of(info.st_mode)}而不是普通文件，未读取")
+            raise Unsafe(_("这是{kind}而不是普通文件，未读取").format(kind=kind_of(info.st_mode)))
         if info.st_size > limit:
-            raise Unsafe(f"文件过大（{info.st_size // 1024 // 1024} MB，上限 {limit // 1024 // 1024} MB），无法评分")
+            raise Unsafe(_("文件过大（{size} MB，上限 {limit} MB），无法评分").format(size=info.st_size // 1024 // 1024, limit=limit // 1024 // 1024))
         chunks = bytearray()
         while len(chunks) <= limit:  # never more than limit + 1 bytes, whatever st_size said
             chunk = os.read(handle, min(1 << 20, limit + 1 - len(chunks)))
@@ -109,10 +111,10 @@ def read_submitted(root: Path, path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> b
                 break
             chunks += chunk
         if len(chunks) > limit:
-            raise Unsafe(f"文件过大（超过 {limit // 1024 // 1024} MB），无法评分")
+            raise Unsafe(_("文件过大（超过 {limit} MB），无法评分").format(limit=limit // 1024 // 1024))
         return bytes(chunks)
     except OSError as error:
-        raise Unsafe(f"无法读取文件：{error.strerror}") from None
+        raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
     finally:
         os.close(handle)
         os.close(folder)
@@ -176,21 +178,21 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
     """Parse a notebook's bytes; never raises for bad content, reports it instead."""
     notebook = Notebook(path)
     if len(raw) > MAX_NOTEBOOK_BYTES:
-        notebook.problem = f"文件过大（{len(raw) // 1024 // 1024} MB），无法评分"
+        notebook.problem = _("文件过大（{size} MB），无法评分").format(size=len(raw) // 1024 // 1024)
         return notebook
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except RecursionError:
         # json's decoder recurses once per level: a notebook nested 100,000 deep must cost this
         # notebook, not the worker.
-        notebook.problem = "不是有效的 Jupyter 笔记本（JSON 嵌套层数过深）"
+        notebook.problem = _("不是有效的 Jupyter 笔记本（JSON 嵌套层数过深）")
         return notebook
     except (UnicodeDecodeError, ValueError) as error:
-        notebook.problem = f"不是有效的 Jupyter 笔记本（JSON 解析失败：{str(error)[:200]}）"
+        notebook.problem = _("不是有效的 Jupyter 笔记本（JSON 解析失败：{error}）").format(error=str(error)[:200])
         return notebook
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list):
-        notebook.problem = "笔记本里没有单元格列表（cells），可能不是 Jupyter 笔记本"
+        notebook.problem = _("笔记本里没有单元格列表（cells），可能不是 Jupyter 笔记本")
         return notebook
     seen_ids: set[str] = set()
     section = ""
@@ -205,15 +207,15 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
         # str() of a deeply nested list would recurse too; an id is a short string or nothing.
         grade_id = raw_id[:200] if isinstance(raw_id, str) else ""
         if grade_id and grade_id in seen_ids:
-            notebook.notes.append(f"单元格 {grade_id} 出现了不止一次（按顺序全部运行，后定义的生效）")
+            notebook.notes.append(_("单元格 {grade_id} 出现了不止一次（按顺序全部运行，后定义的生效）").format(grade_id=grade_id))
         seen_ids.add(grade_id)
         is_check = bool(nbgrader.get("grade")) and not nbgrader.get("solution")
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check, SKIP_TAG in tags, section))
     if not any(cell.source.strip() for cell in notebook.cells):
-        notebook.problem = "笔记本中没有任何代码"
+        notebook.problem = _("笔记本中没有任何代码")
     elif not seen_ids - {""}:
-        notebook.notes.append("单元格的 nbgrader 元数据已丢失；按顺序运行了全部代码单元格")
+        notebook.notes.append(_("单元格的 nbgrader 元数据已丢失；按顺序运行了全部代码单元格"))
     return notebook
 
 

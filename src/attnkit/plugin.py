@@ -33,6 +33,8 @@ from _pytest.reports import TestReport
 
 from attnkit.assignment import MANIFEST, Assignment, discover, of_path
 from attnkit.constants import GraderError
+from attnkit import i18n
+from attnkit.i18n import _, ngettext
 from attnkit.proxy import (
     LocalBackend,
     Outcome,
@@ -124,22 +126,29 @@ def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
 
 def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:
     """The page's sentence for a test run with reference dependencies (function -> failed part)."""
-    names = "、".join(functions)
-    where = "、".join(dict.fromkeys(
-        f"第 {assignment.part_number(grade_id)} 部分「{assignment.parts[grade_id].title}」" if grade_id in assignment.parts else "它自己的检查"
+    names = i18n.join(functions)
+    where = i18n.join(dict.fromkeys(
+        _("第 {number} 部分「{title}」").format(number=assignment.part_number(grade_id), title=assignment.part_title(grade_id))
+        if grade_id in assignment.parts else _("它自己的检查")
         for grade_id in functions.values()
     ))
-    own = "你的实现没有" if len(functions) == 1 else "你的这些实现没有"
-    text = f"这一项用参考的 {names} 代替了你的实现，因为{own}通过{where}：先修正它。"
+    text = ngettext("这一项用参考的 {names} 代替了你的实现，因为你的实现没有通过{where}：先修正它。",
+                    "这一项用参考的 {names} 代替了你的实现，因为你的这些实现没有通过{where}：先修正它。",
+                    len(functions)).format(names=names, where=where)
     if not passed:
-        text += "换上参考实现之后这一项仍未通过，问题在这一项自己检查的函数里："
+        text += _("换上参考实现之后这一项仍未通过，问题在这一项自己检查的函数里：")
     return text
 
 
 def title_of(item: pytest.Item) -> str:
+    """The test's title: the first line of its docstring, translated in the assignment's own
+    message domain (``locale/`` beside the test file), or its name."""
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
-    return first or getattr(item, "originalname", item.name)
+    if first:
+        return i18n.catalogue(Path(str(item.fspath)).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext(first)
+    return getattr(item, "originalname", item.name)
+
 
 
 def error_info(error: BaseException) -> dict[str, Any]:
@@ -155,8 +164,11 @@ def error_info(error: BaseException) -> dict[str, Any]:
     function = str(where.get("function") or error.function)
     section = str(where.get("section") or "")
     line = where.get("line")
-    place = f"「{section}」一节，" if section else ""
-    place += f"函数 {function}" + (f" 的第 {line} 行（从单元格第一行数起）" if isinstance(line, int) else "")
+    if isinstance(line, int):
+        place = (_("「{section}」一节，函数 {function} 的第 {line} 行（从单元格第一行数起）") if section
+                 else _("函数 {function} 的第 {line} 行（从单元格第一行数起）")).format(section=section, function=function, line=line)
+    else:
+        place = (_("「{section}」一节，函数 {function}") if section else _("函数 {function}")).format(section=section, function=function)
     message = str(error)
     return {
         "type": error.type_name,
@@ -177,27 +189,27 @@ def error_info(error: BaseException) -> dict[str, Any]:
 def failure_message(error: BaseException) -> str:
     """What the student reads about a failure: curated text, never the test's source."""
     if isinstance(error, StudentTimeout):
-        return f"运行超时：{error}"
+        return _("运行超时：{error}").format(error=error)
     if isinstance(error, StudentMissing):
-        return f"{error}。请确认名称与题目一致，并且定义它的单元格能运行。"
+        return _("{error}。请确认名称与题目一致，并且定义它的单元格能运行。").format(error=error)
     if isinstance(error, SandboxCrashed):
-        return f"运行你的代码的进程意外结束：{error}"
+        return _("运行你的代码的进程意外结束：{error}").format(error=error)
     if isinstance(error, StudentRaised):
         if error.type_name == "NotImplementedError":
-            return f"{error.function} 还没有完成（仍是 raise NotImplementedError()）。"
+            return _("{function} 还没有完成（仍是 raise NotImplementedError()）。").format(function=error.function)
         info = error_info(error)
-        text = f"你的 {error.function} 抛出了 {error.type_name}：{error}"
+        text = _("你的 {function} 抛出了 {type}：{error}").format(function=error.function, type=error.type_name, error=error)
         if info.get("text"):
-            text += f"\n出错的一行：{info['place']}：{info['text']}"
+            text += "\n" + _("出错的一行：{place}：{text}").format(place=info["place"], text=info["text"])
         if info.get("explanation"):
             text += f"\n{info['explanation']}"
         if info.get("warnings"):
-            text += "\n运行时的警告：" + "；".join(info["warnings"])
+            text += "\n" + _("运行时的警告：{warnings}").format(warnings=_("；").join(info["warnings"]))
         return text
     if isinstance(error, AssertionError):
-        return str(error) or "检查未通过。"
+        return str(error) or _("检查未通过。")
     # The student's value had an unexpected structure, so a check could not even be computed.
-    return f"无法检查你的返回值（{type(error).__name__}：{error}）。请核对返回值的类型与结构。"
+    return _("无法检查你的返回值（{type}：{error}）。请核对返回值的类型与结构。").format(type=type(error).__name__, error=error)
 
 
 class GradingPlugin:
@@ -315,7 +327,7 @@ class GradingPlugin:
             # A wrong value, not an exception: still show what the student's code warned about.
             warned = list(dict.fromkeys(w for call in proxy.calls for w in call.outcome.warnings))[:3]
             if warned:
-                output += "\n你的代码运行时发出了警告：" + "；".join(warned)
+                output += "\n" + _("你的代码运行时发出了警告：{warnings}").format(warnings=_("；").join(warned))
         if swapped:
             output = substitution_note(swapped, message is None, assignment) + output
         result = TestResult(

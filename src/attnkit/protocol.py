@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from attnkit.i18n import _
+
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 MAX_HEADER_BYTES = 1024 * 1024
 MAX_DEPTH = 16
@@ -66,7 +68,7 @@ def encode(value: Any) -> bytes:
 
     def walk(item: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
-            raise Unsupported("嵌套层数过多")
+            raise Unsupported(_("嵌套层数过多"))
         if item is None or type(item) in (bool, str):
             if type(item) is str and len(item) > MAX_STRING:
                 return item[:MAX_STRING]
@@ -78,12 +80,12 @@ def encode(value: Any) -> bytes:
         if isinstance(item, torch.Tensor):
             # Before any copy: an expanded view of one element can claim 10**12 of them.
             if torch.Tensor.numel(item) > MAX_TENSOR_ELEMENTS:
-                raise Unsupported(f"返回的张量过大（{torch.Tensor.numel(item)} 个元素，上限 {MAX_TENSOR_ELEMENTS}）")
+                raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=torch.Tensor.numel(item), limit=MAX_TENSOR_ELEMENTS))
             tensor = _plain_tensor(item)
             if tensor.dtype not in DTYPE_NAMES:
-                raise Unsupported(f"不支持的张量类型 {tensor.dtype}")
+                raise Unsupported(_("不支持的张量类型 {dtype}").format(dtype=tensor.dtype))
             if tensor.numel() > MAX_TENSOR_ELEMENTS:
-                raise Unsupported(f"返回的张量过大（{tensor.numel()} 个元素，上限 {MAX_TENSOR_ELEMENTS}）")
+                raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=tensor.numel(), limit=MAX_TENSOR_ELEMENTS))
             data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
             blobs.append(data)
             return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
@@ -91,27 +93,27 @@ def encode(value: Any) -> bytes:
             # Subclasses (torch.Size, namedtuples) travel as their plain base: a shape answer
             # written as `q.shape` is a tuple of ints.
             if len(item) > MAX_ITEMS:
-                raise Unsupported("列表过长")
+                raise Unsupported(_("列表过长"))
             elements = tuple.__iter__(item) if isinstance(item, tuple) else list.__iter__(item)
             items = [walk(element, depth + 1) for element in elements]
             return {"__tuple__": items} if isinstance(item, tuple) else items
         if type(item) is dict:
             if not all(type(key) is str for key in item):
-                raise Unsupported("字典的键必须是字符串")
+                raise Unsupported(_("字典的键必须是字符串"))
             return {"__dict__": {key: walk(val, depth + 1) for key, val in item.items()}}
         # numpy scalars are common in answers; carry their plain value only.
         if type(item).__module__ == "numpy" and hasattr(item, "item"):
             plain = item.item()
             if type(plain) in (bool, int, float):
                 return walk(plain, depth)
-        raise Unsupported(f"不支持的值类型 {type(item).__name__}")
+        raise Unsupported(_("不支持的值类型 {type}").format(type=type(item).__name__))
 
     header = json.dumps(walk(value, 0), ensure_ascii=False, allow_nan=False).encode()
     payload = b"".join(blobs)
     sizes = json.dumps([len(blob) for blob in blobs]).encode()
     body = struct.pack("!I", len(sizes)) + sizes + header
     if len(body) + len(payload) > MAX_FRAME_BYTES:
-        raise Unsupported("返回的数据过大")
+        raise Unsupported(_("返回的数据过大"))
     return _LENGTH.pack(len(body), len(payload)) + body + payload
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from attnkit import protocol
+from attnkit.i18n import _
 from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
 
 class StudentRaised(Exception):
@@ -172,7 +173,7 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
     data here; the sandbox passes ``plain=False`` and encodes it once, when it replies."""
     function = namespace.get(name)
     if not callable(function):
-        return Outcome(error_type="__missing__", message=f"没有找到函数 {name}")
+        return Outcome(error_type="__missing__", message=_("没有找到函数 {name}").format(name=name))
     # Every warning of this call, even one Python or torch already showed once (torch warns about
     # x.T once per process): the feedback shows them beside a failure.
     warn_always = torch.is_warn_always_enabled()
@@ -196,7 +197,7 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
 def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
     """Read a top-level variable (as plain data with ``plain``)."""
     if name not in namespace:
-        return Outcome(error_type="__missing__", message=f"没有找到变量 {name}")
+        return Outcome(error_type="__missing__", message=_("没有找到变量 {name}").format(name=name))
     try:
         return Outcome(value=protocol.decode(protocol.encode(namespace[name])) if plain else namespace[name])
     except protocol.Unsupported as error:
@@ -204,7 +205,7 @@ def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
 
 
 def unreadable(name: str, error: Exception) -> Outcome:
-    return Outcome(error_type="TypeError", message=f"{name} 的值无法读取（只能返回张量、数字、字符串及其元组/列表）：{error}")
+    return Outcome(error_type="TypeError", message=_("{name} 的值无法读取（只能返回张量、数字、字符串及其元组/列表）：{error}").format(name=name, error=error))
 
 
 def snapshot(value: Any) -> Any:
@@ -265,7 +266,7 @@ def substitute_stub(name: str, live: list[Substitutes]) -> Callable[..., Any]:
 
     def stub(*args: Any, **kwargs: Any) -> Any:
         if not live:
-            raise RuntimeError(f"参考的 {name} 只在评分时的那一次调用中可用")
+            raise RuntimeError(_("参考的 {name} 只在评分时的那一次调用中可用").format(name=name))
         outcome = run_in_namespace(live[0], name, snapshot(args), snapshot(kwargs))
         if outcome.raised:
             raise builtin_exception(outcome.error_type or "RuntimeError", outcome.message)

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit import i18n
+from attnkit.i18n import N_, _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
 from attnkit.proxy import Outcome
@@ -57,11 +59,11 @@ class IsolationUnavailable(RuntimeError):
     """The OS gives this grader no isolated sandbox, and the notebooks were not declared trusted."""
 
 
-ISOLATION_FIX = (
-    "run the grader as root, or allow unprivileged user namespaces "
-    "(Debian/Ubuntu: sysctl kernel.unprivileged_userns_clone=1; Ubuntu 24.04: "
-    "sysctl kernel.apparmor_restrict_unprivileged_userns=0; everywhere: user.max_user_namespaces > 0); "
-    "or, only for notebooks you trust, pass --no-isolation"
+ISOLATION_FIX = N_(
+    "请以 root 运行评分，或允许非特权用户命名空间（user namespaces）"
+    "（Debian/Ubuntu：sysctl kernel.unprivileged_userns_clone=1；Ubuntu 24.04："
+    "sysctl kernel.apparmor_restrict_unprivileged_userns=0；各处：user.max_user_namespaces > 0）；"
+    "或者，仅对你信任的笔记本，加上 --no-isolation"
 )
 
 
@@ -82,7 +84,7 @@ class Zygote:
         # cache, IPython's folder) is still the grader's. A sandbox sets its own.
         env["HOME"] = os.path.expanduser("~")
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps({"hide": self.hide, "warm_up": warm_up})],
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps({"hide": self.hide, "warm_up": warm_up, "lang": i18n.language()})],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env=env,
@@ -93,13 +95,14 @@ class Zygote:
         self._ahead: tuple[socket.socket, Limits] | None = None
         ready = protocol.receive(self.control)
         if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
-            raise RuntimeError(f"zygote failed to start: {ready!r}")
+            raise RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=repr(ready)))
         isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
         self.isolated = isolation.get("kind") in ("root", "userns")
         self.isolation = isolation
         if not self.isolated and not trusted:
             self.close()
-            raise IsolationUnavailable(f"no isolated sandbox can be built here ({isolation.get('why') or 'unknown reason'}); {ISOLATION_FIX}")
+            raise IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
+                why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
 
     def spawn(self, limits: Limits) -> tuple[socket.socket, int]:
         """A new sandbox: our end of its channel, and its pid.
@@ -131,7 +134,7 @@ class Zygote:
         pid = reply.get("pid") if isinstance(reply, dict) else None
         if not isinstance(pid, int):
             channel.close()
-            raise RuntimeError(str(reply.get("error") if isinstance(reply, dict) else "") or "zygote could not start a sandbox")
+            raise RuntimeError(str(reply.get("error") if isinstance(reply, dict) else "") or _("zygote 进程无法启动沙箱"))
         return pid
 
     def _cancel_ahead(self) -> None:
@@ -184,7 +187,7 @@ class Submission:
             if cell.is_check or cell.skip or not cell.source.strip():
                 continue
             if time.monotonic() > deadline:
-                self.runs.append(CellRun(cell.index, cell.grade_id, False, "__timeout__", "整本笔记本的运行时间超过上限，此单元格未运行"))
+                self.runs.append(CellRun(cell.index, cell.grade_id, False, "__timeout__", _("整本笔记本的运行时间超过上限，此单元格未运行")))
                 continue
             self.runs.append(self._run_cell(cell))
 
@@ -211,9 +214,9 @@ class Submission:
             ready = protocol.receive(self._channel, time.monotonic() + 30)
         except (OSError, protocol.ProtocolError) as error:
             self.close()
-            raise SandboxDied(f"沙箱未能启动：{error}") from None
+            raise SandboxDied(_("沙箱未能启动：{error}").format(error=error)) from None
         if not (isinstance(ready, dict) and ready.get("ready")):
-            raise SandboxDied(f"沙箱未能启动：{ready.get('error') if isinstance(ready, dict) else ready}")
+            raise SandboxDied(_("沙箱未能启动：{error}").format(error=ready.get("error") if isinstance(ready, dict) else ready))
         self.isolation = [str(item) for item in ready.get("isolation", [])]
 
     def _request(self, message: dict, seconds: float, substitutes: dict[str, Any] | None = None) -> dict:
@@ -222,7 +225,7 @@ class Submission:
         answered here with the trusted functions' results until the real reply comes; without,
         a callback is just an unrecognised reply."""
         if self._channel is None:
-            raise SandboxDied("沙箱未运行")
+            raise SandboxDied(_("沙箱未运行"))
         started = time.monotonic()
         deadline = started + seconds
         answered = 0
@@ -245,7 +248,7 @@ class Submission:
             self.seconds_used += time.monotonic() - started
         if not isinstance(reply, dict) or "callback" in reply:
             self.close()
-            raise SandboxDied("沙箱返回了无法识别的数据")
+            raise SandboxDied(_("沙箱返回了无法识别的数据"))
         return reply
 
     def _run_cell(self, cell: CodeCell) -> CellRun:
@@ -253,7 +256,8 @@ class Submission:
             reply = self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
         except (TimeoutError, SandboxDied) as error:
             hung = isinstance(error, TimeoutError)
-            message = f"单元格运行超过 {self.limits.cell_seconds:g} 秒，已被终止" if hung else "单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"
+            message = (_("单元格运行超过 {seconds} 秒，已被终止").format(seconds=f"{self.limits.cell_seconds:g}") if hung
+                       else _("单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"))
             self._recover()
             return CellRun(cell.index, cell.grade_id, False, "__timeout__" if hung else "__crashed__", message)
         line = reply.get("line")
@@ -307,24 +311,24 @@ class Submission:
 
         callee = reply.get("callback")
         if callee not in substitutes or answered > self.MAX_CALLBACKS or not _small(reply.get("args"), reply.get("kwargs"), limit=self.MAX_CALLBACK_ELEMENTS):
-            return {"error_type": "RuntimeError", "message": f"参考的 {callee} 无法用于这次调用"}
+            return {"error_type": "RuntimeError", "message": _("参考的 {name} 无法用于这次调用").format(name=callee)}
         args, kwargs = reply.get("args"), reply.get("kwargs")
         outcome = run_in_namespace(substitutes, str(callee), tuple(args) if isinstance(args, list) else (), kwargs if isinstance(kwargs, dict) else {})
         return {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
 
     def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None) -> Outcome:
         if self._given_up or self._channel is None:
-            return Outcome(error_type="__crashed__", message="你的代码使运行环境多次崩溃或超时，后面的检查无法进行")
+            return Outcome(error_type="__crashed__", message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
         if self.seconds_used > self.limits.submission_seconds:
-            return Outcome(error_type="__timeout__", message=f"这份提交的总运行时间超过了 {self.limits.submission_seconds:g} 秒，后面的检查没有运行")
+            return Outcome(error_type="__timeout__", message=_("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}"))
         try:
             reply = self._request(message, self.limits.call_seconds, substitutes)
         except TimeoutError:
             self._recover()
-            return Outcome(error_type="__timeout__", message=f"{name} 超过 {self.limits.call_seconds:g} 秒没有返回")
+            return Outcome(error_type="__timeout__", message=_("{name} 超过 {seconds} 秒没有返回").format(name=name, seconds=f"{self.limits.call_seconds:g}"))
         except SandboxDied:
             self._recover()
-            return Outcome(error_type="__crashed__", message=f"调用 {name} 时进程意外退出")
+            return Outcome(error_type="__crashed__", message=_("调用 {name} 时进程意外退出").format(name=name))
         error_type = reply.get("error_type")
         return Outcome(
             value=reply.get("value"),

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from attnkit.assignment import Assignment
+from attnkit.i18n import N_, _
 from attnkit.isolation import level as isolation_level
 
 # Per-student output caps, whatever the notebook prints or raises: each message is cut to a fixed
@@ -15,7 +16,7 @@ MAX_TEXT = 2_000  # characters of one message, output, problem or note
 MAX_ITEMS = 100  # failed cells, problems, notes kept per submission
 MAX_RESULTS_BYTES = 1_000_000
 MAX_FEEDBACK_BYTES = 4_000_000
-TRUNCATED_NOTE = "反馈内容过长，部分信息已被截断（评分不受影响）"
+TRUNCATED_NOTE = N_("反馈内容过长，部分信息已被截断（评分不受影响）")
 
 def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
@@ -24,13 +25,13 @@ def unique(items: list[str]) -> list[str]:
 def clip(text: Any, limit: int = MAX_TEXT) -> str:
     """``text`` (whatever came back) as a string of at most about ``limit`` characters."""
     text = text if isinstance(text, str) else str(text)
-    return text if len(text) <= limit else text[:limit] + f"……（已截断，共 {len(text)} 个字符）"
+    return text if len(text) <= limit else text[:limit] + _("……（已截断，共 {count} 个字符）").format(count=len(text))
 
 
 def _clip_items(items: list[Any], limit: int = MAX_ITEMS) -> list[str]:
     kept = [clip(item) for item in items[:limit]]
     if len(items) > limit:
-        kept.append(f"……另有 {len(items) - limit} 条未显示")
+        kept.append(_("……另有 {count} 条未显示").format(count=len(items) - limit))
     return kept
 
 
@@ -56,10 +57,10 @@ def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str
         text = container[key]
         if len(text) <= 16:
             break
-        container[key] = text[: len(text) // 2] + "……（已截断）"
+        container[key] = text[: len(text) // 2] + _("……（已截断）")
         cut = True
-    if cut and TRUNCATED_NOTE not in results["notes"]:
-        results["notes"].append(TRUNCATED_NOTE)
+    if cut and _(TRUNCATED_NOTE) not in results["notes"]:
+        results["notes"].append(_(TRUNCATED_NOTE))
     return results
 
 

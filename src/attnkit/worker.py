@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from attnkit.assignment import Assignment, discover
 from attnkit.constants import CRASHED, GraderError
+from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_submitted
 from attnkit.proxy import Outcome, Student
 from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote
@@ -31,7 +32,7 @@ class Job:
     fingerprint: str
     root: str = ""  # the submissions folder: nothing above it is followed
     digests: list[str] = field(default_factory=list)  # sha256 of each notebook's bytes at intake
-    problems: list[str] = field(default_factory=list)  # found at intake (student-facing, Chinese)
+    problems: list[str] = field(default_factory=list)  # found at intake (student-facing, in the run's language)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -101,22 +102,22 @@ class SandboxProvider:
             try:
                 raw = read_submitted(Path(job.root), Path(path))
             except Unsafe as error:
-                problems.append(f"{name}：{error}")
+                problems.append(_("{name}：{problem}").format(name=name, problem=error))
                 continue
             if position < len(job.digests) and digest_of(raw) != job.digests[position]:
-                problems.append(f"{name}：评分期间文件被改动过，未评分")
+                problems.append(_("{name}：评分期间文件被改动过，未评分").format(name=name))
                 continue
             notebook = parse_notebook(raw, Path(path))
             del raw
             if not notebook.readable:
-                problems.append(f"{name}：{notebook.problem}")
+                problems.append(_("{name}：{problem}").format(name=name, problem=notebook.problem))
                 continue
-            notes += [f"{name}：{note}" for note in notebook.notes]
+            notes += [_("{name}：{problem}").format(name=name, problem=note) for note in notebook.notes]
             for cell in notebook.cells:
                 cells.append(CodeCell(offset + cell.index, cell.source, cell.grade_id, cell.is_check, cell.skip, cell.section))
             offset += 10_000
         if not job.notebooks and not problems:
-            problems.append("没有找到任何 .ipynb 笔记本")
+            problems.append(_("没有找到任何 .ipynb 笔记本"))
         session: Submission | None = None
         if cells:
             session = Submission(self.zygote, cells, self.limits)
@@ -128,11 +129,11 @@ class SandboxProvider:
                 import pytest
 
                 # pytest.exit is how a fixture stops a session; run_chunk raises self.fatal after it.
-                self.fatal = f"the sandbox could not start: {error}"
+                self.fatal = _("沙箱无法启动：{error}").format(error=error)
                 pytest.exit(self.fatal, returncode=3)
             backend: Any = session
         else:
-            backend = Failed(problems[-1] if problems else "笔记本中没有任何代码")
+            backend = Failed(problems[-1] if problems else _("笔记本中没有任何代码"))
         opened = Opened(job, Student(backend, api=self.api), session, problems, notes, started)
         self.open_now[submission_id] = opened
         return opened.student
@@ -215,7 +216,7 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
     if provider.fatal or plugin.fatal:
         raise GraderError(provider.fatal or plugin.fatal)
     if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the session broke
-        raise RuntimeError(f"隐藏测试的 pytest 会话异常结束（退出码 {int(code)}）")
+        raise RuntimeError(_("隐藏测试的 pytest 会话异常结束（退出码 {code}）").format(code=int(code)))
 
 
 def _expendable() -> None:
@@ -254,7 +255,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
         suites = discover(Path(autograder))
         zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()))
     except Exception as error:  # noqa: BLE001
-        emit({"fatal": f"could not start the sandbox zygote: {error}"})
+        emit({"fatal": _("无法启动沙箱的 zygote 进程：{error}").format(error=error)})
         return
     try:
         while (chunk := inbox.recv()) is not None:

@@ -59,6 +59,8 @@ import matplotlib.pyplot  # noqa: E402,F401
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
+from attnkit import i18n  # noqa: E402
+from attnkit.i18n import _  # noqa: E402
 from attnkit import protocol  # noqa: E402
 from attnkit.cgroup import Cgroup, sweep_stale  # noqa: E402
 from attnkit.explain import student_frame  # noqa: E402
@@ -108,7 +110,7 @@ class BoundedWriter(io.TextIOBase):
     def take(self) -> str:
         text = "".join(self.parts)
         if self.dropped:
-            text += f"\n…（另有 {self.dropped} 个字符的输出被截断）"
+            text += "\n" + _("…（另有 {count} 个字符的输出被截断）").format(count=self.dropped)
         self.parts, self.kept, self.dropped = [], 0, 0
         return text
 
@@ -281,7 +283,7 @@ class Sandbox:
         os.waitpid(pid, 0)
         frame = b"".join(chunks)
         if not frame:
-            return protocol.encode({"value": None, "error_type": "__crashed__", "message": "调用时进程意外退出"})
+            return protocol.encode({"value": None, "error_type": "__crashed__", "message": _("调用时进程意外退出")})
         return frame
 
     def _substituted_reply(self, request: dict, names: list[str]) -> bytes:
@@ -305,15 +307,15 @@ class Sandbox:
 
         def stand_in(*args: Any, **kwargs: Any) -> Any:
             if not live:
-                raise RuntimeError(f"参考的 {name} 只在评分时的那一次调用中可用")
+                raise RuntimeError(_("参考的 {name} 只在评分时的那一次调用中可用").format(name=name))
             try:
                 frame = protocol.encode({"callback": name, "args": list(args), "kwargs": dict(kwargs)})
             except protocol.Unsupported as error:
-                raise TypeError(f"{name} 只接受张量、数字等数据作参数：{error}") from None
+                raise TypeError(_("{name} 只接受张量、数字等数据作参数：{error}").format(name=name, error=error)) from None
             channel.sendall(frame)
             reply = protocol.receive(channel)
             if not isinstance(reply, dict):
-                raise RuntimeError(f"参考的 {name} 没有返回结果")
+                raise RuntimeError(_("参考的 {name} 没有返回结果").format(name=name))
             if reply.get("error_type"):
                 raise _builtin_exception(str(reply["error_type"]), str(reply.get("message") or ""))
             return reply.get("value")
@@ -406,7 +408,7 @@ class Sandboxes:
     def reap(self, block: bool = False) -> None:
         while self.groups:
             try:
-                pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+                pid, _status = os.waitpid(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
@@ -486,6 +488,10 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
     shell.run_cell(str(config.get("warm_up", "")), store_history=False, silent=True)
     protocol.decode(protocol.encode((torch.ones(2, 2), {"a": [1, 2.0, "x", None, True]})))
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
+    # The grader's language, its catalogue compiled now: the project's files are out of view after
+    # _isolate, and every sandbox forked from here inherits it in memory.
+    i18n.set_language(config.get("lang"), export=False)
+    i18n.catalogue(i18n.LOCALE_DIR, i18n.DOMAIN)
     mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
     sandboxes = Sandboxes(mode.can_make_cgroups)
     if mode.can_make_cgroups:
@@ -514,7 +520,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
         try:
             pid = _spawn(mode, sandboxes, channel, settings, shell, control)
         except OSError as error:  # never a weaker sandbox instead: the grader is told why
-            protocol.send(control, {"pid": None, "error": f"could not start a sandbox: {error}"})
+            protocol.send(control, {"pid": None, "error": _("无法启动沙箱：{error}").format(error=error)})
             continue
         finally:
             channel.close()

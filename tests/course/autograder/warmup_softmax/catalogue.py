@@ -20,7 +20,6 @@ def softmax(scores):
     return exps / exps.sum(dim=-1, keepdim=True)
 ''',
         zh="直接对分数取指数，没有先减去每行的最大值。分数很大时 exp 溢出为 inf，inf/inf 得到 NaN；减去最大值不改变结果，却让指数不超过 1。",
-        en="The scores are exponentiated as they are, without subtracting each row's maximum first. Large scores overflow exp to inf, and inf/inf is NaN; the shift leaves the result unchanged and keeps every exponent at most 1.",
     ),
 )
 

@@ -40,7 +40,7 @@ def evidence(student: Any, reference: dict) -> dict[str, Any]:
     causal = torch.ones(3, 3, dtype=torch.bool).tril()  # (3, 3)
     panels = []
     for label, title, allowed in (("full", _("未加掩码"), None), ("causal", _("因果掩码"), causal)):
-        _, expected = reference["scaled_attention"](query, query.clone(), value, allowed)  # (1, 1, 3, 3)
+        _output, expected = reference["scaled_attention"](query, query.clone(), value, allowed)  # (1, 1, 3, 3)
         panel: dict[str, Any] = {"label": label, "title": title, "expected": expected[0, 0].tolist(), "student": None}
         try:
             result = student.scaled_attention(query, query.clone(), value, allowed)

@@ -12,6 +12,8 @@ import torch
 from . import reference
 from attnkit.checks import answer_bool, answer_int, answer_shape, judge_answers
 
+from .messages import N_, _
+
 pytestmark = pytest.mark.grade_id("check_self_test")
 
 HINT = N_("回到第 8 节对应的问题再想一想。")

@@ -92,14 +92,8 @@ class Assignment:
         return getattr(self.module(module), attribute)
 
     def warm_up_source(self) -> str:
-        """The ``warm_up`` hook's code (read without importing the package: the zygote runs it)."""
-        target = self.hooks.get("warm_up")
-        if not target:
-            return ""
-        module, _, attribute = target.partition(":")
-        namespace: dict[str, Any] = {}
-        exec(compile((self.folder / f"{module}.py").read_text(encoding="utf-8"), str(self.folder / f"{module}.py"), "exec"), namespace)
-        return str(namespace.get(attribute, ""))
+        """The ``warm_up`` hook's code: what the zygote runs once before it forks sandboxes."""
+        return str(self.hook("warm_up") or "")
 
     # -- texts in the reader's language ---------------------------------------------------------
     def _(self, message: str) -> str:

@@ -5,9 +5,11 @@ the same engine, with no engine edits, in one run with the chapter-19 assignment
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,6 +133,23 @@ def test_a_student_without_one_of_the_assignments_is_reported(graded: dict) -> N
     assert graded["result"].returncode == 1, graded["result"].stderr
     skipped = json.loads((graded["out"] / "skipped.json").read_text(encoding="utf-8"))
     assert {"where": "ch19_only", "reason": f"学生文件夹里没有 {WARMUP}/ 文件夹，未评分"} in skipped
+
+
+def test_the_warmup_reads_in_english_from_its_own_catalogue(course: Path, graded: dict, tmp_path: Path) -> None:
+    """With --lang en, is the warm-up's page English throughout: its title, tests and diagnosis
+    come from the catalogue in its own folder (locale/), with no engine edit?"""
+    out = tmp_path / "out"
+    result = run("attnkit", "grade", "--submitted", str(graded["submitted"]), "--out", str(out), "--jobs", "1", "--quiet",
+                 "--lang", "en", "--assignment", WARMUP, "--autograder", str(course / "autograder"), cwd=course)
+    # Exit 1: ch19_only has no warm-up folder (reported); the chapter-19 folders were left out on purpose.
+    assert result.returncode == 1, result.stdout + result.stderr
+    skipped = json.loads((out / "skipped.json").read_text(encoding="utf-8"))
+    assert [item["where"] for item in skipped] == ["ch19_only"], skipped
+    page = html.unescape((out / "students" / "warm_shiftless" / WARMUP / "feedback.html").read_text(encoding="utf-8"))
+    assert "Warm-up · Softmax · Feedback" in page and "without subtracting each row's maximum" in page
+    assert not re.search(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]", page), "Chinese left on an English page"
+    assert results(graded, "warm_shiftless", WARMUP)["score"] == json.loads(
+        (out / "students" / "warm_shiftless" / WARMUP / "results.json").read_text(encoding="utf-8"))["score"]
 
 
 def test_a_suite_that_disagrees_with_its_notebook_stops_grading(course: Path, graded: dict, tmp_path: Path) -> None:

@@ -190,10 +190,10 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
                 continue
             if name.endswith(".ipynb"):
                 intake.skipped.append(Skipped(f"{student_id}/{shown}", _("笔记本直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(assignment=names)))
-            elif stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode):
-                reason = (_("本次没有评作业“{name}”（本次只评 {assignment}），未评分，也未写入成绩册") if name in suites
-                          else _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册"))
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", reason.format(name=shown, assignment=names)))
+            elif (stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode)) and name not in suites:
+                # (An assignment with a suite that --assignment left out is the TA's choice, not news.)
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册").format(
+                    name=shown, assignment=names)))
         for assignment in chosen:
             _assignment(submitted, student_fd, student_id, assignment, modes.get(assignment.name), strays, len(chosen) == 1, job, intake)
     finally:

@@ -139,7 +139,53 @@ def _new_shell() -> InteractiveShell:
     config.HistoryManager.enabled = False
     config.InteractiveShell.colors = "nocolor"
     config.InteractiveShell.xmode = "Plain"
-    return InteractiveShell.instance(config=config)
+    shell = InteractiveShell.instance(config=config)
+    _skip_tokenizing_plain_python(shell)
+    return shell
+
+
+def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
+    """``run_cell`` exactly as IPython runs it, less the tokenizer pass on cells that are plain
+    Python (most of a notebook's cells, and most of IPython's cost per cell).
+
+    IPython's token transforms rewrite only what plain Python cannot contain: a logical line that
+    starts with ``%``, ``!``, ``?``, ``,``, ``;`` or ``/``, an assignment from ``%``/``!``, a line
+    ending in ``?``. So when the cell, after IPython's own cheap clean-up transforms, parses as
+    Python, the token transforms would leave it unchanged and are skipped; and such a cell with no
+    ``await``/``async`` anywhere cannot need the coroutine runner. Everything else (magics, shell
+    escapes, one-line cells with their autocall, top-level await, syntax errors) takes IPython's
+    full path, so what a student sees (outputs, displayed values, tracebacks, line numbers) is
+    IPython's in both cases."""
+    import ast
+
+    manager = shell.input_transformer_manager
+    plain: list[str] = [""]
+
+    def transform_cell(raw_cell: str) -> str:
+        cell = raw_cell if raw_cell.endswith("\n") else raw_cell + "\n"
+        lines = cell.splitlines(keepends=True)
+        for transform in manager.cleanup_transforms + manager.line_transforms:
+            lines = transform(lines)
+        if len(lines) > 1:
+            try:
+                ast.parse("".join(lines))
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                pass
+            else:
+                for transform in shell.input_transformers_post:
+                    lines = transform(lines)
+                plain[0] = "".join(lines)
+                return plain[0]
+        plain[0] = ""
+        return InteractiveShell.transform_cell(shell, raw_cell)
+
+    def should_run_async(raw_cell: str, *, transformed_cell: str | None = None, preprocessing_exc_tuple: Any = None) -> bool:
+        if transformed_cell is not None and transformed_cell == plain[0] and "async" not in transformed_cell and "await" not in transformed_cell:
+            return False
+        return InteractiveShell.should_run_async(shell, raw_cell, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple)
+
+    shell.transform_cell = transform_cell  # type: ignore[method-assign]
+    shell.should_run_async = should_run_async  # type: ignore[method-assign]
 
 
 class Sandbox:

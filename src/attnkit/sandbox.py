@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -333,7 +334,11 @@ class Submission:
         """A swap session for ``names`` (already open, or forked now); False where the sandbox
         cannot fork one. Raises what ``_request`` raises."""
         if names in self._swaps:
-            return True
+            if not select.select([self._swaps[names]], [], [], 0)[0]:
+                return True
+            # Between two calls its channel has something to read: the fork went away (or its
+            # code wrote out of turn). A fresh one, as each swapped call had before.
+            self._end_swaps(names)
         if self._swap_refused:
             return False
         while len(self._swaps) >= self.MAX_SWAPS:

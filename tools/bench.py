@@ -60,8 +60,8 @@ STUB_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 # The speed goals a class of GOAL_CLASS_SIZE must meet.
 GOAL_CLASS_SIZE = 1000
-GOAL_CLASS_SECONDS = 60.0
-GOAL_SPEEDUP = 50.0
+GOAL_CLASS_SECONDS = 30.0
+GOAL_SPEEDUP = 100.0
 LINEAR_SLACK = 1.10
 # Where nbgrader_config.py starts hooking attnkit into nbgrader's own commands.
 KIT_HOOK = "# `nbgrader autograde` grades with attnkit"  # per-submission cost at the largest size may exceed the smallest's by 10 %
@@ -608,7 +608,7 @@ def print_report(summary: dict[str, Any], attnkit_runs: list[Measured], nbgrader
             f"linear fit over sizes {', '.join(str(m.count) for m in attnkit_runs)}: "
             f"{summary['fixed_seconds']:.2f} s fixed + {summary['marginal_seconds_per_submission']:.4f} s per submission"
         )
-    goals = Table(title="Issue 5 goals")
+    goals = Table(title="Issue 12 goals")
     for column in ("goal", "measured", ""):
         goals.add_column(column)
     for goal in summary["goals"].values():

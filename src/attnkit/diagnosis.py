@@ -15,6 +15,7 @@ other styles of the same mistake, never a reason to prefer a looser explanation 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from types import BuiltinFunctionType, CodeType, FunctionType, ModuleType
 
 import torch
 
@@ -28,7 +29,8 @@ ATOL = 1e-4
 
 
 # The hidden tests use fixed inputs, so across a class the same calls are replayed on the same
-# implementations again and again: remember the outcomes (bounded; keys are the inputs' bytes).
+# implementations again and again: remember the outcomes (bounded; keys are the inputs' bytes and
+# the implementation's identity below).
 _REPLAYS: dict[tuple[int, str, bytes], Outcome] = {}
 _REPLAYS_MAX = 20_000
 
@@ -36,13 +38,112 @@ _REPLAYS_MAX = 20_000
 def _replay(namespace: dict, name: str, inputs: bytes) -> Outcome:
     """``namespace[name]`` on the encoded ``inputs`` (fresh copies each time: an implementation
     must not see another's in-place edits), remembered."""
-    key = (id(namespace), name, inputs)
+    key = (_identity(namespace), name, inputs)
     if key not in _REPLAYS:
         if len(_REPLAYS) >= _REPLAYS_MAX:
             _REPLAYS.clear()
         args, kwargs = protocol.decode(inputs)
         _REPLAYS[key] = run_in_namespace(namespace, name, args, kwargs)
     return _REPLAYS[key]
+
+
+# An implementation's identity for the replay cache: namespaces holding the same code (the catalogue
+# is built afresh for every chunk of a class, from the same source) share one, so their replays are
+# remembered across chunks; a namespace with anything that cannot be compared by value gets one of
+# its own. Each namespace seen is kept alive, so its id() can never name a later one.
+_SEEN: dict[int, tuple[dict, int, dict | None]] = {}
+_IDENTITIES: dict[tuple, int] = {}
+_SEEN_MAX = 2_000
+
+
+def _entry(namespace: dict) -> tuple[dict, int, dict | None]:
+    entry = _SEEN.get(id(namespace))
+    if entry is None or entry[0] is not namespace:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+            _REPLAYS.clear()
+            _CAN_DIFFER.clear()
+        contents = _contents(namespace)
+        try:
+            identity = _IDENTITIES.setdefault(tuple(sorted(contents.items(), key=lambda item: item[0])), len(_IDENTITIES)) if contents is not None else -1 - len(_SEEN)
+        except TypeError:  # something unhashable after all
+            contents, identity = None, -1 - len(_SEEN)
+        entry = _SEEN[id(namespace)] = (namespace, identity, contents)
+    return entry
+
+
+def _identity(namespace: dict) -> int:
+    return _entry(namespace)[1]
+
+
+def _contents(namespace: dict) -> dict[str, tuple] | None:
+    """What a namespace's functions can see, by value: each function's code and defaults, each
+    module's name, each plain constant; None when something cannot be compared that way."""
+    contents: dict[str, tuple] = {}
+    for name, value in namespace.items():
+        if name.startswith("__"):
+            continue
+        if isinstance(value, FunctionType):
+            if value.__closure__ is not None:
+                return None
+            contents[name] = ("function", value.__code__, value.__defaults__, tuple(sorted((value.__kwdefaults__ or {}).items())))
+        elif isinstance(value, ModuleType):
+            contents[name] = ("module", value.__name__)
+        elif isinstance(value, BuiltinFunctionType):
+            contents[name] = ("builtin", getattr(value, "__module__", None), value.__qualname__)
+        elif _constant(value):
+            contents[name] = ("constant", type(value).__name__, value)
+        else:
+            return None
+    return contents
+
+
+def _constant(value: object) -> bool:
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        return True
+    return type(value) is tuple and all(_constant(item) for item in value)
+
+
+# (mistake, reference, called names) -> whether the mistake can give another outcome than the
+# reference on a call of those names.
+_CAN_DIFFER: dict[tuple[int, int, frozenset], bool] = {}
+
+
+def _can_differ(mistake: dict, reference: dict, names: frozenset) -> bool:
+    """Can ``mistake`` answer any call of ``names`` differently from ``reference``? Not when none
+    of what it changes (a function, a constant) is reachable from those names through the globals
+    their code reads: it then runs exactly the reference's code, and a mistake that never differs
+    from the reference is never diagnosed. Only catalogue entries that can explain the failed
+    calls are replayed. (True whenever this cannot be known.)"""
+    _, mistake_identity, mine = _entry(mistake)
+    _, reference_identity, theirs = _entry(reference)
+    key = (mistake_identity, reference_identity, names)
+    if key not in _CAN_DIFFER:
+        if mine is None or theirs is None:
+            _CAN_DIFFER[key] = True
+        else:
+            changed = {name for name in mine.keys() | theirs.keys() if mine.get(name) != theirs.get(name)}
+            _CAN_DIFFER[key] = bool(changed & _reachable(mistake, names))
+    return _CAN_DIFFER[key]
+
+
+def _reachable(namespace: dict, names: Iterable[str]) -> set[str]:
+    """``names`` and every global their functions' code (nested code included) reads, transitively."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        value = namespace.get(name)
+        if isinstance(value, FunctionType):
+            codes = [value.__code__]
+            while codes:
+                code = codes.pop()
+                todo.extend(code.co_names)
+                codes.extend(const for const in code.co_consts if isinstance(const, CodeType))
+    return seen
 
 
 def values_match(student: object, candidate: object) -> bool:
@@ -124,12 +225,22 @@ def diagnose(
             return []
 
     inputs = [protocol.encode((call.args, call.kwargs)) for call in relevant]
-    expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs)]
+    names = frozenset(call.name for call in relevant)
+    expected: list[Outcome] | None = None
     found, exact = [], []
     for mistake_id, namespace in mistakes.items():
-        outcomes = [_replay(namespace, call.name, data) for call, data in zip(relevant, inputs)]
-        if not all(outcomes_match(call.outcome, got) for call, got in zip(relevant, outcomes)):
+        if not _can_differ(namespace, reference, names):
+            continue  # it would run only the reference's code on these calls
+        outcomes = []
+        for call, data in zip(relevant, inputs):  # stops at the first outcome it does not reproduce
+            got = _replay(namespace, call.name, data)
+            if not outcomes_match(call.outcome, got):
+                break
+            outcomes.append(got)
+        if len(outcomes) < len(relevant):
             continue  # most mistakes stop here: no need to compare them with the reference too
+        if expected is None:
+            expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs)]
         if any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected)):
             found.append(mistake_id)
             if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes)):

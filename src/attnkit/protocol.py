@@ -50,6 +50,10 @@ class ProtocolError(Exception):
     """The peer sent something that is not a valid frame (or went away)."""
 
 
+class PeerClosed(ProtocolError):
+    """The peer closed the connection (or its process ended) before a whole frame came."""
+
+
 class Unsupported(TypeError):
     """A value of a kind the protocol refuses to carry."""
 
@@ -227,6 +231,6 @@ def _read_exactly(sock: socket.socket, size: int, deadline: float | None) -> byt
             sock.settimeout(remaining)
         chunk = sock.recv(min(size - len(chunks), 1 << 20))
         if not chunk:
-            raise ProtocolError("peer closed the connection")
+            raise PeerClosed("peer closed the connection")
         chunks += chunk
     return bytes(chunks)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -177,6 +178,10 @@ class Submission:
     _channel: socket.socket | None = None
     _pid: int | None = None
     _given_up: bool = False
+    # Swap sessions: substituted names -> the channel of the sandbox's fork that holds them bound
+    # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
+    _swaps: dict[frozenset, socket.socket] = field(default_factory=dict)
+    _swap_refused: bool = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -192,6 +197,7 @@ class Submission:
             self.runs.append(self._run_cell(cell))
 
     def close(self) -> None:
+        self._end_swaps()
         if self._channel is not None:
             try:
                 self._channel.settimeout(0.5)
@@ -219,28 +225,42 @@ class Submission:
             raise SandboxDied(_("沙箱未能启动：{error}").format(error=ready.get("error") if isinstance(ready, dict) else ready))
         self.isolation = [str(item) for item in ready.get("isolation", [])]
 
-    def _request(self, message: dict, seconds: float, substitutes: dict[str, Any] | None = None) -> dict:
+    def _request(self, message: dict, seconds: float, substitutes: dict[str, Any] | None = None,
+                 swap: frozenset | None = None, fds: list[int] | None = None) -> dict:
         """One request and its reply, all within ``seconds`` of wall-clock time. With
         ``substitutes`` (a swapped call), the sandbox's ``callback`` frames for those names are
         answered here with the trusted functions' results until the real reply comes; without,
-        a callback is just an unrecognised reply."""
-        if self._channel is None:
+        a callback is just an unrecognised reply. ``swap``: sent to that swap session's fork
+        instead (a fork that went away answers as a crashed call). ``fds``: descriptors sent
+        right after the request (one byte of ancillary data)."""
+        channel = self._channel if swap is None else self._swaps.get(swap)
+        if channel is None:
             raise SandboxDied(_("沙箱未运行"))
         started = time.monotonic()
         deadline = started + seconds
         answered = 0
         try:
-            self._channel.settimeout(seconds)
-            protocol.send(self._channel, message)
-            reply = protocol.receive(self._channel, deadline)
+            channel.settimeout(seconds)
+            protocol.send(channel, message)
+            if fds:
+                socket.send_fds(channel, [b"\0"], fds)
+            reply = protocol.receive(channel, deadline)
             while substitutes is not None and isinstance(reply, dict) and "callback" in reply:
                 answered += 1
-                self._channel.settimeout(max(0.001, deadline - time.monotonic()))
-                protocol.send(self._channel, self._answer_callback(reply, substitutes, answered))
-                reply = protocol.receive(self._channel, deadline)
+                channel.settimeout(max(0.001, deadline - time.monotonic()))
+                protocol.send(channel, self._answer_callback(reply, substitutes, answered))
+                reply = protocol.receive(channel, deadline)
         except socket.timeout:
             self.close()
             raise TimeoutError from None
+        except (protocol.PeerClosed, BrokenPipeError, ConnectionResetError) as error:
+            if swap is None:
+                self.close()
+                raise SandboxDied(str(error)) from None
+            # The session's fork died in the call (the student's exit, a crash): the sandbox
+            # itself goes on, as after a single swapped call's fork died.
+            self._end_swaps(swap)
+            reply = {"value": None, "error_type": "__crashed__", "message": _("调用时进程意外退出")}
         except (OSError, protocol.ProtocolError) as error:
             self.close()
             raise SandboxDied(str(error)) from None
@@ -296,13 +316,59 @@ class Submission:
     MAX_CALLBACKS = 64
     MAX_CALLBACK_ELEMENTS = 1_000_000
 
+    # Swap sessions kept open at once (one per set of substituted names).
+    MAX_SWAPS = 4
+
     def call_with(self, name: str, args: tuple, kwargs: dict, substitutes: dict[str, Any]) -> Outcome:
-        """``call`` with each name in ``substitutes`` standing, inside the sandbox and for this
-        call only, for the trusted function given here: the sandbox runs the call in a throwaway
-        fork whose stand-ins send ``callback`` frames, answered here with the trusted function's
-        result. Callbacks are honoured only while this request is open."""
+        """``call`` with each name in ``substitutes`` standing, inside the sandbox, for the
+        trusted function given here: the call runs in a throwaway fork of the sandbox whose
+        stand-ins send ``callback`` frames, answered here with the trusted function's result
+        (callbacks are honoured only while a request is open).
+
+        The fork is a *swap session*: forked at the first call with these names, it serves every
+        later call with the same names (the re-runs of the swapped tests and their diagnosis
+        probes) on a channel of its own, while the sandbox itself goes on answering the calls that
+        are not swapped; it ends with the submission. Nothing of a swapped call ever reaches the
+        sandbox, so no call of the student's own functions can reuse the reference. Where the
+        sandbox cannot fork, each call runs with the names bound in place and restored after."""
         message = {"op": "call_with", "name": name, "args": list(args), "kwargs": kwargs, "substitutes": sorted(substitutes)}
-        return self._ask(message, name, substitutes)
+        return self._ask(message, name, substitutes, swap=frozenset(substitutes))
+
+    def _open_swap(self, names: frozenset) -> bool:
+        """A swap session for ``names`` (already open, or forked now); False where the sandbox
+        cannot fork one. Raises what ``_request`` raises."""
+        if names in self._swaps:
+            if not select.select([self._swaps[names]], [], [], 0)[0]:
+                return True
+            # Between two calls its channel has something to read: the fork went away (or its
+            # code wrote out of turn). A fresh one, as each swapped call had before.
+            self._end_swaps(names)
+        if self._swap_refused:
+            return False
+        while len(self._swaps) >= self.MAX_SWAPS:
+            self._end_swaps(next(iter(self._swaps)))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            reply = self._request({"op": "swap_begin", "substitutes": sorted(names)}, self.limits.call_seconds, fds=[theirs.fileno()])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        if reply.get("swap") != "forked":
+            ours.close()
+            self._swap_refused = True
+            return False
+        self._swaps[names] = ours
+        return True
+
+    def _end_swaps(self, names: frozenset | None = None) -> None:
+        """Close one swap session's channel (all of them by default): its fork sees the end of its
+        channel and exits."""
+        for key in [names] if names is not None else list(self._swaps):
+            channel = self._swaps.pop(key, None)
+            if channel is not None:
+                channel.close()
 
     def _answer_callback(self, reply: dict, substitutes: dict[str, Any], answered: int) -> dict:
         """The trusted function's result for one stand-in call, or a refusal (a name not
@@ -316,13 +382,18 @@ class Submission:
         outcome = run_in_namespace(substitutes, str(callee), tuple(args) if isinstance(args, list) else (), kwargs if isinstance(kwargs, dict) else {})
         return {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
 
-    def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None) -> Outcome:
+    def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None) -> Outcome:
         if self._given_up or self._channel is None:
             return Outcome(error_type="__crashed__", message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
         if self.seconds_used > self.limits.submission_seconds:
             return Outcome(error_type="__timeout__", message=_("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}"))
         try:
-            reply = self._request(message, self.limits.call_seconds, substitutes)
+            if swap is not None and self._open_swap(swap):
+                message = {**message, "op": "call"}
+                message.pop("substitutes", None)
+            else:
+                swap = None
+            reply = self._request(message, self.limits.call_seconds, substitutes, swap)
         except TimeoutError:
             self._recover()
             return Outcome(error_type="__timeout__", message=_("{name} 超过 {seconds} 秒没有返回").format(name=name, seconds=f"{self.limits.call_seconds:g}"))

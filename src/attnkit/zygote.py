@@ -120,7 +120,53 @@ def _new_shell() -> InteractiveShell:
     config.HistoryManager.enabled = False
     config.InteractiveShell.colors = "nocolor"
     config.InteractiveShell.xmode = "Plain"
-    return InteractiveShell.instance(config=config)
+    shell = InteractiveShell.instance(config=config)
+    _skip_tokenizing_plain_python(shell)
+    return shell
+
+
+def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
+    """``run_cell`` exactly as IPython runs it, less the tokenizer pass on cells that are plain
+    Python (most of a notebook's cells, and most of IPython's cost per cell).
+
+    IPython's token transforms rewrite only what plain Python cannot contain: a logical line that
+    starts with ``%``, ``!``, ``?``, ``,``, ``;`` or ``/``, an assignment from ``%``/``!``, a line
+    ending in ``?``. So when the cell, after IPython's own cheap clean-up transforms, parses as
+    Python, the token transforms would leave it unchanged and are skipped; and such a cell with no
+    ``await``/``async`` anywhere cannot need the coroutine runner. Everything else (magics, shell
+    escapes, one-line cells with their autocall, top-level await, syntax errors) takes IPython's
+    full path, so what a student sees (outputs, displayed values, tracebacks, line numbers) is
+    IPython's in both cases."""
+    import ast
+
+    manager = shell.input_transformer_manager
+    plain: list[str] = [""]
+
+    def transform_cell(raw_cell: str) -> str:
+        cell = raw_cell if raw_cell.endswith("\n") else raw_cell + "\n"
+        lines = cell.splitlines(keepends=True)
+        for transform in manager.cleanup_transforms + manager.line_transforms:
+            lines = transform(lines)
+        if len(lines) > 1:
+            try:
+                ast.parse("".join(lines))
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                pass
+            else:
+                for transform in shell.input_transformers_post:
+                    lines = transform(lines)
+                plain[0] = "".join(lines)
+                return plain[0]
+        plain[0] = ""
+        return InteractiveShell.transform_cell(shell, raw_cell)
+
+    def should_run_async(raw_cell: str, *, transformed_cell: str | None = None, preprocessing_exc_tuple: Any = None) -> bool:
+        if transformed_cell is not None and transformed_cell == plain[0] and "async" not in transformed_cell and "await" not in transformed_cell:
+            return False
+        return InteractiveShell.should_run_async(shell, raw_cell, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple)
+
+    shell.transform_cell = transform_cell  # type: ignore[method-assign]
+    shell.should_run_async = should_run_async  # type: ignore[method-assign]
 
 
 class Sandbox:
@@ -132,6 +178,11 @@ class Sandbox:
         self.shell = shell
         self.isolation: list[str] = []
         self.output = BoundedWriter()
+        # Swap sessions (``swap_begin``): forks of this sandbox holding stand-ins, each serving its
+        # own channel until the grader closes it; and, in such a fork, whether a request is open
+        # (its stand-ins answer only then).
+        self.forks: list[int] = []
+        self.live: list | None = None
 
     # -- lock down -----------------------------------------------------------------------------
     def lock_down(self, mode: Mode, capped: bool) -> None:
@@ -204,6 +255,9 @@ class Sandbox:
     # -- serve ---------------------------------------------------------------------------------
     def serve(self) -> None:
         protocol.send(self.channel, {"ready": True, "isolation": self.isolation, "pid": os.getpid()})
+        self._serve_requests()
+
+    def _serve_requests(self) -> None:
         while True:
             try:
                 request = protocol.receive(self.channel)
@@ -211,11 +265,17 @@ class Sandbox:
                 return
             if not isinstance(request, dict) or request.get("op") == "bye":
                 return
+            if self.live is not None:
+                self.live.append(True)
             try:
                 frame = self.handle(request)
             except BaseException as error:  # SystemExit, KeyboardInterrupt... from a student call
                 frame = protocol.encode({"error_type": type(error).__name__, "message": str(error)[:2000]})
+            finally:
+                if self.live is not None:
+                    self.live.clear()
             self.channel.sendall(frame)
+            self._reap_forks()
 
     def handle(self, request: dict) -> bytes:
         """The reply frame to one request, encoded once."""
@@ -228,7 +288,13 @@ class Sandbox:
             usage = resource.getrusage(resource.RUSAGE_SELF)
             return protocol.encode({"cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_kb": usage.ru_maxrss})
         if op == "call_with":
+            if self.live is not None:  # in a swap session: the stand-ins are already bound
+                return self.handle({**request, "op": "call"})
             return self.call_with_substitutes(request)
+        if op == "swap_begin":
+            if self.live is not None:  # no session within a session
+                return protocol.encode({"swap": "refused"})
+            return self.swap_begin(request)
         if op == "call":
             outcome = run_in_namespace(namespace, name, tuple(request["args"]), dict(request["kwargs"]), plain=False)
         elif op == "get":
@@ -285,6 +351,62 @@ class Sandbox:
         if not frame:
             return protocol.encode({"value": None, "error_type": "__crashed__", "message": _("调用时进程意外退出")})
         return frame
+
+    def swap_begin(self, request: dict) -> bytes:
+        """A swap session: a throwaway fork of this sandbox with each name in ``substitutes``
+        bound to a stand-in, serving the calls of swapped tests on a channel of its own (sent by
+        the grader right after this request) until the grader closes that channel.
+
+        As with a single swapped call, whatever the student's code keeps while the stand-ins are
+        bound (the stand-in itself, the reference's results) lives only in the fork: this
+        sandbox, which answers every call that is not swapped, never sees it. The stand-ins answer
+        only while one of the fork's requests is open. Replies ``{"swap": "forked"}``, or
+        ``{"swap": "refused"}`` where no fork can be made (the grader then swaps call by call)."""
+        names = [str(item) for item in request.get("substitutes", [])]
+        try:
+            _data, fds, _flags, _address = socket.recv_fds(self.channel, 1, 1)
+        except OSError:
+            fds = []
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return protocol.encode({"swap": "refused"})
+        try:
+            swap = socket.socket(fileno=fds[0])
+        except OSError:
+            os.close(fds[0])
+            return protocol.encode({"swap": "refused"})
+        try:
+            pid = os.fork()
+        except OSError:
+            swap.close()
+            return protocol.encode({"swap": "refused"})
+        if pid == 0:  # the session's fork: serve the swap channel, then vanish
+            try:
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                self.channel.close()
+                self.channel = swap
+                self.forks = []
+                self.live = []
+                namespace = self.shell.user_ns
+                for key in names:
+                    namespace[key] = self._stand_in(key, self.live)
+                self._serve_requests()
+            finally:
+                os._exit(0)
+        swap.close()
+        self.forks.append(pid)
+        return protocol.encode({"swap": "forked"})
+
+    def _reap_forks(self) -> None:
+        """Reap ended swap sessions (our own forks only: the student's children are theirs)."""
+        for pid in list(self.forks):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.forks.remove(pid)
 
     def _substituted_reply(self, request: dict, names: list[str]) -> bytes:
         namespace = self.shell.user_ns

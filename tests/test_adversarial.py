@@ -309,7 +309,7 @@ class HostWatch:
                 pass
             time.sleep(0.05)
 
-    def __enter__(self) -> "HostWatch":
+    def __enter__(self) -> HostWatch:
         for thread in self.threads:
             thread.start()
         return self
@@ -390,7 +390,7 @@ def shared_memory(key: int) -> list[dict[str, int]]:
     except OSError:
         return []
     header = lines[0].split()
-    rows = [dict(zip(header, map(int, line.split()[: len(header)]))) for line in lines[1:] if line.split()]
+    rows = [dict(zip(header, map(int, line.split()[: len(header)]), strict=False)) for line in lines[1:] if line.split()]
     return [row for row in rows if row["key"] == key]
 
 
@@ -692,7 +692,8 @@ def test_nothing_can_be_deleted(world: World) -> None:
     # OUT and the submissions: the sandbox only reaches its private copy of /var/tmp, if that is
     # where they lie; on the host they must be whole.
     assert (world.attack.out / "grades.csv").is_file()
-    for path in ("autograder/ch19_attention/catalogue.py", "autograder/ch19_attention/reference.py", "src/attnkit/engine.py", "solutions", "assignments", "pyproject.toml"):
+    for path in ("autograder/ch19_attention/catalogue.py", "autograder/ch19_attention/reference.py", "src/attnkit/engine.py",
+                 "solutions", "assignments", "pyproject.toml"):
         assert (ROOT / path).exists(), path
     assert world.after == world.before
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -510,7 +509,9 @@ def test_each_mistake_loses_points_and_is_diagnosed_as_itself(autograder_results
 
 @pytest.mark.parametrize("name", list(ALTERNATIVES))
 def test_correct_alternatives_score_full_marks(autograder_results, name):
-    """Does a correct solution in another style (einsum, -1e9, manual softmax, renormalising after softmax, view+permute, a loop over heads, answers as lists/floats/numpy, printing and warning) score 100 with no diagnosis?"""
+    """Does a correct solution in another style (einsum, -1e9, manual softmax, renormalising after
+    softmax, view+permute, a loop over heads, answers as lists/floats/numpy, printing and warning)
+    score 100 with no diagnosis?"""
     results = autograder_results[f"alternative_{name}"]
     assert score(results) == 100, summary(results)
     assert all_diagnoses(results) == set()
@@ -525,7 +526,8 @@ def test_faked_properties_earn_nothing(autograder_results):
     for part in ("check_empty_row", "check_future"):
         tests = [result for result in results if result.grade_id == part and "scaled_attention" in result.functions]
         assert tests and sum(result.score for result in tests) == 0, summary(results)
-        assert all("正确的注意力" in result.output for result in tests if result.nodeid.endswith(("fully_masked", "inside_batch", "do_not_leak"))), summary(results)
+        properties = [result for result in tests if result.nodeid.endswith(("fully_masked", "inside_batch", "do_not_leak"))]
+        assert all("正确的注意力" in result.output for result in properties), summary(results)
 
 
 def test_wrong_answers_are_named_not_revealed(autograder_results):
@@ -666,7 +668,8 @@ def test_the_sandbox_forgets_everything_a_swapped_call_saw():
 def test_a_stashed_stand_in_refuses_after_its_call():
     """In-process (the development backend): is the stand-in a student kept from a swapped call
     useless afterwards, and the student's own binding restored?"""
-    student = Student(api=CH19.functions, backend=LocalBackend.from_source(REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER))
+    source = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
+    student = Student(LocalBackend.from_source(source), api=CH19.functions)
     own = student.backend.namespace["scaled_attention"]
     x = torch.randn(2, 5, 6)
     weights = [torch.randn(6, 6) for _ in range(4)]

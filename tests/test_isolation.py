@@ -164,7 +164,8 @@ def read_results(out: Path) -> dict[str, dict]:
 
 
 def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str) -> Run:
-    command = [*prefix, python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
+    command = [*prefix, python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
+               "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
     process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
     return Run(process.returncode, process.stderr, read_results(out))
 

@@ -147,7 +147,7 @@ def formgrader(course: Path) -> object:
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise AssertionError((course / "formgrader.log").read_text()[-3000:])
+                    raise AssertionError((course / "formgrader.log").read_text()[-3000:]) from None
                 time.sleep(0.5)
         yield port
     finally:

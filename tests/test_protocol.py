@@ -24,7 +24,7 @@ def test_plain_data_survives_a_roundtrip() -> None:
     value = (tensors, {"答案": [1, 2.5, None, True, "中文"]}, float("nan"), float("-inf"))
     back = roundtrip(value)
     assert isinstance(back, tuple) and isinstance(back[0], list)
-    for original, copy in zip(tensors, back[0]):
+    for original, copy in zip(tensors, back[0], strict=True):
         assert copy.dtype == original.dtype and copy.shape == original.shape and torch.equal(copy, original)
     assert back[1] == {"答案": [1, 2.5, None, True, "中文"]}
     assert back[2] != back[2] and back[3] == float("-inf")

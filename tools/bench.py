@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from attnkit.assignment import discover
 from attnkit.commands import nbgrader_command, tool_environment
@@ -394,7 +395,7 @@ def nbgrader_durations(log: str) -> list[float]:
             else:
                 ends[-1] = moment
     durations = []
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=False):
         seconds = (end - start).total_seconds()
         durations.append(seconds + 86400 if seconds < 0 else seconds)  # past midnight
     return durations

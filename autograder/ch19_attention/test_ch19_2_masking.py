@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from attnkit.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
 from .attention_checks import unpack_pair
-from .messages import _
+from .messages import _, ngettext
 
 pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention")]
 

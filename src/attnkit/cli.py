@@ -15,7 +15,8 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from rich.console import Console
 from rich.markup import escape
@@ -242,7 +243,8 @@ def command_grade(args: argparse.Namespace) -> int:
         console.print(_("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
             total=len(jobs), unchanged=len(jobs) - len(todo), todo=len(todo), workers=workers))
     # No refresh thread: workers are forked from this process, which must not run other threads.
-    with Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet, auto_refresh=False) as progress:
+    with Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, disable=args.quiet, auto_refresh=False) as progress:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:

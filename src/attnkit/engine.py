@@ -26,12 +26,12 @@ import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import attnkit
 from attnkit.assignment import Assignment
 from attnkit.constants import STUDENTS_FOLDER, GraderError
-from attnkit.files import atomic_write
 from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
@@ -164,7 +164,7 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
     def job(assignment: Assignment, problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (),
             notes: list[str] | None = None) -> Job:
         salt = hashlib.sha256(grader_digest(assignment, i18n.language()).encode())
-        for path, sha in zip(notebooks, digests):
+        for path, sha in zip(notebooks, digests, strict=True):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
             salt.update(problem.encode() + b"\0")
@@ -189,7 +189,8 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
             if name.startswith(".") or any(name == suite.name for suite in chosen):
                 continue
             if name.endswith(".ipynb"):
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", _("笔记本直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(assignment=names)))
+                reason = _("笔记本直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(assignment=names)
+                intake.skipped.append(Skipped(f"{student_id}/{shown}", reason))
             elif (stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode)) and name not in suites:
                 # (An assignment with a suite that --assignment left out is the TA's choice, not news.)
                 intake.skipped.append(Skipped(f"{student_id}/{shown}", _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册").format(
@@ -210,7 +211,8 @@ def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: A
         mine = [n for n in strays if n == expected or only_one]
         if mine:
             listed = i18n.join(display_name(n) for n in mine)
-            intake.jobs.append(job(assignment, [_("笔记本 {names} 直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(names=listed, assignment=name)]))
+            problem = _("笔记本 {names} 直接放在了学生文件夹里，而不在 {assignment}/ 文件夹中，未评分").format(names=listed, assignment=name)
+            intake.jobs.append(job(assignment, [problem]))
         else:
             intake.skipped.append(Skipped(student_id, _("学生文件夹里没有 {assignment}/ 文件夹，未评分").format(assignment=name)))
         return
@@ -236,10 +238,12 @@ def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: A
         for extra in candidates:
             if extra != expected:
                 notes.append(_("文件夹里还有笔记本 {name}，只评分了 {graded}").format(name=display_name(extra), graded=expected))
-                intake.skipped.append(Skipped(f"{student_id}/{name}/{display_name(extra)}", _("同一作业文件夹里有 {graded}，这个多出来的笔记本未评分").format(graded=expected)))
+                reason = _("同一作业文件夹里有 {graded}，这个多出来的笔记本未评分").format(graded=expected)
+                intake.skipped.append(Skipped(f"{student_id}/{name}/{display_name(extra)}", reason))
     elif len(candidates) > 1:
         listed = i18n.join(display_name(n) for n in candidates)
-        intake.jobs.append(job(assignment, [_("作业文件夹里有多个笔记本（{names}）而没有 {expected}，无法确定评分哪一个，未评分；请只保留一个").format(names=listed, expected=expected)]))
+        problem = _("作业文件夹里有多个笔记本（{names}）而没有 {expected}，无法确定评分哪一个，未评分；请只保留一个").format(names=listed, expected=expected)
+        intake.jobs.append(job(assignment, [problem]))
         return
     else:
         chosen = candidates

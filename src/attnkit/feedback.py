@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import urllib.parse
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -57,7 +56,7 @@ def _weights_differ(panel: dict[str, Any]) -> bool:
     student, expected = panel.get("student"), panel.get("expected")
     if student is None:
         return True
-    return any(abs(s - e) > 1e-4 for srow, erow in zip(student, expected) for s, e in zip(srow, erow))
+    return any(abs(s - e) > 1e-4 for srow, erow in zip(student, expected, strict=True) for s, e in zip(srow, erow, strict=True))
 
 
 def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,7 +117,8 @@ def report_html(
     tests: dict[str, dict[str, Any]] = {}
     for r in all_results:
         for t in r["tests"]:
-            entry = tests.setdefault((r["assignment"], t["name"]), {"name": t["name"], "assignment": r["assignment"], "grade_id": t["grade_id"], "passed": 0, "total": 0})
+            entry = tests.setdefault((r["assignment"], t["name"]),
+                                     {"name": t["name"], "assignment": r["assignment"], "grade_id": t["grade_id"], "passed": 0, "total": 0})
             entry["total"] += 1
             entry["passed"] += t["status"] == "passed"
     diagnoses = Counter(d for r in all_results for d in r["diagnoses"])

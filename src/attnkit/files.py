@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can carry: no real time
 

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import datetime
 import fcntl
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from attnkit import i18n
 from attnkit.constants import PROJECT_ROOT, GraderError
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
@@ -102,7 +101,7 @@ def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | N
     times = [p.lstat().st_mtime for p in folder.glob("*.ipynb") if not p.is_symlink()]
     if not times:
         return None
-    return datetime.datetime.fromtimestamp(max(times), tz=datetime.timezone.utc).replace(tzinfo=None)
+    return datetime.datetime.fromtimestamp(max(times), tz=datetime.UTC).replace(tzinfo=None)
 
 
 def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: str) -> tuple[bytes | None, str]:

@@ -32,7 +32,8 @@ import os
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from attnkit.constants import PROJECT_ROOT, GraderError
 from attnkit.files import write_zip

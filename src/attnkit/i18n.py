@@ -19,9 +19,10 @@ import gettext
 import io
 import os
 import threading
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 LANGUAGES = ("zh", "en")
 DEFAULT_LANGUAGE = "zh"
@@ -74,7 +75,7 @@ def html_lang() -> str:
     return HTML_LANG[_current]
 
 
-@lru_cache(maxsize=None)
+@cache
 def translations(locale_dir: str, domain: str, language: str) -> gettext.NullTranslations:
     """The catalogue of ``domain`` in ``language``, compiled from its .po in memory (cached).
     Chinese is the msgids themselves: no catalogue."""

@@ -27,7 +27,7 @@ import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from attnkit import i18n
 from attnkit.i18n import _
@@ -213,7 +213,7 @@ def gather(sources: list[Path], notebooks: dict[str, str]) -> Collected:
 
 def nbgrader_timestamp(mtime: float) -> str:
     """The format nbgrader writes in timestamp.txt (and parses back with parse_utc)."""
-    return datetime.datetime.fromtimestamp(mtime, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    return datetime.datetime.fromtimestamp(mtime, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
 def collect(sources: list[Path], submitted: Path, assignment: str, notebooks: list[str]) -> Collected:

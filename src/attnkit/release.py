@@ -19,12 +19,11 @@ the assignment's README for students (its manifest's ``release_readme``): never 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from collections.abc import Sequence
 
 import nbformat
 

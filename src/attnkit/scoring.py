@@ -98,7 +98,8 @@ def results_json(record: dict[str, Any], assignment: Assignment) -> dict[str, An
         "problems": _clip_items(record.get("problems", [])),
         "notes": _clip_items(record.get("notes", [])),
         "cells": [
-            {**c, "message": clip(c.get("message", "")), "output": clip(c.get("output", "")), "error_type": clip(c.get("error_type", ""), 200), "text": clip(c.get("text", ""), 300)}
+            {**c, "message": clip(c.get("message", "")), "output": clip(c.get("output", "")),
+             "error_type": clip(c.get("error_type", ""), 200), "text": clip(c.get("text", ""), 300)}
             for c in [c for c in record.get("cells", []) if not c.get("ok")][:MAX_ITEMS]
         ],
         "sandbox": record.get("sandbox", {}),

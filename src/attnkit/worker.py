@@ -12,7 +12,8 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from attnkit.assignment import Assignment, discover
 from attnkit.constants import CRASHED, GraderError
@@ -195,7 +196,7 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
             "notes": opened.notes,
             # What the gradebook may copy to autograded/: these names with exactly these bytes.
             "notebooks": [{"name": display_name(Path(path).name), "sha256": digest}
-                          for path, digest in zip(opened.job.notebooks, opened.job.digests)],
+                          for path, digest in zip(opened.job.notebooks, opened.job.digests, strict=False)],
             "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
             "evidence": evidence(assignment, opened.student, tests) if opened.session else {},

@@ -1,6 +1,5 @@
 """The warm-up's reference: softmax along the last dimension, shifted by each row's maximum."""
 
-import torch
 
 
 def softmax(scores):

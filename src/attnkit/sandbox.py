@@ -338,7 +338,9 @@ class Submission:
         """A swap session for ``names`` (already open, or forked now); False where the sandbox
         cannot fork one. Raises what ``_request`` raises."""
         if names in self._swaps:
-            if not select.select([self._swaps[names]], [], [], 0)[0]:
+            waiting = select.poll()
+            waiting.register(self._swaps[names], select.POLLIN | select.POLLHUP | select.POLLERR)
+            if not waiting.poll(0):
                 return True
             # Between two calls its channel has something to read: the fork went away (or its
             # code wrote out of turn). A fresh one, as each swapped call had before.

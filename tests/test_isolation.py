@@ -202,7 +202,7 @@ def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
         )
         (venv / ".complete").touch()
     course = Path(tempfile_folder("attnkit-course-")) / "course"
-    for part in ("src", "autograder"):
+    for part in ("src", "autograder", "solutions"):  # solutions/: the grade cells give the points
         shutil.copytree(ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "attnkit-test-course.pth").write_text(f"{course / 'src'}\n")

@@ -19,6 +19,7 @@ from types import BuiltinFunctionType, CodeType, FunctionType, ModuleType
 
 import torch
 
+from attnkit.constants import GRADER_MARKERS
 from attnkit import protocol
 from attnkit.proxy import Call, Outcome, run_in_namespace
 
@@ -65,7 +66,10 @@ def _entry(namespace: dict) -> tuple[dict, int, dict | None]:
             _CAN_DIFFER.clear()
         contents = _contents(namespace)
         try:
-            identity = _IDENTITIES.setdefault(tuple(sorted(contents.items(), key=lambda item: item[0])), len(_IDENTITIES)) if contents is not None else -1 - len(_SEEN)
+            if contents is not None:
+                identity = _IDENTITIES.setdefault(tuple(sorted(contents.items(), key=lambda item: item[0])), len(_IDENTITIES))
+            else:
+                identity = -1 - len(_SEEN)
         except TypeError:  # something unhashable after all
             contents, identity = None, -1 - len(_SEEN)
         entry = _SEEN[id(namespace)] = (namespace, identity, contents)
@@ -161,7 +165,7 @@ def values_match(student: object, candidate: object) -> bool:
         expected, got = expected[defined], got[defined]
         return bool(torch.allclose(got, expected, rtol=RTOL, atol=ATOL))
     if isinstance(candidate, (list, tuple)) and isinstance(student, (list, tuple)):
-        return len(candidate) == len(student) and all(values_match(s, c) for s, c in zip(student, candidate))
+        return len(candidate) == len(student) and all(values_match(s, c) for s, c in zip(student, candidate, strict=False))
     if isinstance(candidate, dict) and isinstance(student, dict):
         return candidate.keys() == student.keys() and all(values_match(student[k], candidate[k]) for k in candidate)
     return type(student) is type(candidate) and student == candidate
@@ -191,7 +195,7 @@ def _exact(student: Outcome, candidate: Outcome) -> bool:
 def _diagnosable(calls: Iterable[Call]) -> list[Call]:
     relevant = [call for call in calls if not call.is_variable]
     # An unfinished stub or a crash is not a misconception.
-    if any(call.outcome.error_type in ("NotImplementedError", "__timeout__", "__missing__", "__crashed__") for call in relevant):
+    if any(call.outcome.error_type in ("NotImplementedError", *GRADER_MARKERS) for call in relevant):
         return []
     return relevant
 
@@ -232,7 +236,7 @@ def diagnose(
         if not _can_differ(namespace, reference, names):
             continue  # it would run only the reference's code on these calls
         outcomes = []
-        for call, data in zip(relevant, inputs):  # stops at the first outcome it does not reproduce
+        for call, data in zip(relevant, inputs, strict=False):  # stops at the first outcome it does not reproduce
             got = _replay(namespace, call.name, data)
             if not outcomes_match(call.outcome, got):
                 break
@@ -240,9 +244,9 @@ def diagnose(
         if len(outcomes) < len(relevant):
             continue  # most mistakes stop here: no need to compare them with the reference too
         if expected is None:
-            expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs)]
-        if any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected)):
+            expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs, strict=False)]
+        if any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected, strict=False)):
             found.append(mistake_id)
-            if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes)):
+            if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes, strict=False)):
                 exact.append(mistake_id)
     return exact or found

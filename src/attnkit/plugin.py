@@ -33,7 +33,7 @@ import pytest
 from _pytest.reports import TestReport
 
 from attnkit.assignment import MANIFEST, Assignment, discover, of_path
-from attnkit.constants import GraderError
+from attnkit.constants import GraderError, MAX_MESSAGE
 from attnkit import i18n
 from attnkit.i18n import _, ngettext
 from attnkit.proxy import (
@@ -173,7 +173,7 @@ def error_info(error: BaseException) -> dict[str, Any]:
     message = str(error)
     return {
         "type": error.type_name,
-        "message": message[:2000],
+        "message": message[:MAX_MESSAGE],
         "function": function,
         "section": section,
         "line": line if isinstance(line, int) else None,

@@ -227,7 +227,7 @@ def _read_exactly(sock: socket.socket, size: int, deadline: float | None) -> byt
         if deadline is not None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise socket.timeout("deadline passed")
+                raise TimeoutError("deadline passed")
             sock.settimeout(remaining)
         chunk = sock.recv(min(size - len(chunks), 1 << 20))
         if not chunk:

@@ -13,10 +13,12 @@ import builtins
 import linecache
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 import torch
 
+from attnkit.constants import CRASHED, MAX_MESSAGE, MISSING, TIMEOUT
 from attnkit import protocol
 from attnkit.i18n import _
 from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
@@ -159,11 +161,11 @@ class Student:
     def _result(name: str, outcome: Outcome) -> Any:
         if not outcome.raised:
             return outcome.value
-        if outcome.error_type == "__timeout__":
+        if outcome.error_type == TIMEOUT:
             raise StudentTimeout(outcome.message)
-        if outcome.error_type == "__missing__":
+        if outcome.error_type == MISSING:
             raise StudentMissing(outcome.message)
-        if outcome.error_type == "__crashed__":
+        if outcome.error_type == CRASHED:
             raise SandboxCrashed(outcome.message)
         raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings)
 
@@ -173,7 +175,7 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
     data here; the sandbox passes ``plain=False`` and encodes it once, when it replies."""
     function = namespace.get(name)
     if not callable(function):
-        return Outcome(error_type="__missing__", message=_("没有找到函数 {name}").format(name=name))
+        return Outcome(error_type=MISSING, message=_("没有找到函数 {name}").format(name=name))
     # Every warning of this call, even one Python or torch already showed once (torch warns about
     # x.T once per process): the feedback shows them beside a failure.
     warn_always = torch.is_warn_always_enabled()
@@ -186,7 +188,7 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
         except protocol.Unsupported as error:
             outcome = unreadable(name, error)
         except Exception as error:  # the student's own exception, reported by name and message
-            outcome = Outcome(error_type=type(error).__name__, message=str(error)[:2000], where=student_frame(error.__traceback__))
+            outcome = Outcome(error_type=type(error).__name__, message=str(error)[:MAX_MESSAGE], where=student_frame(error.__traceback__))
         finally:
             torch.set_warn_always(warn_always)
     seen = dict.fromkeys(warning_text(w.message, w.category, w.filename, w.lineno) for w in caught)
@@ -197,7 +199,7 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
 def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
     """Read a top-level variable (as plain data with ``plain``)."""
     if name not in namespace:
-        return Outcome(error_type="__missing__", message=_("没有找到变量 {name}").format(name=name))
+        return Outcome(error_type=MISSING, message=_("没有找到变量 {name}").format(name=name))
     try:
         return Outcome(value=protocol.decode(protocol.encode(namespace[name])) if plain else namespace[name])
     except protocol.Unsupported as error:
@@ -227,7 +229,7 @@ class LocalBackend:
     namespace: dict
 
     @classmethod
-    def from_source(cls, source: str) -> "LocalBackend":
+    def from_source(cls, source: str) -> LocalBackend:
         namespace: dict = {"__name__": "__submission__"}
         # Registered like IPython registers a cell, so a failing line can be shown.
         linecache.cache["<submission>"] = (len(source), None, source.splitlines(True), "<submission>")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnkit.constants import CRASHED, DEFAULT_MEMORY_MB, TIMEOUT
 from attnkit import i18n
 from attnkit.i18n import N_, _
 from attnkit import protocol
@@ -35,7 +36,7 @@ class Limits:
     # All calls of one submission together: a function that sleeps just under call_seconds on
     # every call would otherwise cost (number of calls) x call_seconds.
     submission_seconds: float = 120.0
-    memory_mb: int = 2048
+    memory_mb: int = DEFAULT_MEMORY_MB
     cpu_seconds: int = 120
     restarts: int = 3
     # The TA vouches for these notebooks (--no-isolation; a learner's own notebook): a plain
@@ -192,7 +193,7 @@ class Submission:
             if cell.is_check or cell.skip or not cell.source.strip():
                 continue
             if time.monotonic() > deadline:
-                self.runs.append(CellRun(cell.index, cell.grade_id, False, "__timeout__", _("整本笔记本的运行时间超过上限，此单元格未运行")))
+                self.runs.append(CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行")))
                 continue
             self.runs.append(self._run_cell(cell))
 
@@ -250,7 +251,7 @@ class Submission:
                 channel.settimeout(max(0.001, deadline - time.monotonic()))
                 protocol.send(channel, self._answer_callback(reply, substitutes, answered))
                 reply = protocol.receive(channel, deadline)
-        except socket.timeout:
+        except TimeoutError:
             self.close()
             raise TimeoutError from None
         except (protocol.PeerClosed, BrokenPipeError, ConnectionResetError) as error:
@@ -260,7 +261,7 @@ class Submission:
             # The session's fork died in the call (the student's exit, a crash): the sandbox
             # itself goes on, as after a single swapped call's fork died.
             self._end_swaps(swap)
-            reply = {"value": None, "error_type": "__crashed__", "message": _("调用时进程意外退出")}
+            reply = {"value": None, "error_type": CRASHED, "message": _("调用时进程意外退出")}
         except (OSError, protocol.ProtocolError) as error:
             self.close()
             raise SandboxDied(str(error)) from None
@@ -279,7 +280,7 @@ class Submission:
             message = (_("单元格运行超过 {seconds} 秒，已被终止").format(seconds=f"{self.limits.cell_seconds:g}") if hung
                        else _("单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"))
             self._recover()
-            return CellRun(cell.index, cell.grade_id, False, "__timeout__" if hung else "__crashed__", message)
+            return CellRun(cell.index, cell.grade_id, False, TIMEOUT if hung else CRASHED, message)
         line = reply.get("line")
         return CellRun(
             cell.index, cell.grade_id, bool(reply.get("ok")), str(reply.get("error_type") or ""),
@@ -296,7 +297,7 @@ class Submission:
         self.restarts += 1
         try:
             self._boot()
-            survived = {run.index for run in self.runs if run.error_type not in ("__timeout__", "__crashed__")}
+            survived = {run.index for run in self.runs if run.error_type not in (TIMEOUT, CRASHED)}
             for cell in self.cells:
                 if cell.index in survived:
                     self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
@@ -386,9 +387,10 @@ class Submission:
 
     def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None) -> Outcome:
         if self._given_up or self._channel is None:
-            return Outcome(error_type="__crashed__", message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
+            return Outcome(error_type=CRASHED, message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
         if self.seconds_used > self.limits.submission_seconds:
-            return Outcome(error_type="__timeout__", message=_("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}"))
+            message = _("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}")
+            return Outcome(error_type=TIMEOUT, message=message)
         try:
             if swap is not None and self._open_swap(swap):
                 message = {**message, "op": "call"}
@@ -398,10 +400,10 @@ class Submission:
             reply = self._request(message, self.limits.call_seconds, substitutes, swap)
         except TimeoutError:
             self._recover()
-            return Outcome(error_type="__timeout__", message=_("{name} 超过 {seconds} 秒没有返回").format(name=name, seconds=f"{self.limits.call_seconds:g}"))
+            return Outcome(error_type=TIMEOUT, message=_("{name} 超过 {seconds} 秒没有返回").format(name=name, seconds=f"{self.limits.call_seconds:g}"))
         except SandboxDied:
             self._recover()
-            return Outcome(error_type="__crashed__", message=_("调用 {name} 时进程意外退出").format(name=name))
+            return Outcome(error_type=CRASHED, message=_("调用 {name} 时进程意外退出").format(name=name))
         error_type = reply.get("error_type")
         return Outcome(
             value=reply.get("value"),

@@ -59,6 +59,7 @@ import matplotlib.pyplot  # noqa: E402,F401
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
+from attnkit.constants import CRASHED, DEFAULT_MAX_PROCESSES, DEFAULT_MEMORY_MB, MAX_MESSAGE
 from attnkit import i18n  # noqa: E402
 from attnkit.i18n import _  # noqa: E402
 from attnkit import protocol  # noqa: E402
@@ -223,8 +224,8 @@ class Sandbox:
             del sys.modules[name]
 
     def _limits(self, capped: bool) -> None:
-        memory = self.settings["address_space_base"] + int(self.settings.get("memory_mb", 2048)) * 1024 * 1024
-        processes = int(self.settings.get("max_processes", 64)) if capped else UNCAPPED_PROCESSES
+        memory = self.settings["address_space_base"] + int(self.settings.get("memory_mb", DEFAULT_MEMORY_MB)) * 1024 * 1024
+        processes = DEFAULT_MAX_PROCESSES if capped else UNCAPPED_PROCESSES
         cpu = int(self.settings.get("cpu_seconds", 120))
         for limit, value in (
             (resource.RLIMIT_AS, memory),
@@ -270,7 +271,7 @@ class Sandbox:
             try:
                 frame = self.handle(request)
             except BaseException as error:  # SystemExit, KeyboardInterrupt... from a student call
-                frame = protocol.encode({"error_type": type(error).__name__, "message": str(error)[:2000]})
+                frame = protocol.encode({"error_type": type(error).__name__, "message": str(error)[:MAX_MESSAGE]})
             finally:
                 if self.live is not None:
                     self.live.clear()
@@ -349,7 +350,7 @@ class Sandbox:
         os.waitpid(pid, 0)
         frame = b"".join(chunks)
         if not frame:
-            return protocol.encode({"value": None, "error_type": "__crashed__", "message": _("调用时进程意外退出")})
+            return protocol.encode({"value": None, "error_type": CRASHED, "message": _("调用时进程意外退出")})
         return frame
 
     def swap_begin(self, request: dict) -> bytes:
@@ -452,7 +453,7 @@ class Sandbox:
         reply: dict[str, Any] = {"ok": error is None, "seconds": time.perf_counter() - started}
         if error is not None:
             reply["error_type"] = type(error).__name__
-            reply["message"] = str(error)[:2000]
+            reply["message"] = str(error)[:MAX_MESSAGE]
             # The student's own failing line: a syntax error knows it; otherwise the innermost
             # frame of their code (perhaps a function from an earlier cell).
             if isinstance(error, SyntaxError) and error.lineno:
@@ -511,8 +512,8 @@ class Sandboxes:
             # What the submission allocates, all its processes together. Pages it shares with the
             # zygote are charged to the zygote; the few it copies on write (~40 MB for the whole
             # chapter notebook) count here.
-            memory = int(settings.get("memory_mb", 2048)) * 1024 * 1024
-            return Cgroup(f"attnkit-{os.getpid()}-{self.count}", memory, int(settings.get("max_processes", 64)))
+            memory = int(settings.get("memory_mb", DEFAULT_MEMORY_MB)) * 1024 * 1024
+            return Cgroup(f"attnkit-{os.getpid()}-{self.count}", memory, DEFAULT_MAX_PROCESSES)
         except OSError:
             return None
 

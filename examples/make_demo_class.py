@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ch19-attention"
 OUT = ROOT / "examples" / "submitted"
-sys.path.insert(0, str(ROOT / "autograder"))
 
-from catalogue import by_id  # noqa: E402  (trusted: the demo is built by the instructor)
+from attnkit.assignment import discover  # noqa: E402
+
+by_id = discover()[ASSIGNMENT].catalogue().by_id  # trusted: the demo is built by the instructor
 
 SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION[ \t]*\n?", re.S | re.M)
 

@@ -168,3 +168,18 @@ def test_a_suite_that_disagrees_with_its_notebook_stops_grading(course: Path, gr
     assert result.returncode == 2, result.stdout + result.stderr
     assert "check_bonus" in result.stderr and "softmax.ipynb" in result.stderr
     assert not list(out.glob("students/*/*/results.json"))
+
+
+def test_an_edited_translation_regrades(course: Path, tmp_path: Path) -> None:
+    """Results hold an assignment's messages: does editing its catalogue (.po) change the digest
+    every result depends on, so that the class is regraded?"""
+    from attnkit.assignment import load
+    from attnkit.engine import grader_digest
+
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy, ignore=IGNORE)
+    folder = copy / "autograder" / "warmup_softmax"
+    before = grader_digest(load(folder, copy / "solutions"), "en")
+    po = folder / "locale" / "en" / "LC_MESSAGES" / "assignment.po"
+    po.write_text(po.read_text(encoding="utf-8").replace("Warm-up · Softmax", "Warm-up: Softmax"), encoding="utf-8")
+    assert grader_digest(load(folder, copy / "solutions"), "en") != before

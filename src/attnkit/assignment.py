@@ -116,8 +116,9 @@ class Assignment:
                 for m in self.catalogue().MISTAKES}
 
     def digest_files(self) -> list[Path]:
-        """The files every result of this assignment depends on besides the submission."""
-        files = [p for p in self.folder.rglob("*") if p.is_file() and p.suffix in (".py", ".toml") and "__pycache__" not in p.parts]
+        """The files every result of this assignment depends on besides the submission: its code,
+        manifest and message catalogues (results hold its messages), and the source notebook."""
+        files = [p for p in self.folder.rglob("*") if p.is_file() and p.suffix in (".py", ".toml", ".po") and "__pycache__" not in p.parts]
         return sorted(files) + [self.source]
 
     # -- points -------------------------------------------------------------------------------

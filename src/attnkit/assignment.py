@@ -60,10 +60,6 @@ class Assignment:
     hooks: dict[str, str] = field(default_factory=dict)
     release_readme: str = ""
 
-    @property
-    def max_score(self) -> float:
-        return sum(part.points for part in self.parts.values())
-
     def part_number(self, grade_id: str) -> int | None:
         """1-based position of a part on the page (None: not one of this notebook's parts)."""
         order = list(self.parts)

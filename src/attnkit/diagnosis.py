@@ -48,10 +48,10 @@ def _replay(namespace: dict, name: str, inputs: bytes) -> Outcome:
     return _REPLAYS[key]
 
 
-# An implementation's identity for the replay cache: namespaces holding the same code (the catalogue
-# is built afresh for every chunk of a class, from the same source) share one, so their replays are
-# remembered across chunks; a namespace with anything that cannot be compared by value gets one of
-# its own. Each namespace seen is kept alive, so its id() can never name a later one.
+# An implementation's identity for the replay cache: namespaces holding the same code (a catalogue
+# loaded again from the same source, e.g. a copy of the suite) share one, so their replays are
+# remembered; a namespace with anything that cannot be compared by value gets one of its own. Each
+# namespace seen is kept alive, so its id() can never name a later one.
 _SEEN: dict[int, tuple[dict, int, dict | None]] = {}
 _IDENTITIES: dict[tuple, int] = {}
 _SEEN_MAX = 2_000

@@ -24,6 +24,7 @@ Development use (trusted code only, runs in-process)::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,10 +92,16 @@ def base_nodeid(item: pytest.Item) -> str:
 
 
 def assignment_of(item: pytest.Item) -> Assignment:
-    found = of_path(Path(str(item.path)).parent)
+    found = _assignment_of_folder(str(item.path.parent))
     if found is None:
         raise GraderError(f"{item.nodeid}: a hidden test outside an assignment folder (no {MANIFEST} above it)")
     return found
+
+
+@functools.cache
+def _assignment_of_folder(folder: str) -> Assignment | None:
+    # Asked for every test of every submission: the folder walk and path resolution run once.
+    return of_path(Path(folder))
 
 
 def item_points(items: list[pytest.Item]) -> dict[str, float]:

@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnkit import __version__
-from attnkit.assignment import Assignment, discover
+from attnkit.assignment import Assignment, discover, solutions_beside
 from attnkit.constants import AUTOGRADER_ROOT, DEFAULT_MEMORY_MB, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import i18n
 from attnkit.i18n import _, ngettext
@@ -256,7 +256,9 @@ def command_grade(args: argparse.Namespace) -> int:
             progress.advance(task)
             progress.refresh()
 
-        hide = hidden_paths(args.submitted, args.out, args.autograder, *([args.gradebook] if args.gradebook else []))
+        # The suites and the source notebooks they take points from (model answers), wherever they lie.
+        hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder),
+                            *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record)
     all_results = collect(args.out, jobs)
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)

@@ -54,6 +54,7 @@ class Provider(Protocol):
     def submission_ids(self) -> list[str]: ...
     def open(self, submission_id: str) -> Student: ...
     def close(self, submission_id: str) -> None: ...
+    # Optional: ``learn(submission_id, test_key, proxy)`` after each test, with the calls it made.
 
 
 @dataclass
@@ -89,6 +90,13 @@ def weight_of(item: pytest.Item) -> float:
 def base_nodeid(item: pytest.Item) -> str:
     """The test's id without its submission parameter."""
     return item.nodeid.split("[")[0]
+
+
+def test_key(item: pytest.Item) -> str:
+    """The test and its parameters other than the submission: the same for every submission."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    others = sorted((key, repr(value)) for key, value in params.items() if key != "student")
+    return base_nodeid(item) + (repr(others) if others else "")
 
 
 def assignment_of(item: pytest.Item) -> Assignment:
@@ -274,10 +282,19 @@ class GradingPlugin:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         proxy = item.funcargs.get("student")
-        if isinstance(proxy, Student):
-            proxy.calls = []
-            proxy.substitutes = {}
-        yield
+        if not isinstance(proxy, Student):
+            yield
+            return
+        proxy.calls = []
+        proxy.substitutes = {}
+        proxy.begin_test(test_key(item))
+        try:
+            yield
+        finally:
+            proxy.begin_test(None)
+            learn = getattr(self.provider, "learn", None)
+            if learn is not None:
+                learn(getattr(proxy, "submission_id", ""), test_key(item), proxy)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:

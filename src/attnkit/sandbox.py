@@ -25,7 +25,7 @@ from attnkit import i18n
 from attnkit.i18n import N_, _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
-from attnkit.proxy import Outcome
+from attnkit.proxy import Outcome, call_request, variable_request
 
 
 @dataclass
@@ -80,7 +80,7 @@ class Zygote:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # A minimal environment: student code must not find the grader's secrets or settings here.
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ")}
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ", "ATTNKIT_HUGE_PAGES")}
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
         # The zygote may run in a user namespace where it is uid 0: its home (matplotlib's font
         # cache, IPython's folder) is still the grader's. A sandbox sets its own.
@@ -186,16 +186,58 @@ class Submission:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start a sandbox and run every code cell in order (visible check cells excepted)."""
+        """Start a sandbox and run every code cell in order (visible check cells excepted).
+
+        The cells go in one batch and their replies stream back, each held to the cell limit as
+        if sent alone; after a cell that hangs or kills the sandbox, the rest run one by one on
+        a recovered sandbox."""
         self._boot()
+        runnable = [cell for cell in self.cells if not (cell.is_check or cell.skip or not cell.source.strip())]
         deadline = time.monotonic() + self.limits.notebook_seconds
-        for cell in self.cells:
-            if cell.is_check or cell.skip or not cell.source.strip():
-                continue
-            if time.monotonic() > deadline:
-                self.runs.append(CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行")))
-                continue
-            self.runs.append(self._run_cell(cell))
+        replies, failure = self._batch([{"op": "cell", "source": cell.source} for cell in runnable], self.limits.cell_seconds,
+                                       until=deadline + self.limits.cell_seconds, cell_budget=self.limits.notebook_seconds)
+        for cell, reply in zip(runnable, replies, strict=False):
+            self.runs.append(self._not_run(cell) if reply.get("skipped") else self._cell_run(cell, reply))
+        rest = runnable[len(replies):]
+        if failure is not None and rest:
+            self.runs.append(self._cell_failed(rest.pop(0), hung=failure is TimeoutError))
+        for cell in rest:
+            self.runs.append(self._not_run(cell) if time.monotonic() > deadline else self._run_cell(cell))
+
+    @staticmethod
+    def _not_run(cell: CodeCell) -> CellRun:
+        return CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行"))
+
+    def _batch(self, requests: list[dict], seconds: float, until: float, cell_budget: float | None = None,
+               frame: bytes | None = None) -> tuple[list[dict], type | None]:
+        """Send ``requests`` as one batch; their replies in order, each within ``seconds`` of the
+        one before (and all by ``until``), and what cut the stream short: ``TimeoutError`` or
+        ``SandboxDied`` (the sandbox is closed then: a reply still in flight must never be read
+        as the answer to a later request), else None."""
+        replies: list[dict] = []
+        if not requests:
+            return replies, None
+        channel = self._channel
+        if channel is None:
+            return replies, SandboxDied
+        started = time.monotonic()
+        try:
+            channel.settimeout(seconds)
+            channel.sendall(frame or batch_frame(requests, cell_budget))
+            for _request in requests:
+                reply = protocol.receive(channel, min(time.monotonic() + seconds, until))
+                if not isinstance(reply, dict) or "callback" in reply:
+                    raise protocol.ProtocolError("unrecognised reply")
+                replies.append(reply)
+        except TimeoutError:
+            self.close()
+            return replies, TimeoutError
+        except (OSError, protocol.ProtocolError):
+            self.close()
+            return replies, SandboxDied
+        finally:
+            self.seconds_used += time.monotonic() - started
+        return replies, None
 
     def close(self) -> None:
         self._end_swaps()
@@ -276,11 +318,18 @@ class Submission:
         try:
             reply = self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
         except (TimeoutError, SandboxDied) as error:
-            hung = isinstance(error, TimeoutError)
-            message = (_("单元格运行超过 {seconds} 秒，已被终止").format(seconds=f"{self.limits.cell_seconds:g}") if hung
-                       else _("单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"))
-            self._recover()
-            return CellRun(cell.index, cell.grade_id, False, TIMEOUT if hung else CRASHED, message)
+            return self._cell_failed(cell, hung=isinstance(error, TimeoutError))
+        return self._cell_run(cell, reply)
+
+    def _cell_failed(self, cell: CodeCell, hung: bool) -> CellRun:
+        """The cell hung or killed the sandbox: recover, and say which."""
+        message = (_("单元格运行超过 {seconds} 秒，已被终止").format(seconds=f"{self.limits.cell_seconds:g}") if hung
+                   else _("单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"))
+        self._recover()
+        return CellRun(cell.index, cell.grade_id, False, TIMEOUT if hung else CRASHED, message)
+
+    @staticmethod
+    def _cell_run(cell: CodeCell, reply: dict) -> CellRun:
         line = reply.get("line")
         return CellRun(
             cell.index, cell.grade_id, bool(reply.get("ok")), str(reply.get("error_type") or ""),
@@ -307,10 +356,10 @@ class Submission:
 
     # -- Backend -------------------------------------------------------------------------------
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
-        return self._ask({"op": "call", "name": name, "args": list(args), "kwargs": kwargs}, name)
+        return self._ask(call_request(name, args, kwargs), name)
 
     def variable(self, name: str) -> Outcome:
-        return self._ask({"op": "get", "name": name}, name)
+        return self._ask(variable_request(name), name)
 
     # The most reference calls one substituted call may ask for, and their largest tensor: a
     # multi-head call needs one; the bound keeps a hostile stand-in from making us compute much.
@@ -386,11 +435,9 @@ class Submission:
         return {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
 
     def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None) -> Outcome:
-        if self._given_up or self._channel is None:
-            return Outcome(error_type=CRASHED, message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
-        if self.seconds_used > self.limits.submission_seconds:
-            message = _("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}")
-            return Outcome(error_type=TIMEOUT, message=message)
+        refused = self._refusal()
+        if refused is not None:
+            return refused
         try:
             if swap is not None and self._open_swap(swap):
                 message = {**message, "op": "call"}
@@ -398,12 +445,27 @@ class Submission:
             else:
                 swap = None
             reply = self._request(message, self.limits.call_seconds, substitutes, swap)
-        except TimeoutError:
-            self._recover()
+        except (TimeoutError, SandboxDied) as error:
+            return self._call_failed(name, hung=isinstance(error, TimeoutError))
+        return self._outcome(reply)
+
+    def _refusal(self) -> Outcome | None:
+        """Why no more calls run, if none will: given up, or over the submission's time budget."""
+        if self._given_up or self._channel is None:
+            return Outcome(error_type=CRASHED, message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
+        if self.seconds_used > self.limits.submission_seconds:
+            message = _("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}")
+            return Outcome(error_type=TIMEOUT, message=message)
+        return None
+
+    def _call_failed(self, name: str, hung: bool) -> Outcome:
+        """The call hung or killed the sandbox: recover, and say which."""
+        self._recover()
+        if hung:
             return Outcome(error_type=TIMEOUT, message=_("{name} 超过 {seconds} 秒没有返回").format(name=name, seconds=f"{self.limits.call_seconds:g}"))
-        except SandboxDied:
-            self._recover()
-            return Outcome(error_type=CRASHED, message=_("调用 {name} 时进程意外退出").format(name=name))
+        return Outcome(error_type=CRASHED, message=_("调用 {name} 时进程意外退出").format(name=name))
+
+    def _outcome(self, reply: dict) -> Outcome:
         error_type = reply.get("error_type")
         return Outcome(
             value=reply.get("value"),
@@ -412,6 +474,23 @@ class Submission:
             where=self._locate(reply.get("where")),
             warnings=[str(item)[:600] for item in reply.get("warnings", [])][:5] if isinstance(reply.get("warnings"), list) else [],
         )
+
+    def prefetch(self, requests: list[dict], frame: bytes | None = None) -> list[Outcome]:
+        """Outcomes of ``requests`` (the ``call`` and ``get`` messages that :meth:`call` and
+        :meth:`variable` send), asked in one batch, in order, as far as the batch got: each call
+        still has the call limit and the submission's time budget still holds. A call that hangs
+        or kills the sandbox gets the outcome it would have had alone and the sandbox recovers;
+        the requests after it are not answered (the caller asks them one by one). ``frame``:
+        ``batch_frame(requests)``, when the caller keeps it for many submissions."""
+        if not requests or self._refusal() is not None:
+            return []
+        left = self.limits.submission_seconds - self.seconds_used
+        replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds, frame=frame)
+        outcomes = [self._outcome(reply) for reply in replies]
+        if failure is not None and len(outcomes) < len(requests):
+            name = str(requests[len(outcomes)].get("name", ""))
+            outcomes.append(self._call_failed(name, hung=failure is TimeoutError))
+        return outcomes
 
     def _locate(self, where: Any) -> dict | None:
         """The failing line's cell, found among this submission's cells by its text (the sandbox
@@ -436,6 +515,14 @@ class Submission:
             except (TimeoutError, SandboxDied, TypeError, ValueError):
                 pass
         return description
+
+
+def batch_frame(requests: list[dict], cell_budget: float | None = None) -> bytes:
+    """The frame asking a sandbox for ``requests`` in one batch (``Sandbox.serve_batch``)."""
+    message: dict[str, Any] = {"op": "batch", "requests": requests}
+    if cell_budget is not None:
+        message["cell_budget"] = cell_budget
+    return protocol.encode(message)
 
 
 def _small(*values: Any, limit: int) -> bool:

@@ -164,6 +164,10 @@ class SandboxDied(Exception):
     """The sandbox process is gone or not answering."""
 
 
+class OutOfTime(Exception):
+    """The submission's time budget ran out in the middle of a batch."""
+
+
 @dataclass
 class Submission:
     """One submission's code, run in a sandbox; implements the proxy's Backend protocol."""
@@ -209,11 +213,12 @@ class Submission:
         return CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行"))
 
     def _batch(self, requests: list[dict], seconds: float, until: float, cell_budget: float | None = None,
-               frame: bytes | None = None) -> tuple[list[dict], type | None]:
+               frame: bytes | None = None, budget: float | None = None) -> tuple[list[dict], type | None]:
         """Send ``requests`` as one batch; their replies in order, each within ``seconds`` of the
-        one before (and all by ``until``), and what cut the stream short: ``TimeoutError`` or
-        ``SandboxDied`` (the sandbox is closed then: a reply still in flight must never be read
-        as the answer to a later request), else None."""
+        one before (and all by ``until``), and what cut the stream short: ``TimeoutError``,
+        ``SandboxDied``, or ``OutOfTime`` (``budget`` seconds had passed when the next request
+        would start, so it would not have been asked); else None. When cut short the sandbox is
+        closed: a reply still in flight must never be read as the answer to a later request."""
         replies: list[dict] = []
         if not requests:
             return replies, None
@@ -224,7 +229,10 @@ class Submission:
         try:
             channel.settimeout(seconds)
             channel.sendall(frame or batch_frame(requests, cell_budget))
-            for _request in requests:
+            for index in range(len(requests)):
+                if budget is not None and index and time.monotonic() - started > budget:
+                    self.close()
+                    return replies, OutOfTime
                 reply = protocol.receive(channel, min(time.monotonic() + seconds, until))
                 if not isinstance(reply, dict) or "callback" in reply:
                     raise protocol.ProtocolError("unrecognised reply")
@@ -450,13 +458,15 @@ class Submission:
         return self._outcome(reply)
 
     def _refusal(self) -> Outcome | None:
-        """Why no more calls run, if none will: given up, or over the submission's time budget."""
-        if self._given_up or self._channel is None:
-            return Outcome(error_type=CRASHED, message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
+        """Why no more calls run, if none will: given up, or over the submission's time budget
+        (the sandbox may be closed then), or no sandbox."""
+        crashed = Outcome(error_type=CRASHED, message=_("你的代码使运行环境多次崩溃或超时，后面的检查无法进行"))
+        if self._given_up:
+            return crashed
         if self.seconds_used > self.limits.submission_seconds:
             message = _("这份提交的总运行时间超过了 {seconds} 秒，后面的检查没有运行").format(seconds=f"{self.limits.submission_seconds:g}")
             return Outcome(error_type=TIMEOUT, message=message)
-        return None
+        return crashed if self._channel is None else None
 
     def _call_failed(self, name: str, hung: bool) -> Outcome:
         """The call hung or killed the sandbox: recover, and say which."""
@@ -485,9 +495,10 @@ class Submission:
         if not requests or self._refusal() is not None:
             return []
         left = self.limits.submission_seconds - self.seconds_used
-        replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds, frame=frame)
+        replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds,
+                                       frame=frame, budget=left)
         outcomes = [self._outcome(reply) for reply in replies]
-        if failure is not None and len(outcomes) < len(requests):
+        if failure in (TimeoutError, SandboxDied) and len(outcomes) < len(requests):
             name = str(requests[len(outcomes)].get("name", ""))
             outcomes.append(self._call_failed(name, hung=failure is TimeoutError))
         return outcomes

@@ -92,6 +92,16 @@ def base_nodeid(item: pytest.Item) -> str:
     return item.nodeid.split("[")[0]
 
 
+def _plain_student_test(item: pytest.Item) -> bool:
+    """A test function of the ``student`` fixture alone, with nothing pytest would do around it."""
+    return (
+        isinstance(item, pytest.Function)
+        and set(item.fixturenames) <= {"student", "request"}
+        and set(getattr(getattr(item, "callspec", None), "params", {})) == {"student"}
+        and not any(item.get_closest_marker(name) for name in ("skip", "skipif", "xfail", "usefixtures", "filterwarnings"))
+    )
+
+
 def test_key(item: pytest.Item) -> str:
     """The test and its parameters other than the submission: the same for every submission."""
     params = getattr(getattr(item, "callspec", None), "params", {})
@@ -278,6 +288,60 @@ class GradingPlugin:
         except GraderError as error:
             self.fatal = str(error)
             pytest.exit(self.fatal, returncode=3)
+
+    # -- the test loop -------------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        """Run a session of ``student`` tests ourselves: open each submission, run its tests in
+        order, record them, close it, exactly as pytest's own loop with this plugin's hooks would,
+        less pytest's per-test protocol (setup, call and teardown reports, their hooks, the
+        environment variable per phase), which costs more than most tests and ends up in no
+        result. A session with anything else in it (other fixtures, skip or xfail markers,
+        collection errors) runs in pytest's own loop."""
+        if session.testsfailed or not session.items or not all(_plain_student_test(item) for item in session.items):
+            return None
+        submission_id: str | None = None
+        opened: Student | BaseException | None = None
+        try:
+            for item in session.items:
+                current = str(item.callspec.params["student"])  # type: ignore[attr-defined]
+                if current != submission_id:
+                    self._close(submission_id, opened)
+                    submission_id, opened = current, None
+                    try:
+                        opened = self.open(current)
+                    except Exception as error:  # noqa: BLE001 - pytest too fails each test's setup with it
+                        opened = error
+                if isinstance(opened, BaseException):
+                    self.record(item, current, failure_message(opened), diagnose=False, error=opened)
+                    continue
+                self._run(item, opened, current)
+        finally:
+            self._close(submission_id, opened)
+        return True
+
+    def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
+        if submission_id is not None and isinstance(opened, Student):
+            self.provider.close(submission_id)
+
+    def _run(self, item: pytest.Function, proxy: Student, submission_id: str) -> None:
+        """One test on one submission, as ``pytest_runtest_call``, ``pytest_pyfunc_call`` and
+        ``pytest_runtest_makereport`` below do it in pytest's loop."""
+        item.funcargs = {"student": proxy}
+        error: BaseException | None = None
+        hooks = self.pytest_runtest_call(item)
+        next(hooks)
+        try:
+            self.pytest_pyfunc_call(item)
+        except pytest.skip.Exception:
+            return  # no result, as in pytest's loop (its own report)
+        except (KeyboardInterrupt, pytest.exit.Exception):
+            raise
+        except BaseException as failure:  # noqa: BLE001 - a failed test (pytest.fail included)
+            error = failure
+        finally:
+            next(hooks, None)
+        self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:

@@ -7,7 +7,9 @@ submission goes back to the parent as a plain dict over a queue, and the parent 
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
 import signal
 import time
@@ -137,7 +139,9 @@ class SandboxProvider:
         cells = parse_notebook(self.assignment.source.read_bytes(), self.assignment.source).cells
         source = "\n".join(cell.source for cell in cells if not (cell.is_check or cell.skip))
         try:
-            backend = LocalBackend.from_source(source)
+            # The notebook's own printing is not the TA's business.
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                backend = LocalBackend.from_source(source)
         except Exception:  # noqa: BLE001 - no plan: every request goes to the sandbox one by one
             backend = LocalBackend({})
         return Student(backend, api=self.api)

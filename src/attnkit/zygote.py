@@ -128,36 +128,52 @@ def _new_shell() -> InteractiveShell:
 
 
 def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
-    """``run_cell`` exactly as IPython runs it, less the tokenizer pass on cells that are plain
-    Python (most of a notebook's cells, and most of IPython's cost per cell).
+    """``run_cell`` exactly as IPython runs it, less three costs on cells that are plain Python
+    (most of a notebook's cells, and most of IPython's cost per cell): the tokenizer pass, a
+    second parse, and one compilation per statement.
 
     IPython's token transforms rewrite only what plain Python cannot contain: a logical line that
     starts with ``%``, ``!``, ``?``, ``,``, ``;`` or ``/``, an assignment from ``%``/``!``, a line
     ending in ``?``. So when the cell, after IPython's own cheap clean-up transforms, parses as
     Python, the token transforms would leave it unchanged and are skipped; and such a cell with no
-    ``await``/``async`` anywhere cannot need the coroutine runner. Everything else (magics, shell
-    escapes, one-line cells with their autocall, top-level await, syntax errors) takes IPython's
-    full path, so what a student sees (outputs, displayed values, tracebacks, line numbers) is
-    IPython's in both cases."""
+    ``await``/``async`` anywhere cannot need the coroutine runner. Its parse is kept for IPython's
+    own ``ast_parse`` of the same text. IPython then compiles and runs each statement on its own;
+    for such a cell the statements before the displayed last expression are compiled as one
+    module (the same code, run in the same namespace, stopping at the same first exception), and
+    where that compilation fails (a ``return`` outside a function parses but does not compile)
+    IPython's per-statement path runs, so the statements before the bad one still run. Everything
+    else (magics, shell escapes, one-line cells with their autocall, top-level await, syntax
+    errors) takes IPython's full path, so what a student sees (outputs, displayed values,
+    tracebacks, line numbers) is IPython's in every case."""
     import ast
+    import inspect
+
+    from IPython.core.interactiveshell import softspace
 
     manager = shell.input_transformer_manager
+    compiler = shell.compile
     plain: list[str] = [""]
+    parsed: list[Any] = []  # [text, tree] of the plain cell about to run, until IPython parses it
+    grouped: list[bool] = [False]  # the statements being run are that cell's
 
     def transform_cell(raw_cell: str) -> str:
         cell = raw_cell if raw_cell.endswith("\n") else raw_cell + "\n"
         lines = cell.splitlines(keepends=True)
         for transform in manager.cleanup_transforms + manager.line_transforms:
             lines = transform(lines)
+        parsed.clear()
         if len(lines) > 1:
+            text = "".join(lines)
             try:
-                ast.parse("".join(lines))
+                tree = compile(text, "<cell>", "exec", compiler.flags | ast.PyCF_ONLY_AST, 1)
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 pass
             else:
                 for transform in shell.input_transformers_post:
                     lines = transform(lines)
                 plain[0] = "".join(lines)
+                if plain[0] == text:
+                    parsed[:] = [text, tree]
                 return plain[0]
         plain[0] = ""
         return InteractiveShell.transform_cell(shell, raw_cell)
@@ -167,8 +183,51 @@ def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
             return False
         return InteractiveShell.should_run_async(shell, raw_cell, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple)
 
+    ast_parse = compiler.ast_parse
+
+    def parse_once(source: str, filename: str = "<unknown>", symbol: str = "exec") -> Any:
+        if parsed and symbol == "exec" and source == parsed[0]:
+            tree = parsed.pop()
+            parsed.clear()
+            grouped[0] = True
+            return tree
+        grouped[0] = False
+        return ast_parse(source, filename, symbol)
+
+    run_ast_nodes = shell.run_ast_nodes
+
+    async def run_grouped(nodelist: list, cell_name: str, interactivity: str = "last_expr", compiler: Any = compile, result: Any = None) -> Any:
+        plain_cell, grouped[0] = grouped[0], False
+        if not plain_cell or interactivity != "last_expr" or not nodelist:
+            return await run_ast_nodes(nodelist, cell_name, interactivity=interactivity, compiler=compiler, result=result)
+        shown = 1 if isinstance(nodelist[-1], ast.Expr) else 0
+        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0x0) if shell.autoawait else 0x0
+        codes: list[Any] | None = None
+        try:
+            with compiler.extra_flags(flags):
+                codes = [compiler(ast.Module(nodelist[: len(nodelist) - shown], []), cell_name, "exec")] if len(nodelist) > shown else []
+                codes += [compiler(ast.Interactive(nodelist[-1:]), cell_name, "single")] if shown else []
+        except Exception:  # noqa: BLE001 - IPython's own path compiles (and runs) statement by statement, below
+            pass
+        if codes is None:  # outside the handler: a traceback must not chain our failed attempt
+            return await run_ast_nodes(nodelist, cell_name, interactivity=interactivity, compiler=compiler, result=result)
+        try:
+            for code in codes:
+                if await shell.run_code(code, result, async_=inspect.CO_COROUTINE & code.co_flags == inspect.CO_COROUTINE):
+                    return True
+            if softspace(sys.stdout, 0):
+                print()
+        except:  # noqa: E722 - as IPython's run_ast_nodes
+            if result:
+                result.error_before_exec = sys.exc_info()[1]
+            shell.showtraceback()
+            return True
+        return False
+
     shell.transform_cell = transform_cell  # type: ignore[method-assign]
     shell.should_run_async = should_run_async  # type: ignore[method-assign]
+    compiler.ast_parse = parse_once  # type: ignore[method-assign]
+    shell.run_ast_nodes = run_grouped  # type: ignore[method-assign]
 
 
 class Sandbox:

@@ -1,0 +1,80 @@
+"""Does a cell run by the sandbox's shell (``attnkit.zygote``, which skips IPython's tokenizer, its
+second parse and its per-statement compilation on plain-Python cells) do exactly what IPython's
+own ``run_cell`` does: the same output, displayed values, tracebacks, errors and namespace?"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+CELLS = [
+    "x = 1\ny = x + 1\ny",  # a displayed last expression
+    "print('a')\nprint('b')",  # a last expression of None
+    "def f(n):\n    return n * 2\nz = f(3)\nz * 10\n",
+    "from __future__ import annotations\ndef g(a: Undefined) -> Other:\n    return a\ng.__annotations__",
+    "w = 5\nprint('before')\n1 / 0\nw = 6",  # the statements after the error do not run
+    "def h():\n    return 1\nv = h()\nreturn v",  # parses, does not compile: h and v still defined?
+    "for i in range(3):\n    pass\nbreak",
+    "q = [n for n in range(4)]\nq",
+    "%xmode Plain\nt = 3\nt",  # a magic: IPython's own path
+    "!echo shell",
+    "u = 1; u",  # one line
+    "def broken(:\n    pass",  # a syntax error
+    "display('shown')\nget_ipython() is not None",
+    "import warnings\nwarnings.warn('careful')\n'after warning'",
+    "class Point:\n    x: int = 1\nPoint.__annotations__",
+    "raise SystemExit(3)",
+    "y",  # state carried from the first cell
+    "async def co():\n    return 1\nco.__name__",
+    "import asyncio\nawait asyncio.sleep(0)\n'awaited'",
+]
+
+SCRIPT = r"""
+import io, json, sys
+from attnkit import zygote
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+if sys.argv[1] == "ours":
+    shell = zygote._new_shell()
+else:
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Plain"
+    shell = InteractiveShell.instance(config=config)
+records = []
+for source in json.loads(sys.argv[2]):
+    out = io.StringIO()
+    real, sys.stdout, sys.stderr = sys.stdout, out, out
+    try:
+        result = shell.run_cell(source, store_history=False, silent=False)
+    finally:
+        sys.stdout = sys.stderr = real
+    error = result.error_before_exec or result.error_in_exec
+    names = {k: v.__qualname__ if callable(v) else repr(v) for k, v in shell.user_ns.items()
+             if k in ("x", "y", "z", "w", "v", "h", "q", "t", "u", "i", "f", "g", "Point", "co")}
+    records.append({"output": out.getvalue(), "error": type(error).__name__ if error else None, "names": names})
+print(json.dumps(records))
+"""
+
+
+def run(kind: str) -> list[dict]:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, kind, json.dumps(CELLS)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_sandboxs_shell_runs_cells_as_ipython_does() -> None:
+    """Cell by cell: the same output (displayed values and tracebacks included), the same error,
+    the same names defined, as stock IPython, for plain cells and for the ones that take
+    IPython's own path (magics, syntax errors, top-level await)?"""
+    ours, stock = run("ours"), run("stock")
+    assert len(ours) == len(stock) == len(CELLS)
+    for cell, mine, theirs in zip(CELLS, ours, stock, strict=True):
+        assert mine == theirs, cell
+    by_cell = dict(zip(CELLS, stock, strict=True))
+    assert by_cell[CELLS[0]]["output"].strip().endswith("2")  # displayed, so the comparison means something
+    assert by_cell[CELLS[4]]["error"] == "ZeroDivisionError" and "before" in by_cell[CELLS[4]]["output"]
+    assert by_cell[CELLS[5]]["error"] == "SyntaxError" and by_cell[CELLS[5]]["names"].get("v") == "1"  # ran up to the bad line

@@ -661,6 +661,35 @@ def _collapse_into_huge_pages() -> int:
     return collapsed
 
 
+# What most submissions do at least once: fail. A cell's first traceback (IPython's formatter,
+# pygments, linecache), a function's first exception or warning, cost a sandbox 5-10 ms cold.
+_FAILURES = (
+    "def _warm(x):\n    raise NotImplementedError()\n_warm(1)",
+    "torch.ones(2, 3) @ torch.ones(2, 3)",
+    "def _broken(:\n    pass",
+    "assert torch.allclose(torch.ones(2), torch.zeros(2)), 'differs'",
+    "import warnings\nwarnings.warn('warm')\ntorch.ones(2, 2).T",
+)
+
+
+def _warm_failures(shell: InteractiveShell) -> None:
+    """Fail once here, in each of the usual ways, so that every sandbox inherits the warm path."""
+    real = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = io.StringIO()
+    try:
+        for source in _FAILURES:
+            shell.run_cell(source, store_history=False, silent=False)
+        namespace = shell.user_ns
+        shell.run_cell("def _raises(x):\n    return x @ x.T + torch.ones(5)\ndef _warns(x):\n    import warnings\n"
+                       "    warnings.warn('warm')\n    return x", store_history=False)
+        for name in ("_raises", "_warns"):
+            protocol.encode(run_in_namespace(namespace, name, (torch.ones(2, 3),), {}, plain=False).__dict__)
+    except Exception:  # noqa: BLE001 - a colder sandbox, never a zygote that does not start
+        pass
+    finally:
+        sys.stdout, sys.stderr = real
+
+
 def _address_space() -> int:
     """This process's virtual size: a sandbox's memory limit comes on top of what it inherits."""
     with open("/proc/self/status") as status:
@@ -722,6 +751,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
     # instead of paying for them again.
     shell.run_cell(str(config.get("warm_up", "")), store_history=False, silent=True)
     protocol.decode(protocol.encode((torch.ones(2, 2), {"a": [1, 2.0, "x", None, True]})))
+    _warm_failures(shell)
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
     # The grader's language, its catalogue compiled now: the project's files are out of view after
     # _isolate, and every sandbox forked from here inherits it in memory.

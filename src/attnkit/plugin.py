@@ -25,7 +25,7 @@ Development use (trusted code only, runs in-process)::
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from collections.abc import Callable, Iterator
@@ -79,12 +79,30 @@ class TestResult:
     error: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # shallow: a result is not changed once recorded
+
+
+_MARKERS: dict[tuple, dict[str, Any]] = {}
+
+
+def _marker_args(item: pytest.Item) -> dict[str, Any]:
+    """The test's own markers, read once per test rather than for every submission: ``weight``
+    and ``grade_id`` (closest), ``function`` and ``depends_on`` (all)."""
+    key = (str(item.path), test_key(item), getattr(item, "obj", None))  # a re-imported suite is another
+    found = _MARKERS.get(key)
+    if found is None:
+        weight, grade_id = item.get_closest_marker("weight"), item.get_closest_marker("grade_id")
+        found = _MARKERS[key] = {
+            "weight": float(weight.args[0]) if weight else 1.0,
+            "grade_id": str(grade_id.args[0]) if grade_id else "",
+            "function": tuple(name for marker in item.iter_markers("function") for name in marker.args),
+            "depends_on": tuple(name for marker in item.iter_markers("depends_on") for name in marker.args),
+        }
+    return found
 
 
 def weight_of(item: pytest.Item) -> float:
-    marker = item.get_closest_marker("weight")
-    return float(marker.args[0]) if marker else 1.0
+    return float(_marker_args(item)["weight"])
 
 
 def base_nodeid(item: pytest.Item) -> str:
@@ -136,18 +154,17 @@ def item_points(items: list[pytest.Item]) -> dict[str, float]:
 
 
 def grade_id_of(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("grade_id")
-    return str(marker.args[0]) if marker else ""
+    return str(_marker_args(item)["grade_id"])
 
 
 def functions_of(item: pytest.Item) -> tuple[str, ...]:
     """The student functions this test grades (its own ``function`` markers)."""
-    return tuple(name for marker in item.iter_markers("function") for name in marker.args)
+    return tuple(_marker_args(item)["function"])
 
 
 def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
     """The student functions the graded ones rely on (``depends_on`` markers)."""
-    return tuple(name for marker in item.iter_markers("depends_on") for name in marker.args)
+    return tuple(_marker_args(item)["depends_on"])
 
 
 def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:
@@ -172,8 +189,14 @@ def title_of(item: pytest.Item) -> str:
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
     if first:
-        return i18n.catalogue(Path(str(item.fspath)).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext(first)
+        return _translated_title(str(item.fspath), first, i18n.language())
     return getattr(item, "originalname", item.name)
+
+
+@functools.cache
+def _translated_title(test_file: str, title: str, language: str) -> str:
+    # Asked for every test of every submission: the path resolution and lookup run once.
+    return i18n.catalogue(Path(test_file).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext(title)
 
 
 

@@ -13,7 +13,7 @@ import io
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
@@ -227,7 +227,7 @@ class SandboxProvider:
 def cell_record(run: Any, session: Submission) -> dict[str, Any]:
     """A cell's run, with the section it sits in (a student finds a cell by its heading, not by
     an index that counts markdown cells)."""
-    record = asdict(run)
+    record = dict(vars(run))
     record["section"] = next((cell.section for cell in session.cells if cell.index == run.index), "")
     return record
 

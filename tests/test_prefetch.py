@@ -5,6 +5,7 @@ right and wrong submissions and for the ones that hang, exit or run out of time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from attnkit.notebook import CodeCell
 from attnkit.sandbox import Limits, Submission, Zygote
 from attnkit.worker import run_chunk
 
+ROOT = Path(__file__).resolve().parents[1]
 CH19 = discover()["ch19-attention"]
 CATALOGUE = CH19.catalogue()
 
@@ -55,7 +57,8 @@ def comparable(record: dict) -> dict[str, Any]:
     }
 
 
-def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, dict], dict[str, int]]:
+def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.MonkeyPatch,
+          assignment: Any = CH19) -> tuple[dict[str, dict], dict[str, int]]:
     """Grade ``submitted`` in this process (one chunk, a real zygote): records by student and the
     number of single requests each submission's sandbox was sent."""
     worker._plans.clear()
@@ -81,7 +84,8 @@ def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.M
 
         zygote = Zygote()
         try:
-            run_chunk(find_jobs(submitted, {CH19.name: CH19}).jobs, {CH19.name: CH19}, limits, zygote, emit)
+            suites = {assignment.name: assignment}
+            run_chunk(find_jobs(submitted, suites).jobs, suites, limits, zygote, emit)
         finally:
             zygote.close()
     worker._plans.clear()
@@ -194,3 +198,17 @@ def test_a_cell_that_hangs_mid_batch_costs_only_itself() -> None:
     finally:
         session.close()
         zygote.close()
+
+
+def test_a_plan_from_a_notebook_of_stubs_changes_no_grade(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the only notebook beside the suite is the release (stubs: a Gradescope bundle), the
+    plan is learned from stubs and asks little: are the grades still exactly those of single
+    requests?"""
+    release = dataclasses.replace(CH19, source=ROOT / "assignments" / CH19.name / CH19.notebook)
+    submitted = tmp_path / "submitted"
+    for student in ("correct", "no_scale", "raises"):
+        write_submission(submitted, student, OVERRIDES[student])
+    planned, _ = grade(submitted, Limits(), True, monkeypatch, assignment=release)
+    single, _ = grade(submitted, Limits(), False, monkeypatch, assignment=release)
+    assert {s: comparable(r) for s, r in planned.items()} == {s: comparable(r) for s, r in single.items()}
+    assert all(t["status"] == "passed" for t in planned["correct"]["tests"])

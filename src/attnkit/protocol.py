@@ -42,6 +42,7 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_ITEMSIZE = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTYPES.values()}
 
 _LENGTH = struct.Struct("!II")  # header bytes, payload bytes
 
@@ -141,7 +142,7 @@ def _decode(frame: bytes) -> Any:
     if _LENGTH.size + body_length + payload_length != len(frame):
         raise ProtocolError("frame length mismatch")
     body = frame[_LENGTH.size : _LENGTH.size + body_length]
-    payload = memoryview(frame)[_LENGTH.size + body_length :]
+    base = _LENGTH.size + body_length  # where the tensor bytes start
     (sizes_length,) = struct.unpack_from("!I", body)
     try:
         sizes = json.loads(body[4 : 4 + sizes_length])
@@ -153,7 +154,7 @@ def _decode(frame: bytes) -> Any:
     offsets = [0]
     for size in sizes:
         offsets.append(offsets[-1] + size)
-    if offsets[-1] != len(payload):
+    if offsets[-1] != payload_length:
         raise ProtocolError("blob sizes do not add up")
 
     def build(item: Any, depth: int) -> Any:
@@ -185,13 +186,13 @@ def _decode(frame: bytes) -> Any:
         numel = math.prod(shape)
         if numel > MAX_TENSOR_ELEMENTS:
             raise ProtocolError("tensor too large")
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if numel * itemsize != sizes[index]:
+        if numel * _ITEMSIZE[dtype] != sizes[index]:
             raise ProtocolError("tensor size mismatch")
-        raw = bytearray(payload[offsets[index] : offsets[index + 1]])
-        if not raw:
+        if not numel:
             return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape).clone()
+        start = base + offsets[index]
+        # A writable copy of just these bytes, then a tensor that owns its memory (clone).
+        return torch.frombuffer(bytearray(frame[start : start + sizes[index]]), dtype=dtype).reshape(shape).clone()
 
     return build(tree, 0)
 

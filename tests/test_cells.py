@@ -1,6 +1,7 @@
 """Does a cell run by the sandbox's shell (``attnkit.zygote``, which skips IPython's tokenizer, its
-second parse and its per-statement compilation on plain-Python cells) do exactly what IPython's
-own ``run_cell`` does: the same output, displayed values, tracebacks, errors and namespace?"""
+second parse and its per-statement compilation on plain-Python cells, and reuses what the zygote
+compiled ahead for cells of the very same text) do exactly what IPython's own ``run_cell`` does:
+the same output, displayed values, tracebacks, errors and namespace?"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ CELLS = [
     "print('a')\nprint('b')",  # a last expression of None
     "def f(n):\n    return n * 2\nz = f(3)\nz * 10\n",
     "from __future__ import annotations\ndef g(a: Undefined) -> Other:\n    return a\ng.__annotations__",
+    "def k(a: Later) -> None:\n    pass\nk.__annotations__",  # the __future__ import above holds from then on
     "w = 5\nprint('before')\n1 / 0\nw = 6",  # the statements after the error do not run
     "def h():\n    return 1\nv = h()\nreturn v",  # parses, does not compile: h and v still defined?
     "for i in range(3):\n    pass\nbreak",
@@ -36,8 +38,11 @@ from attnkit import zygote
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-if sys.argv[1] == "ours":
+if sys.argv[1] in ("ours", "prepared"):
     shell = zygote._new_shell()
+    if sys.argv[1] == "prepared":  # compiled ahead, as the zygote does with the release's cells
+        for source in json.loads(sys.argv[2]):
+            shell.prepare_cell(source)
 else:
     config = Config()
     config.HistoryManager.enabled = False
@@ -54,7 +59,7 @@ for source in json.loads(sys.argv[2]):
         sys.stdout = sys.stderr = real
     error = result.error_before_exec or result.error_in_exec
     names = {k: v.__qualname__ if callable(v) else repr(v) for k, v in shell.user_ns.items()
-             if k in ("x", "y", "z", "w", "v", "h", "q", "t", "u", "i", "f", "g", "Point", "co")}
+             if k in ("x", "y", "z", "w", "v", "h", "q", "t", "u", "i", "f", "g", "k", "Point", "co")}
     records.append({"output": out.getvalue(), "error": type(error).__name__ if error else None, "names": names})
 print(json.dumps(records))
 """
@@ -70,11 +75,13 @@ def test_the_sandboxs_shell_runs_cells_as_ipython_does() -> None:
     """Cell by cell: the same output (displayed values and tracebacks included), the same error,
     the same names defined, as stock IPython, for plain cells and for the ones that take
     IPython's own path (magics, syntax errors, top-level await)?"""
-    ours, stock = run("ours"), run("stock")
-    assert len(ours) == len(stock) == len(CELLS)
-    for cell, mine, theirs in zip(CELLS, ours, stock, strict=True):
+    ours, prepared, stock = run("ours"), run("prepared"), run("stock")
+    assert len(ours) == len(prepared) == len(stock) == len(CELLS)
+    for cell, mine, ahead, theirs in zip(CELLS, ours, prepared, stock, strict=True):
         assert mine == theirs, cell
-    by_cell = dict(zip(CELLS, stock, strict=True))
-    assert by_cell[CELLS[0]]["output"].strip().endswith("2")  # displayed, so the comparison means something
-    assert by_cell[CELLS[4]]["error"] == "ZeroDivisionError" and "before" in by_cell[CELLS[4]]["output"]
-    assert by_cell[CELLS[5]]["error"] == "SyntaxError" and by_cell[CELLS[5]]["names"].get("v") == "1"  # ran up to the bad line
+        assert ahead == theirs, cell
+    by_start = {cell.split("\n")[0]: record for cell, record in zip(CELLS, stock, strict=True)}
+    assert by_start["x = 1"]["output"].strip().endswith("2")  # displayed, so the comparison means something
+    assert by_start["w = 5"]["error"] == "ZeroDivisionError" and "before" in by_start["w = 5"]["output"]
+    assert by_start["def h():"]["error"] == "SyntaxError" and by_start["def h():"]["names"].get("v") == "1"  # ran up to the bad line
+    assert by_start["def k(a: Later) -> None:"]["error"] is None  # the annotation stayed a string

@@ -87,6 +87,17 @@ class Assignment:
         module, _, attribute = target.partition(":")
         return getattr(self.module(module), attribute)
 
+    def release_cells(self) -> list[str]:
+        """The code cells of the release notebook (``assignments/<name>/<notebook>`` beside the
+        source's folder), as students receive them: public, so the zygote may compile them ahead.
+        Empty where there is no release."""
+        from attnkit.notebook import parse_notebook
+
+        release = self.source.parent.parent.parent / "assignments" / self.name / self.notebook
+        if not release.is_file():
+            return []
+        return [cell.source for cell in parse_notebook(release.read_bytes(), release).cells]
+
     def warm_up_source(self) -> str:
         """The ``warm_up`` hook's code: what the zygote runs once before it forks sandboxes."""
         return str(self.hook("warm_up") or "")

@@ -76,7 +76,7 @@ class Zygote:
     else :class:`IsolationUnavailable` says why and how to fix it, before any cell runs.
     """
 
-    def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "") -> None:
+    def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "", cells: list[str] | None = None) -> None:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # A minimal environment: student code must not find the grader's secrets or settings here.
@@ -85,8 +85,10 @@ class Zygote:
         # The zygote may run in a user namespace where it is uid 0: its home (matplotlib's font
         # cache, IPython's folder) is still the grader's. A sandbox sets its own.
         env["HOME"] = os.path.expanduser("~")
+        # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
+        config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or []}
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps({"hide": self.hide, "warm_up": warm_up, "lang": i18n.language()})],
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps(config)],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env=env,

@@ -314,14 +314,15 @@ class Sandbox:
         # kernel clears it whenever a process's user changes.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         os.chdir(workdir)
-        os.environ.update(HOME=workdir, MPLCONFIGDIR=workdir, IPYTHONDIR=workdir, TMPDIR=workdir)
+        if os.environ.get("TMPDIR") != workdir:  # isolated: the zygote set them for every sandbox
+            os.environ.update(_home_environment(workdir))
         self._limits(capped)
         self._redirect_output(workdir)
         # Our own modules stay loaded (we run on them) but not importable by name: their source
         # folder is not in the sandbox's view, and student code should not find them in
         # sys.modules either.
-        for name in [name for name in sys.modules if name == "attnkit" or name.startswith("attnkit.")]:
-            del sys.modules[name]
+        for name in _our_modules():
+            sys.modules.pop(name, None)
 
     def _limits(self, capped: bool) -> None:
         memory = self.settings["address_space_base"] + int(self.settings.get("memory_mb", DEFAULT_MEMORY_MB)) * 1024 * 1024
@@ -588,6 +589,22 @@ class Sandbox:
         return reply
 
 
+def _home_environment(home: str) -> dict[str, str]:
+    return {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": home}
+
+
+_OURS: list[Any] = [-1, ()]  # len(sys.modules) when last listed, and attnkit's modules then
+
+
+def _our_modules() -> tuple[str, ...]:
+    """attnkit's modules in ``sys.modules``, listed in the zygote (see ``_spawn``) so that a
+    sandbox need not walk all of ``sys.modules`` itself: touching every module name's reference
+    count would copy some 700 pages of the zygote's memory into each sandbox."""
+    if _OURS[0] != len(sys.modules):
+        _OURS[:] = [len(sys.modules), tuple(name for name in list(sys.modules) if name == "attnkit" or name.startswith("attnkit."))]
+    return _OURS[1]
+
+
 def _builtin_exception(type_name: str, message: str) -> Exception:
     import builtins
 
@@ -754,6 +771,7 @@ def _isolate(mode: Mode, hide: list[str]) -> Mode:
 def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, control: socket.socket) -> int:
     """Fork one sandbox; its pid once it is mapped and placed (nothing of the student's has run)."""
     group = sandboxes.new_group(settings)
+    _our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()
     try:
         pid = clone_sandbox() if mode.isolated else os.fork()
@@ -807,6 +825,10 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
     if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         _collapse_into_huge_pages()
     mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
+    if mode.isolated:
+        # Every isolated sandbox's home is the same folder of its own root: set once here (a
+        # sandbox setting them itself touches ~160 pages it would then have to copy).
+        os.environ.update(_home_environment(SANDBOX_HOME))
     sandboxes = Sandboxes(mode.can_make_cgroups)
     if mode.can_make_cgroups:
         sweep_stale()

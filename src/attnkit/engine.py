@@ -286,11 +286,18 @@ def is_current(out: Path, job: Job) -> bool:
         return False
 
 
+MIN_CHUNK = 4  # below this, a chunk's collection costs more than the balance it buys
+
+
 def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:
-    # Several chunks per worker balance the load; each chunk costs one pytest collection.
-    size = max(1, min(50, math.ceil(len(jobs) / (workers * 4))))
-    for start in range(0, len(jobs), size):
+    """Chunks of at most 50 jobs that shrink as the work runs out (each worker takes the next
+    when it is done): a worker that gets the last big chunk would otherwise grade it alone while
+    the others wait. Each chunk costs one pytest collection (about 40 ms)."""
+    start = 0
+    while start < len(jobs):
+        size = max(MIN_CHUNK, min(50, math.ceil((len(jobs) - start) / (workers * 3))))
         yield jobs[start : start + size]
+        start += size
 
 
 def not_graded_record(job: Job, reason: str) -> dict[str, Any]:

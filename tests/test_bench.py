@@ -93,3 +93,19 @@ def test_nbgrader_log_parsing() -> None:
         "22:21:23.300 [AutogradeApp | INFO] Setting destination file permissions to 444",
     ])
     assert [round(d, 3) for d in nbgrader_durations(log)] == [5.594, 5.419]
+
+
+def test_the_profiler_reports_every_phase(tmp_path: Path) -> None:
+    """Does ``tools/profile_grading.py`` grade a small synthetic class and print the worker's CPU
+    by phase, the sandboxes' CPU and the single requests?"""
+    make_class(tmp_path / "submitted", 12)
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "profile_grading.py"), str(tmp_path / "submitted"), "7"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("7 submissions, per submission: wall"), out
+    for phase in ("open: read, parse", "of which the batches", "tests (", "record (", "of which diagnosis", "close:"):
+        assert phase in out, out
+    assert "single requests besides the batches" in out

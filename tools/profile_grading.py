@@ -1,0 +1,119 @@
+"""``python tools/profile_grading.py SUBMITTED [N]``: where one worker's grading time goes.
+
+Grades the first N submissions of SUBMITTED (nbgrader's layout, e.g. a class that
+``tools/bench.py --keep DIR`` left in DIR/submitted) in this process, as one worker does (a real
+zygote and real sandboxes, the suites of this checkout), after a warm-up chunk, and prints per
+submission:
+
+- the worker's CPU (user, system) and the sandboxes' and zygote's (children of this process:
+  counted when the zygote exits), wall time;
+- the worker's CPU by phase (opening a submission and its batches, the tests, recording and
+  diagnosis, closing), from ``time.process_time`` around each phase;
+- the single requests sent to sandboxes besides the two batches, by kind.
+
+With ``--profile`` it also prints cProfile's top functions of the worker (cumulative). For the
+kernel's share inside sandboxes use ``perf record -a -g`` around this command. Numbers on a shared
+machine vary by about ±10 % between runs: compare several.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import os
+import pstats
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+import torch  # noqa: E402
+
+from attnkit import plugin, sandbox, worker  # noqa: E402
+from attnkit.assignment import discover  # noqa: E402
+from attnkit.engine import find_jobs  # noqa: E402
+from attnkit.sandbox import Limits, Zygote  # noqa: E402
+
+PHASES = (
+    (worker.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),
+    (sandbox.Submission, "_batch", "  of which the batches (send, receive, decode)"),
+    (plugin.GradingPlugin, "pytest_pyfunc_call", "tests (their checks, swapped re-runs, single requests)"),
+    (plugin.GradingPlugin, "record", "record (diagnosis included)"),
+    (plugin.GradingPlugin, "diagnose", "  of which diagnosis"),
+    (worker.SandboxProvider, "close", "close: the record, evidence, usage"),
+)
+
+
+def timed(spent: collections.Counter, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[label] += time.process_time() - started
+
+    return wrapper
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("submitted", type=Path)
+    parser.add_argument("count", type=int, nargs="?", default=200)
+    parser.add_argument("--profile", action="store_true", help="also print cProfile's top functions of the worker")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    suites = discover()
+    jobs = find_jobs(args.submitted, suites).jobs
+    warm, graded = jobs[:5], jobs[5 : 5 + args.count]
+    if not graded:
+        parser.error(f"{args.submitted}: fewer than 6 submissions")
+
+    spent: collections.Counter = collections.Counter()
+    requests: collections.Counter = collections.Counter()
+    for owner, name, label in PHASES:
+        setattr(owner, name, timed(spent, label, getattr(owner, name)))
+    single = sandbox.Submission._request
+
+    def counted(self: sandbox.Submission, message: dict, *rest: Any, **kwargs: Any) -> dict:
+        requests[f"{message.get('op')}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
+        return single(self, message, *rest, **kwargs)
+
+    sandbox.Submission._request = counted  # type: ignore[method-assign]
+    zygote = Zygote(warm_up="\n".join(s.warm_up_source() for s in suites.values()),
+                    cells=[cell for s in suites.values() for cell in s.release_cells()])
+    records: list[dict] = []
+    try:
+        worker.run_chunk(warm, suites, Limits(), zygote, lambda message: None)
+        spent.clear()
+        requests.clear()
+        profile = cProfile.Profile() if args.profile else None
+        before, started = os.times(), time.perf_counter()
+        if profile:
+            profile.enable()
+        worker.run_chunk(graded, suites, Limits(), zygote, records.append)
+        if profile:
+            profile.disable()
+        wall, after = time.perf_counter() - started, os.times()
+    finally:
+        zygote.close()
+    children = os.times()
+    n = len([record for record in records if "tests" in record])
+    per = 1000 / n
+    print(f"{n} submissions, per submission: wall {wall * per:.1f} ms; worker CPU {(after.user - before.user) * per:.1f} user + "
+          f"{(after.system - before.system) * per:.1f} system ms; sandboxes and zygote (whole life, warm-up included) "
+          f"{children.children_user * per:.1f} user + {children.children_system * per:.1f} system ms")
+    print("worker CPU by phase (ms per submission):")
+    for _owner, _name, label in PHASES:
+        print(f"  {label}: {spent[label] * per:.1f}")
+    print("single requests besides the batches (per submission):")
+    for kind, count in requests.most_common():
+        print(f"  {kind}: {count / n:.2f}")
+    if args.profile and profile is not None:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+
+
+if __name__ == "__main__":
+    main()

@@ -91,12 +91,11 @@ class Assignment:
         """The code cells of the release notebook (``assignments/<name>/<notebook>`` beside the
         source's folder), as students receive them: public, so the zygote may compile them ahead.
         Empty where there is no release."""
-        from attnkit.notebook import parse_notebook
+        from attnkit.notebook import read_notebook
 
-        release = self.source.parent.parent.parent / "assignments" / self.name / self.notebook
-        if not release.is_file():
-            return []
-        return [cell.source for cell in parse_notebook(release.read_bytes(), release).cells]
+        # The source is solutions/<name>/<notebook> (or, in a bundle, the release itself).
+        release = release_path(self.source.parent.parent, self.name, self.notebook)
+        return [cell.source for cell in read_notebook(release).cells] if release.is_file() else []
 
     def warm_up_source(self) -> str:
         """The ``warm_up`` hook's code: what the zygote runs once before it forks sandboxes."""
@@ -147,6 +146,11 @@ class Assignment:
         return {test: self.parts[grade_id].points * weight / totals[grade_id] for test, (grade_id, weight) in weights.items()}
 
 
+def release_path(solutions: Path, name: str, notebook: str) -> Path:
+    """Where ``make release`` puts the student notebook of the source ``solutions/<name>/<notebook>``."""
+    return solutions.parent / "assignments" / name / notebook
+
+
 def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
     """The assignment whose hidden suite is ``folder`` (``folder/manifest.toml``)."""
     try:
@@ -162,7 +166,7 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
     if not source.is_file():
         # A bundle shipped without solutions (Gradescope): the release nbgrader generated from
         # the source carries the same grade cells, points included.
-        source = solutions.parent / "assignments" / name / notebook
+        source = release_path(solutions, name, notebook)
     if not source.is_file():
         raise GraderError(f"{name}: the source notebook {solutions / name / notebook} is missing (points and parts are read from it)")
     titles = dict(manifest.get("parts", {}))

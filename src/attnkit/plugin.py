@@ -372,16 +372,17 @@ class GradingPlugin:
         if not isinstance(proxy, Student):
             yield
             return
+        key = test_key(item)
         proxy.calls = []
         proxy.substitutes = {}
-        proxy.begin_test(test_key(item))
+        proxy.begin_test(key)
         try:
             yield
         finally:
             proxy.begin_test(None)
             learn = getattr(self.provider, "learn", None)
             if learn is not None:
-                learn(getattr(proxy, "submission_id", ""), test_key(item), proxy)
+                learn(getattr(proxy, "submission_id", ""), key, proxy)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -523,13 +524,7 @@ class LocalProvider:
         return [self.path.stem]
 
     def open(self, submission_id: str) -> Student:
-        namespace: dict = {"__name__": "__main__"}
-        for cell in notebook_source(self.path):
-            try:
-                exec(compile(cell, str(self.path), "exec"), namespace)
-            except Exception:  # noqa: BLE001 - a failing cell is recorded by the sandbox; here it is skipped
-                pass
-        return Student(LocalBackend(namespace), api=self.api)
+        return Student(LocalBackend.from_cells(notebook_source(self.path), str(self.path)), api=self.api)
 
     def close(self, submission_id: str) -> None:
         pass

@@ -14,7 +14,7 @@ import linecache
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -274,6 +274,18 @@ class LocalBackend:
         # Registered like IPython registers a cell, so a failing line can be shown.
         linecache.cache["<submission>"] = (len(source), None, source.splitlines(True), "<submission>")
         exec(compile(source, "<submission>", "exec"), namespace)
+        return cls(namespace)
+
+    @classmethod
+    def from_cells(cls, cells: Iterable[str], filename: str) -> LocalBackend:
+        """Trusted cells run in order, each on its own, as a notebook's: a cell that raises costs
+        only what it would have defined (a sandbox records it; here it is skipped)."""
+        namespace: dict = {"__name__": "__main__"}
+        for cell in cells:
+            try:
+                exec(compile(cell, filename, "exec"), namespace)
+            except Exception:  # noqa: BLE001 - see the docstring
+                pass
         return cls(namespace)
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:

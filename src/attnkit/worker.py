@@ -21,7 +21,7 @@ from collections.abc import Callable
 from attnkit.assignment import Assignment, discover
 from attnkit.constants import CRASHED, GraderError
 from attnkit.i18n import _
-from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_submitted
+from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_notebook, read_submitted
 from attnkit import protocol
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
 from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame
@@ -136,21 +136,14 @@ class SandboxProvider:
 
     def _open_planning(self) -> Student:
         """The source notebook's code cells run here, as a sandbox would run a submission's
-        (checks and skipped demos left out), each on its own: a cell that fails (a stub, in a
-        notebook without solutions) costs only what it defines, and the plan just asks less."""
+        (checks and skipped demos left out): a cell that fails (a stub, in a notebook without
+        solutions) costs only what it defines, and the plan just asks less."""
         assert self.assignment is not None
-        namespace: dict[str, Any] = {"__name__": "__submission__"}
-        cells = parse_notebook(self.assignment.source.read_bytes(), self.assignment.source).cells
+        source = self.assignment.source
+        cells = [cell.source for cell in read_notebook(source).cells if not (cell.is_check or cell.skip)]
         # The notebook's own printing is not the TA's business.
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            for cell in cells:
-                if cell.is_check or cell.skip:
-                    continue
-                try:
-                    exec(compile(cell.source, str(self.assignment.source), "exec"), namespace)  # the TA's own notebook, trusted
-                except Exception:  # noqa: BLE001 - see the docstring
-                    pass
-        return Student(LocalBackend(namespace), api=self.api)
+            return Student(LocalBackend.from_cells(cells, str(source)), api=self.api)
 
     def _prefetch(self, student: Student, session: Submission) -> None:
         """The plan's requests answered by this submission's sandbox, handed to its tests."""

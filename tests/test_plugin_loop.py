@@ -4,13 +4,17 @@ whenever a session holds anything the plugin's loop does not do."""
 
 from __future__ import annotations
 
+import gc
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from attnkit import plugin as plugin_module
-from attnkit.plugin import GradingPlugin, LocalProvider
+from attnkit.plugin import GradingPlugin, LocalProvider, notebook_source
+from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = ROOT / "tests" / "course"
@@ -103,3 +107,64 @@ def test_a_session_with_other_fixtures_runs_in_pytests_loop(suite, tmp_path: Pat
         extra.unlink()
     assert ("test_uses_tmp_path.py::test_with_a_folder", "passed") in [(nodeid, status) for nodeid, status, *_ in results]
     assert len(results) == 6  # the two shipped tests, three of the four extra (one skips), this one
+
+
+class ManySources(LocalProvider):
+    """Several trusted sources in one session, by id (development backend, in-process)."""
+
+    def __init__(self, sources: dict[str, Path]) -> None:
+        super().__init__(next(iter(sources.values())), api=("softmax",))
+        self.sources = sources
+
+    def submission_ids(self) -> list[str]:
+        return list(self.sources)
+
+    def open(self, submission_id: str) -> Student:
+        return Student(LocalBackend.from_cells(notebook_source(self.sources[submission_id]), submission_id), api=self.api)
+
+
+class Collected:
+    """How many items a session collected."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.count = len(items)
+
+
+def test_a_suite_seen_plain_is_collected_once_in_later_sessions(suite, tmp_path: Path) -> None:
+    """Once a session has run a suite of plain tests, does the next session of the same files
+    collect each test once (not once per submission), grade every submission exactly as the
+    first session did, and leave the garbage collector as it found it? Does an edited file make
+    the next session collect per submission again?"""
+    folder, notebook = suite
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("import torch\n\ndef softmax(x):\n    return x.exp() / x.exp().sum()\n", encoding="utf-8")
+    broken = tmp_path / "broken.py"
+    broken.write_text("def softmax(x):\n    raise NotImplementedError()\n", encoding="utf-8")
+    sources = {"right": notebook, "wrong": wrong, "broken": broken}
+
+    def session() -> tuple[int, dict[str, list[tuple]]]:
+        grading, collected = GradingPlugin(ManySources(sources)), Collected()
+        code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
+                           plugins=[plugin_module, grading, collected])
+        assert code in (0, 1), code
+        assert gc.isenabled()
+        return collected.count, {key: [(r.nodeid, r.status, r.score, r.output, r.diagnoses) for r in results]
+                                 for key, results in grading.results.items()}
+
+    def touch() -> None:  # a state of the suite's files no session has seen yet
+        stamp = time.time_ns() + 1_000_000_000 * len(plugin_module._PLAIN_SUITES)
+        os.utime(folder / "test_softmax.py", ns=(stamp, stamp))
+
+    touch()
+    first_count, first = session()
+    second_count, second = session()
+    assert first_count == 3 * second_count and second_count == 6  # two shipped tests, four extra
+    assert second == first
+    assert [status for _, status, *_ in first["right"]] != [status for _, status, *_ in first["wrong"]]
+    touch()
+    third_count, third = session()
+    assert third_count == first_count and third == first

@@ -51,6 +51,38 @@ def test_a_lying_tensor_subclass_arrives_as_a_plain_tensor() -> None:
     assert not torch.equal(back, torch.ones(3))
 
 
+class _Detour(torch.Tensor):
+    """A subclass: encode takes its general path (strip, detach, contiguous, bytes via uint8)."""
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(2, 3, 4),
+    lambda: torch.randn(3, 4).T,  # not contiguous
+    lambda: torch.randn(4, 6)[:, ::2],  # strided
+    lambda: torch.randn(1, 3).expand(1000, 3),  # stride 0
+    lambda: torch.randn(3, requires_grad=True) * 2,  # needs grad
+    lambda: torch.randn(4).neg().conj(),  # lazy bits
+    lambda: torch.randn(2, 2)[0].neg(),
+    lambda: torch.randn(2, 3, dtype=torch.bfloat16),
+    lambda: torch.randn(2, 3, dtype=torch.float16),
+    lambda: torch.randn(2, 3, dtype=torch.float64),
+    lambda: torch.tensor([-0.0, 0.0, float("nan"), float("-inf")]),
+    lambda: torch.zeros(0, 3),
+    lambda: torch.tensor(3.5),  # 0-d
+    lambda: torch.tensor([[True, False]]).T,
+    lambda: torch.arange(12, dtype=torch.int8).reshape(3, 4)[1:],
+    lambda: torch.arange(6, dtype=torch.uint8),
+])
+def test_the_fast_tensor_path_writes_the_same_frame(make) -> None:
+    """Does a plain tensor, encoded on the fast path, give byte for byte the frame of the general
+    path (the same tensor as a subclass), whatever its strides, grad, lazy bits or dtype?"""
+    tensor = make()
+    assert protocol.encode({"x": [tensor, (tensor,)]}) == protocol.encode({"x": [tensor.as_subclass(_Detour), (tensor.as_subclass(_Detour),)]})
+    assert torch.equal(roundtrip(tensor), tensor.detach().resolve_neg().resolve_conj()) or tensor.isnan().any()
+    sparse = torch.eye(3).to_sparse()  # not strided: the general path, as before
+    assert protocol.encode(sparse) == protocol.encode(torch.eye(3))
+
+
 @pytest.mark.parametrize("value", [object(), lambda: 1, {1: 2}, torch.zeros(2, dtype=torch.complex64), b"bytes", {"x"}])
 def test_other_objects_are_refused(value: object) -> None:
     """Are functions, arbitrary objects, non-string dict keys, complex tensors, bytes and sets refused?"""

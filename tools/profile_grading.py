@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import gc
 import os
 import pstats
 import time
@@ -85,17 +86,32 @@ def main() -> None:
     zygote = Zygote(warm_up="\n".join(s.warm_up_source() for s in suites.values()),
                     cells=[cell for s in suites.values() for cell in s.release_cells()])
     records: list[dict] = []
+    collecting = {"started": 0.0, "spent": 0.0, "collections": 0}
+
+    def collector(phase: str, info: dict) -> None:
+        if phase == "start":
+            collecting["started"] = time.process_time()
+        else:
+            collecting["spent"] += time.process_time() - collecting["started"]
+            collecting["collections"] += 1
+            collecting[info["generation"]] = collecting.get(info["generation"], 0) + time.process_time() - collecting["started"]
+
+    # As worker_main does: what is loaded now stays out of the collector's view.
+    gc.collect()
+    gc.freeze()
     try:
         worker.run_chunk(warm, suites, Limits(), zygote, lambda message: None)
         spent.clear()
         requests.clear()
-        profile = cProfile.Profile() if args.profile else None
+        profile = cProfile.Profile(time.process_time) if args.profile else None
         before, started = os.times(), time.perf_counter()
+        gc.callbacks.append(collector)
         if profile:
             profile.enable()
         worker.run_chunk(graded, suites, Limits(), zygote, records.append)
         if profile:
             profile.disable()
+        gc.callbacks.remove(collector)
         wall, after = time.perf_counter() - started, os.times()
     finally:
         zygote.close()
@@ -105,6 +121,8 @@ def main() -> None:
     print(f"{n} submissions, per submission: wall {wall * per:.1f} ms; worker CPU {(after.user - before.user) * per:.1f} user + "
           f"{(after.system - before.system) * per:.1f} system ms; sandboxes and zygote (whole life, warm-up included) "
           f"{children.children_user * per:.1f} user + {children.children_system * per:.1f} system ms")
+    print(f"  of the worker's CPU, garbage collection: {collecting['spent'] * per:.1f} ms in {collecting['collections'] / n:.1f} collections")
+    print("   by generation:", {g: round(collecting.get(g, 0) * per, 2) for g in range(3)})
     print("worker CPU by phase (ms per submission):")
     for _owner, _name, label in PHASES:
         print(f"  {label}: {spent[label] * per:.1f}")
@@ -112,7 +130,10 @@ def main() -> None:
     for kind, count in requests.most_common():
         print(f"  {kind}: {count / n:.2f}")
     if args.profile and profile is not None:
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        stats = pstats.Stats(profile)
+        if os.environ.get("PROFILE_DUMP"):
+            stats.dump_stats(os.environ["PROFILE_DUMP"])
+        stats.sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(int(os.environ.get("PROFILE_TOP", "40")))
 
 
 if __name__ == "__main__":

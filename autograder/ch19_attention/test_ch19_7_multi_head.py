@@ -6,6 +6,8 @@ value), so its weights are w_q.T, w_k.T, w_v.T stacked, and ``out_proj.weight`` 
 bool masks mean the opposite of ours (True = may NOT attend), so it gets ``~allowed``.
 """
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -30,13 +32,23 @@ X_SHORT = torch.randn(2, 3, D, generator=_g)
 CONTEXT = torch.randn(2, 5, D, generator=_g)
 
 
-def pytorch_attention(x, heads, context=None, attn_mask=None, key_padding_mask=None):
-    """Expected (output, per-head weights) from nn.MultiheadAttention in float64."""
+@functools.cache
+def pytorch_module(heads):
+    """nn.MultiheadAttention in float64 with our weights: built once per head count (building
+    one costs far more than running it, and every submission asks for the same ones)."""
     module = nn.MultiheadAttention(D, heads, bias=False, batch_first=True, dtype=torch.float64)
     module.eval()
     with torch.no_grad():
         module.in_proj_weight.copy_(torch.cat([W_Q.T, W_K.T, W_V.T]).double())
         module.out_proj.weight.copy_(W_O.T.double())
+    module.requires_grad_(False)
+    return module
+
+
+def pytorch_attention(x, heads, context=None, attn_mask=None, key_padding_mask=None):
+    """Expected (output, per-head weights) from nn.MultiheadAttention in float64."""
+    module = pytorch_module(heads)
+    with torch.no_grad():
         source = (x if context is None else context).double()
         output, weights = module(
             x.double(), source, source, need_weights=True, average_attn_weights=False,

@@ -12,7 +12,11 @@ dependencies; when a dependency has failed one of its own tests, a failing depen
 again with the trusted reference in the dependency's place (for each call only, see
 ``Student.substitutes``), and its result says so. One pytest session can grade many submissions:
 the fixture is parametrised over the provider's submission ids with session scope, so pytest runs
-every test for one submission, tears its sandbox down, then moves to the next.
+every test for one submission, tears its sandbox down, then moves to the next. Once a session has
+shown that a suite's tests are all plain ``student`` tests (see :func:`_plain_student_test`), later
+sessions of that suite in the same process collect each test once, for the first submission only,
+and the plugin's own loop runs those items for every submission: collecting a test per submission
+cost more than running it.
 
 Register this module as a plugin (``-p attnkit.plugin``, or pass it in ``plugins=``) for the
 fixture, plus a :class:`GradingPlugin` instance for the submissions and the results.
@@ -25,6 +29,8 @@ Development use (trusted code only, runs in-process)::
 from __future__ import annotations
 
 import functools
+import gc
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -83,14 +89,39 @@ class TestResult:
 
 
 _MARKERS: dict[tuple, dict[str, Any]] = {}
+_ITEM_MARKERS = pytest.StashKey[dict[str, Any]]()
+_ITEM_KEY = pytest.StashKey[str]()
+
+# Suites a session in this process found to hold only plain ``student`` tests, by their folder
+# (``config.rootpath``) and the state of its Python files: later sessions of the very same files
+# collect each of their tests once (see the module's docstring). An edited, added or removed file
+# is another suite, learned again.
+_PLAIN_SUITES: set[tuple] = set()
+
+
+def _suite_state(root: Path) -> tuple:
+    """The suite under ``root``: its folder and each Python file's path, size and change time."""
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                info = os.stat(os.path.join(folder, name))
+                files.append((os.path.join(folder, name), info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return (str(root), tuple(files))
 
 
 def _marker_args(item: pytest.Item) -> dict[str, Any]:
     """The test's own markers, read once per test rather than for every submission: ``weight``
     and ``grade_id`` (closest), ``function`` and ``depends_on`` (all)."""
+    found = item.stash.get(_ITEM_MARKERS, None)
+    if found is not None:
+        return found
     key = (str(item.path), test_key(item), getattr(item, "obj", None))  # a re-imported suite is another
     found = _MARKERS.get(key)
-    if found is None:
+    if found is not None:
+        item.stash[_ITEM_MARKERS] = found
+    else:
         weight, grade_id = item.get_closest_marker("weight"), item.get_closest_marker("grade_id")
         found = _MARKERS[key] = {
             "weight": float(weight.args[0]) if weight else 1.0,
@@ -98,6 +129,7 @@ def _marker_args(item: pytest.Item) -> dict[str, Any]:
             "function": tuple(name for marker in item.iter_markers("function") for name in marker.args),
             "depends_on": tuple(name for marker in item.iter_markers("depends_on") for name in marker.args),
         }
+        item.stash[_ITEM_MARKERS] = found
     return found
 
 
@@ -122,9 +154,12 @@ def _plain_student_test(item: pytest.Item) -> bool:
 
 def test_key(item: pytest.Item) -> str:
     """The test and its parameters other than the submission: the same for every submission."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    others = sorted((key, repr(value)) for key, value in params.items() if key != "student")
-    return base_nodeid(item) + (repr(others) if others else "")
+    found = item.stash.get(_ITEM_KEY, None)
+    if found is None:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        others = sorted((key, repr(value)) for key, value in params.items() if key != "student")
+        found = item.stash[_ITEM_KEY] = base_nodeid(item) + (repr(others) if others else "")
+    return found
 
 
 def assignment_of(item: pytest.Item) -> Assignment:
@@ -274,11 +309,20 @@ class GradingPlugin:
         self.failed_functions: dict[str, dict[str, str]] = {}
         # nodeid[submission] -> the dependencies swapped for the reference in that test's run.
         self.swapped: dict[str, dict[str, str]] = {}
+        # Whether this session collected each test once, for its first submission only, and the
+        # state of its suite's files (``_suite_state``) when it was collected.
+        self.template = False
+        self.suite_state: tuple | None = None
 
     # -- the fixture ---------------------------------------------------------------------------
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "student" in metafunc.fixturenames:
             ids = self.provider.submission_ids()
+            if self.suite_state is None:
+                self.suite_state = _suite_state(metafunc.config.rootpath)
+            self.template = self.suite_state in _PLAIN_SUITES and bool(ids)
+            if self.template:
+                ids = ids[:1]  # the loop runs these items for every submission
             metafunc.parametrize("student", ids, ids=ids, indirect=True, scope="session")
 
     def open(self, submission_id: str) -> Student:
@@ -321,13 +365,29 @@ class GradingPlugin:
         environment variable per phase), which costs more than most tests and ends up in no
         result. A session with anything else in it (other fixtures, skip or xfail markers,
         collection errors) runs in pytest's own loop."""
-        if session.testsfailed or not session.items or not all(_plain_student_test(item) for item in session.items):
+        plain = not session.testsfailed and bool(session.items) and all(_plain_student_test(item) for item in session.items)
+        if self.template and not plain:
+            # Only a suite that changed under a running process gets here: its items are one
+            # submission's, and pytest's loop would grade nobody else.
+            self.fatal = _("隐藏测试在评分期间被改动过，请重新运行")
+            pytest.exit(self.fatal, returncode=3)
+        if not plain:
             return None
+        if self.suite_state is not None:
+            _PLAIN_SUITES.add(self.suite_state)
+        if self.template:
+            runs = ((submission_id, item) for submission_id in self.provider.submission_ids() for item in session.items)
+        else:
+            runs = ((str(item.callspec.params["student"]), item) for item in session.items)  # type: ignore[attr-defined]
         submission_id: str | None = None
         opened: Student | BaseException | None = None
+        # The collector runs between submissions, not inside them: what a submission's tests leave
+        # in cycles (a failure's traceback and frames) is garbage once it is closed, and the
+        # automatic collections a busy worker triggers kept walking everything the chunk holds.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            for item in session.items:
-                current = str(item.callspec.params["student"])  # type: ignore[attr-defined]
+            for current, item in runs:
                 if current != submission_id:
                     self._close(submission_id, opened)
                     submission_id, opened = current, None
@@ -341,11 +401,15 @@ class GradingPlugin:
                 self._run(item, opened, current)
         finally:
             self._close(submission_id, opened)
+            if collecting:
+                gc.enable()
         return True
 
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
         if submission_id is not None and isinstance(opened, Student):
             self.provider.close(submission_id)
+        if submission_id is not None:
+            gc.collect(1)
 
     def _run(self, item: pytest.Function, proxy: Student, submission_id: str) -> None:
         """One test on one submission, as ``pytest_runtest_call``, ``pytest_pyfunc_call`` and
@@ -398,7 +462,7 @@ class GradingPlugin:
         except (AssertionError, Exception) as error:
             if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
                 raise
-            submission_id = str(pyfuncitem.callspec.params.get("student")) if hasattr(pyfuncitem, "callspec") else ""
+            submission_id = str(getattr(proxy, "submission_id", ""))
             failed = self.failed_functions.get(submission_id, {})
             swap = {name: failed[name] for name in dependencies_of(pyfuncitem) if name in failed}
             if not swap:

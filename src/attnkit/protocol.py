@@ -43,6 +43,8 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _ITEMSIZE = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTYPES.values()}
+# Those numpy can hold (not bfloat16): their bytes come from ``Tensor.numpy()`` without a copy.
+_NUMPY_DTYPES = frozenset(dtype for dtype in DTYPES.values() if dtype is not torch.bfloat16)
 
 _LENGTH = struct.Struct("!II")  # header bytes, payload bytes
 
@@ -61,7 +63,10 @@ class Unsupported(TypeError):
 
 def _plain_tensor(value: torch.Tensor) -> torch.Tensor:
     # A subclass could override anything (``__eq__``, ``tolist``...); strip it to a base tensor.
-    tensor = torch.Tensor.as_subclass(value, torch.Tensor)
+    try:
+        tensor = value if type(value) is torch.Tensor else torch.Tensor.as_subclass(value, torch.Tensor)
+    except (NotImplementedError, RuntimeError):  # a subclass of a sparse layout: nothing to view
+        raise Unsupported(_("不支持的张量类型 {dtype}").format(dtype=type(value).__name__)) from None
     if tensor.is_sparse or tensor.layout != torch.strided:
         tensor = tensor.to_dense()
     return tensor.detach().cpu().contiguous()
@@ -82,6 +87,19 @@ def encode(value: Any) -> bytes:
             return item if abs(item) < 2**63 else {"__float__": float(item)}
         if type(item) is float:
             return item if math.isfinite(item) else {"__float__": repr(item)}
+        if type(item) is torch.Tensor and item.dtype in _NUMPY_DTYPES and item.layout is torch.strided and item.device.type == "cpu":
+            # The usual case, a plain CPU tensor: its bytes straight from numpy (which refuses a
+            # tensor that needs grad or has a lazy negation bit: those take the general path).
+            numel = torch.Tensor.numel(item)
+            if numel > MAX_TENSOR_ELEMENTS:
+                raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=numel, limit=MAX_TENSOR_ELEMENTS))
+            try:
+                data = item.numpy().tobytes() if numel else b""
+            except (RuntimeError, TypeError):
+                data = None
+            if data is not None:
+                blobs.append(data)
+                return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[item.dtype], "shape": list(item.shape)}
         if isinstance(item, torch.Tensor):
             # Before any copy: an expanded view of one element can claim 10**12 of them.
             if torch.Tensor.numel(item) > MAX_TENSOR_ELEMENTS:

@@ -126,6 +126,37 @@ def test_the_batch_replaces_the_round_trips(both_ways) -> None:
     assert batched_requests["no_scale"] < single_requests["no_scale"]
 
 
+def test_sandboxes_forked_holding_the_plan_grade_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the zygote holds the plan, its sandboxes have it decoded from the fork: is each asked
+    for it in a few bytes instead of the whole batch, and does every submission (right, wrong,
+    hanging, exiting) grade exactly as when its sandbox is sent the whole batch?"""
+    students = ["correct", "no_scale", "hangs_on_heads", "exits_in_merge", "mask_after_softmax", "raises"]
+    for student in students:
+        write_submission(tmp_path, student, OVERRIDES[student])
+    limits = Limits(call_seconds=2.0, cell_seconds=5.0)
+    frames: list[int] = []
+    original = Submission.prefetch
+
+    def recording(self: Submission, requests: list[dict], frame: bytes | None = None) -> list:
+        frames.append(len(frame or b""))
+        return original(self, requests, frame)
+
+    monkeypatch.setattr(Submission, "prefetch", recording)
+    held, _ = grade(tmp_path, limits, True, monkeypatch)
+    held_frames = list(frames)
+    frames.clear()
+    monkeypatch.setattr(Zygote, "hold_plan", lambda self, frame: "")
+    sent, _ = grade(tmp_path, limits, True, monkeypatch)
+    assert len(held_frames) == len(frames) == len(students)
+    whole = max(frames)
+    assert min(frames) == whole > 10_000
+    # The first sandbox and the one forked ahead of it were forked before the plan existed.
+    assert held_frames[:2] == [whole, whole] and all(size < 200 for size in held_frames[2:])
+    for student in students:
+        assert comparable(held[student]) == comparable(sent[student]), student
+    assert any(t["status"] == "failed" for t in held["hangs_on_heads"]["tests"])
+
+
 def test_a_stateful_submission_grades_the_same_alone_and_in_a_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A function that changes with every call sees the plan's requests in the plan's order: is
     its grade the same whether it is graded alone or after others in the same worker?"""

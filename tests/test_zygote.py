@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import mmap
+import os
+import socket
 from pathlib import Path
 
 import pytest
+import torch
 
-from attnkit.sandbox import Zygote
+from attnkit import protocol
+from attnkit.notebook import CodeCell
+from attnkit.sandbox import Submission, Zygote, batch_frame, held_batch_frame
 
 
 def kernel_collapses() -> bool:
@@ -42,5 +48,34 @@ def test_the_zygotes_heap_is_in_huge_pages() -> None:
     zygote = Zygote()
     try:
         assert anon_huge_kb(zygote.process.pid) > 50_000
+    finally:
+        zygote.close()
+
+
+def test_only_a_plan_that_matches_its_digest_is_held() -> None:
+    """A plan whose bytes do not match the digest it came with, or that is not a batch: do the
+    sandboxes forked afterwards not claim it (and so get the whole batch)? A sound one: do they
+    claim it, and answer its requests from memory, in order, for a few bytes?"""
+    zygote = Zygote()
+    try:
+        frame = batch_frame([{"op": "get", "name": "answer"}, {"op": "call", "name": "double", "args": [torch.ones(2)], "kwargs": {}}])
+        lying = os.memfd_create("plan")
+        os.write(lying, frame)
+        os.lseek(lying, 0, os.SEEK_SET)
+        socket.send_fds(zygote.control, [json.dumps({"plan": "0" * 64}).encode()], [lying])
+        os.close(lying)
+        zygote.hold_plan(protocol.encode({"op": "batch", "requests": "not a list"}))
+        cells = [CodeCell(0, "answer = 42\ndef double(x):\n    return x * 2\n")]
+        first, ahead = Submission(zygote, cells), Submission(zygote, cells)  # forked before the plan
+        first.start()
+        digest = zygote.hold_plan(frame)
+        ahead.start()
+        later = Submission(zygote, cells)
+        later.start()
+        assert first.plan == "" and later.plan == digest
+        outcomes = later.prefetch([{}, {}], held_batch_frame(digest))
+        assert outcomes[0].value == 42 and torch.equal(outcomes[1].value, torch.full((2,), 2.0))
+        for session in (first, ahead, later):
+            session.close()
     finally:
         zygote.close()

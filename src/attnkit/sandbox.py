@@ -8,6 +8,7 @@ costs only what depends on it. After a few restarts it gives up and every later 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -97,6 +98,7 @@ class Zygote:
         theirs.close()
         self.control = ours
         self._ahead: tuple[socket.socket, Limits] | None = None
+        self.plans: set[str] = set()  # digests of the plans handed to the zygote (hold_plan)
         ready = protocol.receive(self.control)
         if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
             raise RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=repr(ready)))
@@ -125,6 +127,24 @@ class Zygote:
             pid = self._pid_reply(channel)
         self._ahead = (self._ask_for_sandbox(limits), limits)
         return channel, pid
+
+    def hold_plan(self, frame: bytes) -> str:
+        """Hand the zygote a plan's batch frame (``batch_frame(plan requests)``) to decode once and
+        keep: sandboxes forked from now on hold it and say so when ready (``Submission.plan``).
+        Returns its digest. Nothing is answered: a zygote that cannot keep it forks sandboxes that
+        simply do not claim it."""
+        digest = hashlib.sha256(frame).hexdigest()
+        if digest in self.plans:
+            return digest
+        descriptor = os.memfd_create("attnkit-plan", os.MFD_CLOEXEC)
+        try:
+            _write_all(descriptor, frame)
+            os.lseek(descriptor, 0, os.SEEK_SET)
+            socket.send_fds(self.control, [json.dumps({"plan": digest}).encode()], [descriptor])
+        finally:
+            os.close(descriptor)
+        self.plans.add(digest)
+        return digest
 
     def _ask_for_sandbox(self, limits: Limits) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -189,6 +209,8 @@ class Submission:
     # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
     _swaps: dict[frozenset, socket.socket] = field(default_factory=dict)
     _swap_refused: bool = False
+    # The digest of the plan the sandbox was forked holding (``Zygote.hold_plan``), or "".
+    plan: str = ""
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -277,6 +299,7 @@ class Submission:
         if not (isinstance(ready, dict) and ready.get("ready")):
             raise SandboxDied(_("沙箱未能启动：{error}").format(error=ready.get("error") if isinstance(ready, dict) else ready))
         self.isolation = [str(item) for item in ready.get("isolation", [])]
+        self.plan = str(ready.get("plan") or "")
 
     def _request(self, message: dict, seconds: float, substitutes: dict[str, Any] | None = None,
                  swap: frozenset | None = None, fds: list[int] | None = None) -> dict:
@@ -528,6 +551,17 @@ class Submission:
             except (TimeoutError, SandboxDied, TypeError, ValueError):
                 pass
         return description
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view):]
+
+
+def held_batch_frame(digest: str) -> bytes:
+    """The frame asking a sandbox for the requests of the plan it holds (``Zygote.hold_plan``)."""
+    return protocol.encode({"op": "batch", "plan": digest})
 
 
 def batch_frame(requests: list[dict], cell_budget: float | None = None) -> bytes:

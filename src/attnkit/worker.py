@@ -24,7 +24,7 @@ from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_notebook, read_submitted
 from attnkit import protocol
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
-from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame
+from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame, held_batch_frame
 
 
 @dataclass
@@ -80,6 +80,10 @@ class Plan:
     tests: dict[str, list[tuple[bytes, dict]]]
     requests: list[dict] = field(default_factory=list)
     batch: bytes = b""
+    # Set once the worker's zygote holds the plan (``Zygote.hold_plan``): its digest, and the
+    # short frame that asks a sandbox forked since then for the plan's requests.
+    digest: str = ""
+    held_batch: bytes = b""
 
     @classmethod
     def of(cls, asked: dict[str, list[dict]]) -> Plan:
@@ -149,7 +153,13 @@ class SandboxProvider:
         """The plan's requests answered by this submission's sandbox, handed to its tests."""
         if not self.plan or not self.plan.requests:
             return
-        outcomes = iter(session.prefetch(self.plan.requests, self.plan.batch))
+        if not self.plan.digest or self.plan.digest not in self.zygote.plans:
+            # Once per zygote: from now on its sandboxes hold the plan's requests, decoded, and
+            # are asked for them in a few bytes.
+            self.plan.digest = self.zygote.hold_plan(self.plan.batch)
+            self.plan.held_batch = held_batch_frame(self.plan.digest)
+        held = bool(self.plan.digest) and session.plan == self.plan.digest
+        outcomes = iter(session.prefetch(self.plan.requests, self.plan.held_batch if held else self.plan.batch))
         for key, entries in self.plan.tests.items():
             for (wire, _request), outcome in zip(entries, outcomes, strict=False):
                 student.prefetched.setdefault(key, []).append((wire, outcome))

@@ -8,7 +8,11 @@ find them in memory either.
 Run as ``python -I -m attnkit.zygote FD CONFIG`` where FD is a unix socket to the trusted grader
 and CONFIG a JSON object (``hide``: the grader's folders, never part of a sandbox's view). Each
 request on FD carries one end of a fresh socketpair (SCM_RIGHTS) and the sandbox settings; the
-reply gives the sandbox's pid, which the grader kills when it is done or out of time.
+reply gives the sandbox's pid, which the grader kills when it is done or out of time. A request
+``{"plan": digest}`` with a memfd instead hands the zygote a worker's plan (the batch of requests
+every submission's hidden tests will make, see ``attnkit.worker.Plan``): decoded once here, it is
+in every sandbox forked afterwards, which then answers ``{"op": "batch", "plan": digest}``
+without receiving or decoding it again.
 
 Isolation (``attnkit.isolation``): the zygote enters a private mount namespace before its
 imports and builds an allowlisted read-only root after them; each sandbox gets new user, mount,
@@ -25,6 +29,11 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
+    import gc
+
+    # Imports of torch, IPython and matplotlib only add objects: the collections they trigger
+    # walk an ever larger heap for nothing (serve_forever collects once, then freezes).
+    gc.disable()
     # Before torch and friends start threads: the kernel grants a new user namespace only to a
     # single-threaded process.
     from attnkit.isolation import enter_private_namespace
@@ -40,6 +49,7 @@ import socket  # noqa: E402
 import tempfile  # noqa: E402
 import ctypes  # noqa: E402
 import gc  # noqa: E402
+import hashlib  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -87,6 +97,31 @@ OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
 UNCAPPED_PROCESSES = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+# The plan this zygote holds (``hold_plan``): its digest and its decoded requests. Requests only
+# (the hidden tests' inputs), never an expected result; every sandbox forked afterwards has its
+# own copy-on-write copy, so what one submission's code does to it no other sees.
+_plan: tuple[str, list] | None = None
+
+
+def hold_plan(digest: str, descriptor: int) -> bool:
+    """Read a plan's batch frame from ``descriptor`` (a memfd from the trusted grader), check it
+    against ``digest``, decode it and keep it for the sandboxes forked from now on."""
+    global _plan
+    with os.fdopen(descriptor, "rb") as source:
+        frame = source.read(protocol.MAX_FRAME_BYTES + 1)
+    if len(frame) > protocol.MAX_FRAME_BYTES or hashlib.sha256(frame).hexdigest() != digest:
+        return False
+    try:
+        batch = protocol.decode(frame)
+    except protocol.ProtocolError:
+        return False
+    if not (isinstance(batch, dict) and isinstance(batch.get("requests"), list)):
+        return False
+    _plan = (digest, batch["requests"])
+    gc.collect()
+    gc.freeze()  # out of every sandbox's collections, like the rest of the zygote's heap
+    return True
 
 class BoundedWriter(io.TextIOBase):
     """A stdout/stderr that keeps the first ``limit`` characters and counts the rest."""
@@ -356,7 +391,10 @@ class Sandbox:
 
     # -- serve ---------------------------------------------------------------------------------
     def serve(self) -> None:
-        protocol.send(self.channel, {"ready": True, "isolation": self.isolation, "pid": os.getpid()})
+        ready: dict[str, Any] = {"ready": True, "isolation": self.isolation, "pid": os.getpid()}
+        if _plan is not None:
+            ready["plan"] = _plan[0]
+        protocol.send(self.channel, ready)
         self._serve_requests()
 
     def _serve_requests(self) -> None:
@@ -386,7 +424,8 @@ class Sandbox:
                 self.live.clear()
 
     def serve_batch(self, request: dict) -> None:
-        """``{"op": "batch", "requests": [...], "cell_budget": s}``: cells, calls and reads
+        """``{"op": "batch", "requests": [...], "cell_budget": s}`` (or ``"plan": digest``, the
+        requests of the plan held since the fork): cells, calls and reads
         answered in order, one reply frame each, sent as soon as it is ready (the grader holds
         each to its own time limit, as if asked one by one). Cells that would start after
         ``cell_budget`` seconds are not run (``{"skipped": true}``), as the grader would not ask
@@ -394,6 +433,11 @@ class Sandbox:
         started = time.monotonic()
         budget = request.get("cell_budget")
         items = request.get("requests")
+        if "plan" in request:  # the plan this sandbox was forked with (it said so when ready)
+            if _plan is None or request["plan"] != _plan[0]:
+                self.channel.sendall(protocol.encode({"error_type": "__protocol__", "message": "no such plan"}))
+                return
+            items = _plan[1]
         for item in items if isinstance(items, list) else []:
             if not isinstance(item, dict) or item.get("op") not in ("cell", "call", "get"):
                 frame = protocol.encode({"error_type": "__protocol__", "message": "not batchable"})
@@ -822,6 +866,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
     # a sandbox's collections no longer walk (and so copy on write) the zygote's whole heap.
     gc.collect()
     gc.freeze()
+    gc.enable()  # student code may rely on it
     if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         _collapse_into_huge_pages()
     mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
@@ -850,6 +895,14 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
         sandboxes.reap()
         settings = json.loads(message)
         settings["address_space_base"] = address_space
+        if "plan" in settings:
+            for descriptor in fds:
+                try:
+                    hold_plan(str(settings["plan"]), descriptor)
+                except (OSError, ValueError):
+                    pass  # sandboxes then just get the whole batch
+                break
+            continue
         if not fds:
             continue
         channel = socket.socket(fileno=fds[0])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from . import reference
-from attnkit.checks import assert_shape, expect_value_error, fail, fmt_index
+from attnkit.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
 from .attention_checks import assert_real_attention, unpack_pair
 from .messages import _
 
@@ -23,7 +23,7 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
         fail(_("{where}：先把空行补上一个可访问的键再调用，每个查询都有键可用，不应报错，"
                "但你的函数抛出了 ValueError：{message}。ValueError 只应在某个查询一个键也不能访问时抛出。").format(where=where, message=str(error)[:300]))
     output, weights = unpack_pair(result, "scaled_attention")
-    batch = torch.broadcast_shapes(query.shape[:-2], repaired.shape[:-2])
+    batch = broadcast_shape(query.shape[:-2], repaired.shape[:-2])
     assert_shape(output, (*batch, query.shape[-2], value.shape[-1]), _("输出"))
     assert_shape(weights, (*batch, query.shape[-2], key.shape[-2]), _("权重"))
     if not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(output).all())):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from . import reference
-from attnkit.checks import assert_bool_equal, assert_close, assert_tensor, fail, fmt_shape
+from attnkit.checks import assert_bool_equal, assert_close, assert_tensor, broadcast_shape, fail, fmt_shape
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_masks")
@@ -58,7 +58,7 @@ def test_causal_and_padding_combined(student):
     try:
         # Shapes first, values after: two thin masks ((n, 1) and (1, n)) would broadcast to n * n
         # elements on the trusted side if `&` came before this check.
-        if torch.broadcast_shapes(causal.shape, padding.shape, (2, 2, 4, 4)) != (2, 2, 4, 4):
+        if broadcast_shape(causal.shape, padding.shape, (2, 2, 4, 4)) != (2, 2, 4, 4):
             raise RuntimeError("does not fit")
         combined = causal & padding
     except RuntimeError:

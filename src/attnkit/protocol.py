@@ -15,6 +15,7 @@ import struct
 import time
 from typing import Any
 
+import numpy
 import torch
 
 from attnkit.i18n import _
@@ -43,8 +44,10 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _ITEMSIZE = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTYPES.values()}
-# Those numpy can hold (not bfloat16): their bytes come from ``Tensor.numpy()`` without a copy.
+# Those numpy can hold (not bfloat16): their bytes come from ``Tensor.numpy()`` without a copy,
+# and decoding reads them with ``numpy.frombuffer``.
 _NUMPY_DTYPES = frozenset(dtype for dtype in DTYPES.values() if dtype is not torch.bfloat16)
+_NUMPY_OF = {dtype: torch.empty(0, dtype=dtype).numpy().dtype for dtype in _NUMPY_DTYPES}
 
 _LENGTH = struct.Struct("!II")  # header bytes, payload bytes
 
@@ -163,9 +166,9 @@ def _decode(frame: bytes) -> Any:
     base = _LENGTH.size + body_length  # where the tensor bytes start
     (sizes_length,) = struct.unpack_from("!I", body)
     try:
-        sizes = json.loads(body[4 : 4 + sizes_length])
-        tree = json.loads(body[4 + sizes_length :])
-    except ValueError as error:
+        sizes = json.loads(body[4 : 4 + sizes_length].decode())
+        tree = json.loads(body[4 + sizes_length :].decode())
+    except ValueError as error:  # UnicodeDecodeError included
         raise ProtocolError(f"bad header: {error}") from None
     if not isinstance(sizes, list) or not all(type(size) is int and size >= 0 for size in sizes):
         raise ProtocolError("bad blob table")
@@ -209,7 +212,11 @@ def _decode(frame: bytes) -> Any:
         if not numel:
             return torch.empty(shape, dtype=dtype)
         start = base + offsets[index]
-        # A writable copy of just these bytes, then a tensor that owns its memory (clone).
+        numpy_dtype = _NUMPY_OF.get(dtype)
+        if numpy_dtype is not None:
+            # One copy of just these bytes, aligned and owned by the tensor.
+            return torch.from_numpy(numpy.frombuffer(frame, dtype=numpy_dtype, count=numel, offset=start).reshape(shape).copy())
+        # bfloat16, which numpy lacks: a writable copy, then a tensor that owns its memory (clone).
         return torch.frombuffer(bytearray(frame[start : start + sizes[index]]), dtype=dtype).reshape(shape).clone()
 
     return build(tree, 0)

@@ -50,6 +50,8 @@ _NUMPY_DTYPES = frozenset(dtype for dtype in DTYPES.values() if dtype is not tor
 _NUMPY_OF = {dtype: torch.empty(0, dtype=dtype).numpy().dtype for dtype in _NUMPY_DTYPES}
 
 _LENGTH = struct.Struct("!II")  # header bytes, payload bytes
+# One encoder for every header (``json.dumps`` with options builds a new one per call).
+_HEADER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
 class ProtocolError(Exception):
@@ -134,7 +136,7 @@ def encode(value: Any) -> bytes:
                 return walk(plain, depth)
         raise Unsupported(_("不支持的值类型 {type}").format(type=type(item).__name__))
 
-    header = json.dumps(walk(value, 0), ensure_ascii=False, allow_nan=False).encode()
+    header = _HEADER.encode(walk(value, 0)).encode()
     payload = b"".join(blobs)
     sizes = json.dumps([len(blob) for blob in blobs]).encode()
     body = struct.pack("!I", len(sizes)) + sizes + header

@@ -376,7 +376,7 @@ class GradingPlugin:
         if self.suite_state is not None:
             _PLAIN_SUITES.add(self.suite_state)
         if self.template:
-            runs = ((submission_id, item) for submission_id in self.provider.submission_ids() for item in session.items)
+            runs = self._template_runs(session.items)
         else:
             runs = ((str(item.callspec.params["student"]), item) for item in session.items)  # type: ignore[attr-defined]
         submission_id: str | None = None
@@ -388,6 +388,10 @@ class GradingPlugin:
         gc.disable()
         try:
             for current, item in runs:
+                if current is None:  # the submissions so far are done: close before asking for more
+                    self._close(submission_id, opened)
+                    submission_id, opened = None, None
+                    continue
                 if current != submission_id:
                     self._close(submission_id, opened)
                     submission_id, opened = current, None
@@ -404,6 +408,20 @@ class GradingPlugin:
             if collecting:
                 gc.enable()
         return True
+
+    def _template_runs(self, items: list[pytest.Item]) -> Iterator[tuple[str | None, pytest.Item | None]]:
+        """(submission, test) for every submission and each of the session's tests, in order; then,
+        while the provider has more submissions of this suite for the same session (its optional
+        ``more()``: the worker's next chunk), theirs: a worker keeps one session for its whole
+        class. ``(None, None)`` between rounds."""
+        more = getattr(self.provider, "more", None)
+        submission_ids = list(self.provider.submission_ids())
+        while submission_ids:
+            for submission_id in submission_ids:
+                for item in items:
+                    yield submission_id, item
+            yield None, None
+            submission_ids = list(more()) if more is not None else []
 
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
         if submission_id is not None and isinstance(opened, Student):

@@ -1,0 +1,118 @@
+"""A worker keeps one pytest session across its chunks: after the first session of a suite (which
+learns that its tests are plain and what they will ask), the next chunks of that assignment join
+the running session instead of each paying for pytest's configuration and collection."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from attnkit import worker
+from attnkit.assignment import discover
+from attnkit.engine import find_jobs
+from attnkit.sandbox import Limits, Zygote
+
+ROOT = Path(__file__).resolve().parents[1]
+CH19 = discover()["ch19-attention"]
+CATALOGUE = CH19.catalogue()
+STUDENTS = {
+    "s0_correct": "",
+    "s1_no_scale": CATALOGUE.by_id("no_scale").source,
+    "s2_raises": "def padding_allowed(lengths, size):\n    raise NotImplementedError()\n",
+    "s3_mask_after_softmax": CATALOGUE.by_id("mask_after_softmax").source,
+    "s4_correct": "",
+    "s5_wrong_answers": "trace_split = (1, 2)\nanswer_growth_factor = 2\n",
+}
+
+
+def write_class(folder: Path) -> None:
+    for student, override in STUDENTS.items():
+        notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+        if override:
+            notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": override})
+        target = folder / student / CH19.name
+        target.mkdir(parents=True)
+        (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
+
+
+def comparable(record: dict) -> dict[str, Any]:
+    return {
+        "tests": [(t["nodeid"], t["status"], t["score"], t["output"], t.get("diagnoses"), t.get("substituted")) for t in record["tests"]],
+        "cells": [(c["index"], c["ok"], c["error_type"], c["message"], c["output"]) for c in record["cells"]],
+        "problems": record["problems"],
+    }
+
+
+def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three chunks of one assignment, sent one after the other: does the worker (a real worker
+    process, as the engine starts it) grade the second and third in one session, answer each chunk
+    with its records and then its "chunk_done", and give every submission exactly the grade it gets
+    with one session per chunk?"""
+    submitted = tmp_path / "submitted"
+    write_class(submitted)
+    jobs = find_jobs(submitted, {CH19.name: CH19}).jobs
+    chunks = [jobs[0:2], jobs[2:4], jobs[4:6]]
+    sessions = tmp_path / "sessions"
+    main = pytest.main
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        with sessions.open("a") as log:
+            log.write("session\n")
+        return main(*args, **kwargs)
+
+    # Inherited by the forked worker, as the engine forks it.
+    monkeypatch.setattr(pytest, "main", counted)
+    worker._plans.clear()
+    context = multiprocessing.get_context("fork")
+    task_reader, task_writer = context.Pipe(duplex=False)
+    result_reader, result_writer = context.Pipe(duplex=False)
+    process = context.Process(target=worker.worker_main, args=(task_reader, result_writer, str(ROOT / "autograder"), Limits(), []), daemon=True)
+    process.start()
+    task_reader.close()
+    result_writer.close()
+    messages: list[dict] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                messages.append(result_reader.recv())
+            except EOFError:
+                return
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    for chunk in chunks:
+        task_writer.send(chunk)
+    task_writer.send(None)
+    process.join(timeout=300)
+    reader.join(timeout=10)
+    assert process.exitcode == 0
+    kinds = [("record", m["student_id"]) if "tests" in m else ("done", "") for m in messages if "tests" in m or "chunk_done" in m]
+    assert not [m for m in messages if "chunk_failed" in m or "fatal" in m]
+    expected = []
+    for chunk in chunks:
+        expected += [("record", job.student_id) for job in chunk] + [("done", "")]
+    assert kinds == expected
+    assert sessions.read_text().count("session") == 2  # the first chunk's, then one for the other two
+
+    monkeypatch.setattr(pytest, "main", main)
+    worker._plans.clear()
+    alone: dict[str, dict] = {}
+    zygote = Zygote()
+    try:
+        for chunk in chunks:
+            worker.run_chunk(chunk, {CH19.name: CH19}, Limits(), zygote, lambda m: alone.update({m["student_id"]: m}) if "tests" in m else None)
+    finally:
+        zygote.close()
+    worker._plans.clear()
+    together = {m["student_id"]: m for m in messages if "tests" in m}
+    assert set(together) == set(alone) == set(STUDENTS)
+    for student in STUDENTS:
+        assert comparable(together[student]) == comparable(alone[student]), student
+    assert all(t["status"] == "passed" for t in together["s4_correct"]["tests"])
+    assert any(t["status"] == "failed" for t in together["s1_no_scale"]["tests"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from attnkit import worker
+from attnkit import plugin, worker
 from attnkit.assignment import discover
 from attnkit.engine import find_jobs
 from attnkit.sandbox import Limits, Zygote
@@ -65,8 +65,10 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
             log.write("session\n")
         return main(*args, **kwargs)
 
-    # Inherited by the forked worker, as the engine forks it.
+    # Inherited by the forked worker, as the engine forks it; and a worker that has not seen the
+    # suite yet (this process may have graded it in an earlier test).
     monkeypatch.setattr(pytest, "main", counted)
+    monkeypatch.setattr(plugin, "_PLAIN_SUITES", set())
     worker._plans.clear()
     context = multiprocessing.get_context("fork")
     task_reader, task_writer = context.Pipe(duplex=False)

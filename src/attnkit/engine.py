@@ -286,13 +286,14 @@ def is_current(out: Path, job: Job) -> bool:
         return False
 
 
-MIN_CHUNK = 4  # below this, a chunk's collection costs more than the balance it buys
+MIN_CHUNK = 4  # below this, a chunk's round trip to this process costs more than the balance it buys
 
 
 def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:
     """Chunks of at most 50 jobs that shrink as the work runs out (each worker takes the next
     when it is done): a worker that gets the last big chunk would otherwise grade it alone while
-    the others wait. Each chunk costs one pytest collection (about 40 ms)."""
+    the others wait. A worker's pytest session usually goes on from one chunk to the next
+    (``worker_main``); a chunk of another assignment, or the first one, costs a new session."""
     start = 0
     while start < len(jobs):
         size = max(MIN_CHUNK, min(50, math.ceil((len(jobs) - start) / (workers * 3))))

@@ -7,11 +7,16 @@ submission:
 
 - the worker's CPU (user, system) and the sandboxes' and zygote's (children of this process:
   counted when the zygote exits), wall time;
+- the worker's CPU spent in garbage collection, by generation (``gc.callbacks``; the worker's
+  heap is frozen first, as ``worker_main`` does);
 - the worker's CPU by phase (opening a submission and its batches, the tests, recording and
   diagnosis, closing), from ``time.process_time`` around each phase;
 - the single requests sent to sandboxes besides the two batches, by kind.
 
-With ``--profile`` it also prints cProfile's top functions of the worker (cumulative). For the
+With ``--profile`` it also prints cProfile's top functions of the worker (sorted by
+``$PROFILE_SORT``, default cumulative; ``$PROFILE_TOP`` of them, default 40; ``$PROFILE_DUMP``: also
+save the stats there). The submissions go in one chunk, so after the warm-up chunk the worker's
+session collects each test once, as a worker's later sessions do. For the
 kernel's share inside sandboxes use ``perf record -a -g`` around this command. Numbers on a shared
 machine vary by about ±10 % between runs: compare several.
 """
@@ -121,8 +126,8 @@ def main() -> None:
     print(f"{n} submissions, per submission: wall {wall * per:.1f} ms; worker CPU {(after.user - before.user) * per:.1f} user + "
           f"{(after.system - before.system) * per:.1f} system ms; sandboxes and zygote (whole life, warm-up included) "
           f"{children.children_user * per:.1f} user + {children.children_system * per:.1f} system ms")
-    print(f"  of the worker's CPU, garbage collection: {collecting['spent'] * per:.1f} ms in {collecting['collections'] / n:.1f} collections")
-    print("   by generation:", {g: round(collecting.get(g, 0) * per, 2) for g in range(3)})
+    print(f"  of the worker's CPU, garbage collection: {collecting['spent'] * per:.1f} ms in {collecting['collections'] / n:.1f} "
+          f"collections (by generation: {', '.join(f'{collecting.get(g, 0) * per:.1f}' for g in range(3))})")
     print("worker CPU by phase (ms per submission):")
     for _owner, _name, label in PHASES:
         print(f"  {label}: {spent[label] * per:.1f}")

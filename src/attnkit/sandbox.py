@@ -131,16 +131,21 @@ class Zygote:
     def hold_plan(self, frame: bytes) -> str:
         """Hand the zygote a plan's batch frame (``batch_frame(plan requests)``) to decode once and
         keep: sandboxes forked from now on hold it and say so when ready (``Submission.plan``).
-        Returns its digest. Nothing is answered: a zygote that cannot keep it forks sandboxes that
-        simply do not claim it."""
+        Returns its digest ("" if it could not be handed over). Nothing is answered: a zygote that
+        cannot keep it forks sandboxes that simply do not claim it."""
         digest = hashlib.sha256(frame).hexdigest()
         if digest in self.plans:
             return digest
-        descriptor = os.memfd_create("attnkit-plan", os.MFD_CLOEXEC)
+        try:
+            descriptor = os.memfd_create("attnkit-plan", os.MFD_CLOEXEC)
+        except (AttributeError, OSError):  # no memfd here: every sandbox gets the whole batch
+            return ""
         try:
             _write_all(descriptor, frame)
             os.lseek(descriptor, 0, os.SEEK_SET)
             socket.send_fds(self.control, [json.dumps({"plan": digest}).encode()], [descriptor])
+        except OSError:  # a zygote gone away: its next sandbox is refused, and says why
+            return ""
         finally:
             os.close(descriptor)
         self.plans.add(digest)

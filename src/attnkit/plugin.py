@@ -92,23 +92,30 @@ _MARKERS: dict[tuple, dict[str, Any]] = {}
 _ITEM_MARKERS = pytest.StashKey[dict[str, Any]]()
 _ITEM_KEY = pytest.StashKey[str]()
 
-# Suites a session in this process found to hold only plain ``student`` tests, by their folder
-# (``config.rootpath``) and the state of its Python files: later sessions of the very same files
-# collect each of their tests once (see the module's docstring). An edited, added or removed file
-# is another suite, learned again.
+# Suites a session in this process found to hold only plain ``student`` tests, by the paths the
+# session was asked to collect and the state of the Python files under them: later sessions of the
+# very same files collect each of their tests once (see the module's docstring). An edited, added
+# or removed file is another suite, learned again.
 _PLAIN_SUITES: set[tuple] = set()
 
 
-def _suite_state(root: Path) -> tuple:
-    """The suite under ``root``: its folder and each Python file's path, size and change time."""
+def _suite_state(config: pytest.Config) -> tuple:
+    """The paths ``config`` collects from, and each Python file's path, size and change times."""
+    start = config.invocation_params.dir
+    paths = sorted({str((start / str(arg).split("::")[0]).resolve()) for arg in config.args})
     files = []
-    for folder, subfolders, names in os.walk(root):
-        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
-        for name in sorted(names):
-            if name.endswith(".py"):
-                info = os.stat(os.path.join(folder, name))
-                files.append((os.path.join(folder, name), info.st_size, info.st_mtime_ns, info.st_ctime_ns))
-    return (str(root), tuple(files))
+    for path in paths:
+        if os.path.isfile(path):
+            info = os.stat(path)
+            files.append((path, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+            continue
+        for folder, subfolders, names in os.walk(path):
+            subfolders[:] = sorted(name for name in subfolders if name != "__pycache__" and not name.startswith("."))
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    info = os.stat(os.path.join(folder, name))
+                    files.append((os.path.join(folder, name), info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return (tuple(paths), tuple(files))
 
 
 def _marker_args(item: pytest.Item) -> dict[str, Any]:
@@ -319,7 +326,7 @@ class GradingPlugin:
         if "student" in metafunc.fixturenames:
             ids = self.provider.submission_ids()
             if self.suite_state is None:
-                self.suite_state = _suite_state(metafunc.config.rootpath)
+                self.suite_state = _suite_state(metafunc.config)
             self.template = self.suite_state in _PLAIN_SUITES and bool(ids)
             if self.template:
                 ids = ids[:1]  # the loop runs these items for every submission

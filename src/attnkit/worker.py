@@ -1,4 +1,5 @@
-"""A grading worker: one zygote, one trusted pytest session per chunk of submissions.
+"""A grading worker: one zygote, and trusted pytest sessions over the chunks of submissions the
+parent sends (usually two sessions for all of them: see ``worker_main``).
 
 Runs in its own process, forked by the engine (``multiprocessing`` fork context) with torch
 already imported. It never writes outputs: each finished

@@ -133,7 +133,7 @@ class Zygote:
         keep: sandboxes forked from now on hold it and say so when ready (``Submission.plan``).
         Returns its digest ("" if it could not be handed over). Nothing is answered: a zygote that
         cannot keep it forks sandboxes that simply do not claim it."""
-        digest = hashlib.sha256(frame).hexdigest()
+        digest = frame_digest(frame)
         if digest in self.plans:
             return digest
         try:
@@ -562,6 +562,11 @@ def _write_all(descriptor: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(descriptor, view):]
+
+
+def frame_digest(frame: bytes) -> str:
+    """A plan's name between the grader and the zygote that holds it: its batch frame's sha256."""
+    return hashlib.sha256(frame).hexdigest()
 
 
 def held_batch_frame(digest: str) -> bytes:

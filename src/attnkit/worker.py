@@ -25,7 +25,7 @@ from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_notebook, read_submitted
 from attnkit import protocol
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
-from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame, held_batch_frame
+from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
 
 
 @dataclass
@@ -81,8 +81,8 @@ class Plan:
     tests: dict[str, list[tuple[bytes, dict]]]
     requests: list[dict] = field(default_factory=list)
     batch: bytes = b""
-    # Set once the worker's zygote holds the plan (``Zygote.hold_plan``): its digest, and the
-    # short frame that asks a sandbox forked since then for the plan's requests.
+    # The batch's digest (the plan's name for a zygote that holds it, ``Zygote.hold_plan``), and
+    # the short frame that asks a sandbox forked holding it for the plan's requests.
     digest: str = ""
     held_batch: bytes = b""
 
@@ -90,7 +90,9 @@ class Plan:
     def of(cls, asked: dict[str, list[dict]]) -> Plan:
         tests = {key: [(protocol.encode(request), request) for request in requests] for key, requests in asked.items()}
         requests = [request for entries in tests.values() for _wire, request in entries]
-        return cls(tests, requests, batch_frame(requests))
+        batch = batch_frame(requests)
+        digest = frame_digest(batch)
+        return cls(tests, requests, batch, digest, held_batch_frame(digest))
 
 
 # Per assignment, for this worker's life: the suites do not change during a run.
@@ -165,12 +167,11 @@ class SandboxProvider:
         """The plan's requests answered by this submission's sandbox, handed to its tests."""
         if not self.plan or not self.plan.requests:
             return
-        if not self.plan.digest or self.plan.digest not in self.zygote.plans:
+        if self.plan.digest not in self.zygote.plans:
             # Once per zygote: from now on its sandboxes hold the plan's requests, decoded, and
             # are asked for them in a few bytes.
-            self.plan.digest = self.zygote.hold_plan(self.plan.batch)
-            self.plan.held_batch = held_batch_frame(self.plan.digest)
-        held = bool(self.plan.digest) and session.plan == self.plan.digest
+            self.zygote.hold_plan(self.plan.batch)
+        held = session.plan == self.plan.digest
         outcomes = iter(session.prefetch(self.plan.requests, self.plan.held_batch if held else self.plan.batch))
         for key, entries in self.plan.tests.items():
             for (wire, _request), outcome in zip(entries, outcomes, strict=False):

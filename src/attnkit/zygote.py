@@ -896,12 +896,11 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
         settings = json.loads(message)
         settings["address_space_base"] = address_space
         if "plan" in settings:
-            for descriptor in fds:
+            if fds:
                 try:
-                    hold_plan(str(settings["plan"]), descriptor)
+                    hold_plan(str(settings["plan"]), fds[0])
                 except (OSError, ValueError):
                     pass  # sandboxes then just get the whole batch
-                break
             continue
         if not fds:
             continue

@@ -1,5 +1,10 @@
 """The chapter-19 assignment as the tests see it: its manifest, and its grade cells' points read
-from the source notebook (the one place they are stated; the engine reads them the same way)."""
+from the source notebook (the one place they are stated; the engine reads them the same way); a
+submission made from the source notebook, and what of a record a student is shown and scored on."""
+
+import json
+from pathlib import Path
+from typing import Any
 
 from attnkit.assignment import discover
 
@@ -7,3 +12,23 @@ CH19 = discover()["ch19-attention"]
 
 # The autograded grade cells of attention.ipynb and their points (the design's total: 100).
 GRADE_POINTS = {grade_id: part.points for grade_id, part in CH19.parts.items()}
+
+
+def write_submission(folder: Path, student: str, override: str) -> None:
+    """``folder/<student>/ch19-attention/attention.ipynb``: the source notebook, with ``override``
+    (if any) as a last code cell (a later definition wins)."""
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    if override:
+        notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": override})
+    target = folder / student / CH19.name
+    target.mkdir(parents=True)
+    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
+
+
+def comparable(record: dict) -> dict[str, Any]:
+    """What a student is shown and scored on (not timings)."""
+    return {
+        "tests": [(t["nodeid"], t["status"], t["score"], t["output"], t.get("diagnoses"), t.get("substituted")) for t in record["tests"]],
+        "cells": [(c["index"], c["ok"], c["error_type"], c["message"], c["output"]) for c in record["cells"]],
+        "problems": record["problems"],
+    }

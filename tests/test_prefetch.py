@@ -6,7 +6,6 @@ right and wrong submissions and for the ones that hang, exit or run out of time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 import pytest
 
 from attnkit import worker
-from attnkit.assignment import discover
 from attnkit.constants import TIMEOUT
 from attnkit.engine import find_jobs
 from attnkit.notebook import CodeCell
@@ -23,7 +21,9 @@ from attnkit.sandbox import Limits, Submission, Zygote
 from attnkit.worker import run_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
-CH19 = discover()["ch19-attention"]
+
+from contract import CH19, comparable, write_submission  # noqa: E402
+
 CATALOGUE = CH19.catalogue()
 
 # Each replaces functions of the model answers by a later cell (a later definition wins).
@@ -38,24 +38,6 @@ OVERRIDES: dict[str, str] = {
     "exits_in_merge": "import os\ndef merge_heads(x):\n    os._exit(3)\n",
     "wrong_answers": "trace_split = (1, 2)\nanswer_growth_factor = 2\n",
 }
-
-
-def write_submission(folder: Path, student: str, override: str) -> None:
-    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
-    if override:
-        notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": override})
-    target = folder / student / CH19.name
-    target.mkdir(parents=True)
-    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
-
-
-def comparable(record: dict) -> dict[str, Any]:
-    """What a student is shown and scored on (not timings)."""
-    return {
-        "tests": [(t["nodeid"], t["status"], t["score"], t["output"], t.get("diagnoses"), t.get("substituted")) for t in record["tests"]],
-        "cells": [(c["index"], c["ok"], c["error_type"], c["message"], c["output"]) for c in record["cells"]],
-        "problems": record["problems"],
-    }
 
 
 def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.MonkeyPatch,

@@ -4,7 +4,6 @@ the running session instead of each paying for pytest's configuration and collec
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import threading
 from pathlib import Path
@@ -13,12 +12,13 @@ from typing import Any
 import pytest
 
 from attnkit import plugin, worker
-from attnkit.assignment import discover
 from attnkit.engine import find_jobs
 from attnkit.sandbox import Limits, Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
-CH19 = discover()["ch19-attention"]
+
+from contract import CH19, comparable, write_submission  # noqa: E402
+
 CATALOGUE = CH19.catalogue()
 STUDENTS = {
     "s0_correct": "",
@@ -32,20 +32,7 @@ STUDENTS = {
 
 def write_class(folder: Path) -> None:
     for student, override in STUDENTS.items():
-        notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
-        if override:
-            notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": override})
-        target = folder / student / CH19.name
-        target.mkdir(parents=True)
-        (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
-
-
-def comparable(record: dict) -> dict[str, Any]:
-    return {
-        "tests": [(t["nodeid"], t["status"], t["score"], t["output"], t.get("diagnoses"), t.get("substituted")) for t in record["tests"]],
-        "cells": [(c["index"], c["ok"], c["error_type"], c["message"], c["output"]) for c in record["cells"]],
-        "problems": record["problems"],
-    }
+        write_submission(folder, student, override)
 
 
 def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

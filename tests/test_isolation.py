@@ -398,6 +398,23 @@ NO_USER_NAMESPACES = textwrap.dedent(
 )
 
 
+# A submission that leaves what it can in its working folder: files, a link out, and folders it
+# made unreadable (its own, so the grader must still remove them).
+LITTER = (
+    "import os\n"
+    "os.makedirs('deep/er/est', exist_ok=True)\n"
+    "open('deep/er/file.txt', 'w').write('x' * 1000)\n"
+    "os.symlink('/etc', 'etc_link')\n"
+    "os.chmod('deep/er', 0)\n"
+    "os.chmod('deep', 0)\n"
+)
+
+
+def sandbox_folders(uid: int) -> set[Path]:
+    """The unisolated sandboxes' working folders in /tmp that belong to ``uid``."""
+    return {path for path in Path(tempfile.gettempdir()).glob("sandbox-*") if path.lstat().st_uid == uid}
+
+
 @pytest.fixture(scope="module")
 def without_namespaces(ta_user, user_python):
     """The same class graded where the kernel gives the TA no user namespace: once as is, once
@@ -418,11 +435,13 @@ def without_namespaces(ta_user, user_python):
             write(load(SOLUTION), submitted / "bystander" / ASSIGNMENT)
             theft = with_cells(load(RELEASE), [exec_cell(str(next(course.rglob("reference.py"))))], after_code_cell=-1)
             write(theft, submitted / "exec_course" / ASSIGNMENT)
+            write(with_cells(load(SOLUTION), [LITTER]), submitted / "litter" / ASSIGNMENT)
             out.mkdir(parents=True)
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
+            before = sandbox_folders(ta_user.pw_uid)
             run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra)
-            runs[name] = (run, marker, out)
+            runs[name] = (run, marker, out, sandbox_folders(ta_user.pw_uid) - before)
         yield runs
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -431,7 +450,7 @@ def without_namespaces(ta_user, user_python):
 def test_no_isolation_means_no_grading(without_namespaces) -> None:
     """Without root or user namespaces, does `attnkit grade` refuse with a non-zero exit, name the
     reason and the fix, and run no student code at all?"""
-    run, marker, out = without_namespaces["strict"]
+    run, marker, out, _left = without_namespaces["strict"]
     assert run.returncode != 0
     assert run.results == {} and not (out / "grades.csv").exists()
     assert not marker.exists(), "student code ran although the grader refused"
@@ -441,9 +460,12 @@ def test_no_isolation_means_no_grading(without_namespaces) -> None:
 def test_trusted_notebooks_grade_unisolated_and_say_so(without_namespaces) -> None:
     """With --no-isolation, does the same class grade, with the missing isolation recorded in
     every results.json and shown on report.html?"""
-    run, marker, out = without_namespaces["trusted"]
+    run, marker, out, left = without_namespaces["trusted"]
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.score("bystander") == 100
+    assert run.score("litter") == 100, run.results["litter"]["tests"]
+    # No surprises: each sandbox's working folder is gone with it, unreadable folders included.
+    assert not left, sorted(left)
     assert {r["isolation"] for r in run.results.values()} == {"unisolated"}
     assert "未隔离" in (out / "report.html").read_text(encoding="utf-8")
     # What the isolated runs are protected from: unisolated, the same theft does pay.

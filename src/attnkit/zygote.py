@@ -330,7 +330,7 @@ class Sandbox:
             # grader's own view of the machine, less root.
             self.isolation.append("unisolated")
             leave_session_keyring()
-            workdir = tempfile.mkdtemp(prefix="sandbox-")
+            workdir = self.settings["workdir"]  # made by the zygote, which removes it afterwards
             if os.geteuid() == 0:
                 os.chown(workdir, NOBODY, NOBODY)
                 os.setgroups([])
@@ -685,6 +685,7 @@ class Sandboxes:
 
     def __init__(self, can_make_cgroups: bool) -> None:
         self.groups: dict[int, Cgroup | None] = {}
+        self.workdirs: dict[int, str] = {}  # unisolated sandboxes' folders (isolated: a tmpfs)
         self.count = 0
         self.can_make_cgroups = can_make_cgroups
 
@@ -724,6 +725,8 @@ class Sandboxes:
             group = self.groups.pop(pid, None)
             if group is not None:
                 group.remove()
+            if pid in self.workdirs:
+                remove_folder(self.workdirs.pop(pid))
 
     def end_all(self) -> None:
         for pid in list(self.groups):
@@ -732,6 +735,45 @@ class Sandboxes:
             except ProcessLookupError:
                 pass
         self.reap(block=True)
+
+
+def remove_folder(path: str) -> None:
+    """Remove an unisolated sandbox's folder once the sandbox is gone, with whatever its code left
+    there: folders it made unreadable included, and never following a link out of it."""
+    try:
+        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        _empty_folder(folder, MAX_FOLDER_DEPTH)
+    finally:
+        os.close(folder)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+MAX_FOLDER_DEPTH = 64
+
+
+def _empty_folder(folder: int, depth: int) -> None:
+    for entry in os.scandir(folder):
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.name, dir_fd=folder)
+                continue
+            if depth == 0:
+                continue
+            os.chmod(entry.name, 0o700, dir_fd=folder, follow_symlinks=False)
+            inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            try:
+                _empty_folder(inner, depth - 1)
+            finally:
+                os.close(inner)
+            os.rmdir(entry.name, dir_fd=folder)
+        except OSError:
+            continue
 
 
 MADV_COLLAPSE = 25  # Linux 6.1+
@@ -815,6 +857,8 @@ def _isolate(mode: Mode, hide: list[str]) -> Mode:
 def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, control: socket.socket) -> int:
     """Fork one sandbox; its pid once it is mapped and placed (nothing of the student's has run)."""
     group = sandboxes.new_group(settings)
+    if not mode.isolated:
+        settings["workdir"] = tempfile.mkdtemp(prefix="sandbox-")
     _our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()
     try:
@@ -824,12 +868,16 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
         os.close(placed_write)
         if group is not None:
             group.remove()
+        if not mode.isolated:
+            remove_folder(settings["workdir"])
         raise
     if pid == 0:
         control.close()
         os.close(placed_write)
         start_sandbox(channel, settings, shell, mode, placed_read)
     os.close(placed_read)
+    if not mode.isolated:
+        sandboxes.workdirs[pid] = settings["workdir"]
     ready = b"0"
     try:
         if mode.isolated:

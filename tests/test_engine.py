@@ -223,3 +223,40 @@ def test_grading_that_cannot_run_exits_non_zero(tmp_path: Path) -> None:
     """Is a missing submissions folder an error of the grader (non-zero), not a student's zero?"""
     run = attnkit("grade", "--submitted", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
     assert run.returncode != 0 and "nowhere" in run.stderr
+
+
+def affinity_probe() -> dict:
+    """The perfect notebook and a last cell that fails, naming the CPUs its sandbox may run on."""
+    nb = notebook()
+    probe = "import os\nraise RuntimeError(f'cpus={sorted(os.sched_getaffinity(0))}')\n"
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "source": probe, "outputs": [], "execution_count": None})
+    return nb
+
+
+def cpus_of_sandboxes(out: Path, students: list[str]) -> list[list[int]]:
+    seen = []
+    for student in students:
+        messages = [cell.get("message", "") for cell in results(out, student)["cells"]]
+        probe = next(m for m in messages if m.startswith("cpus="))
+        seen.append(json.loads(probe.removeprefix("cpus=")))
+    return seen
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least two CPUs")
+def test_workers_that_fill_the_cpus_each_keep_to_one(tmp_path: Path) -> None:
+    """With as many workers as CPUs, does each sandbox run on its worker's one CPU (no wake-ups
+    across CPUs at every request), while a single worker's sandboxes may use them all?"""
+    allowed = sorted(os.sched_getaffinity(0))
+    students = [f"s{number}" for number in range(4)]
+    for student in students:
+        submit(tmp_path / "submitted", student, affinity_probe())
+    for jobs in (len(allowed), 1):
+        out = tmp_path / f"out-{jobs}"
+        run = attnkit("grade", "--submitted", str(tmp_path / "submitted"), "--out", str(out), "--jobs", str(jobs), "--quiet")
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert all(results(out, student)["score"] == 100 for student in students)
+        seen = cpus_of_sandboxes(out, students)
+        if jobs == 1:
+            assert seen == [allowed] * len(students), seen
+        else:
+            assert all(len(cpus) == 1 and cpus[0] in allowed for cpus in seen), seen

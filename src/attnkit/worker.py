@@ -336,15 +336,21 @@ def _expendable() -> None:
         pass
 
 
-def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str]) -> None:
+def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None) -> None:
     """Process entry point: grade chunks received on the pipe ``inbox`` until ``None``; send
     messages on the pipe ``results``.
 
     Every message carries this worker's pid. After each chunk: ``{"chunk_done": True}``, or
     ``{"chunk_failed": reason}`` when the chunk's pytest session broke (the parent retries its
     ungraded submissions one by one to find the culprit); ``{"fatal": reason}`` when grading
-    cannot run at all (the zygote or a sandbox cannot start)."""
+    cannot run at all (the zygote or a sandbox cannot start). ``cpu``: the one to keep to, before
+    the zygote starts, so that it and every sandbox keep to it too (``engine.worker_cpus``)."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:
+            pass  # a CPU taken away meanwhile: the scheduler places us, as without lanes
     _expendable()
     # Ctrl-C reaches the whole process group: the parent handles it (it stops us and tells the
     # TA how to resume); a worker printing its own KeyboardInterrupt traceback would only confuse.

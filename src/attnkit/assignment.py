@@ -21,6 +21,7 @@ part's points split in proportion to the weights (see :meth:`Assignment.test_poi
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import tomllib
@@ -105,7 +106,11 @@ class Assignment:
     def _(self, message: str) -> str:
         """A text of this assignment (manifest titles, the catalogue) in the current language:
         Chinese as written, else from ``locale/<language>/LC_MESSAGES/assignment.po`` beside it."""
-        return i18n.translations(str(self.folder / "locale"), i18n.ASSIGNMENT_DOMAIN, i18n.language()).gettext(message)
+        return i18n.translations(self._locale_folder, i18n.ASSIGNMENT_DOMAIN, i18n.language()).gettext(message)
+
+    @functools.cached_property
+    def _locale_folder(self) -> str:
+        return str(self.folder / "locale")
 
     @property
     def page_title(self) -> str:

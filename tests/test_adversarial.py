@@ -185,7 +185,8 @@ def students(s: Setting) -> list[Student]:
             "release",
             "scaled_attention only ever raises ValueError",
         ),
-        Student("monkeypatch", lambda: with_cells(release, [C.monkeypatch_checker()]), "release", "torch/numpy/math comparisons and isinstance patched"),
+        Student("monkeypatch", lambda: with_cells(release, [C.monkeypatch_checker(), C.forged_usage()]), "release",
+                "torch/numpy/math comparisons and isinstance patched, resource.getrusage made to report nothing"),
         Student("liar", lambda: garbage(C.LIAR_PRELUDE), "garbage", "wrong answers wrapped in a Tensor subclass / objects that equal anything"),
         Student("syntax_error", lambda: with_cells(release, ["def broken(:\n    pass\n"]), "release", "a cell that is a syntax error"),
         Student("bad_json", lambda: RELEASE.read_text(encoding="utf-8")[:5000], "none", "a notebook whose JSON is cut off"),
@@ -771,6 +772,14 @@ def test_monkeypatching_the_checker_buys_nothing(world: World) -> None:
     results = world.results("monkeypatch")
     assert results["score"] == 0
     assert all(t["status"] == "failed" for t in results["tests"])
+
+
+def test_the_sandbox_cannot_forge_its_usage(world: World) -> None:
+    """After ~0.3 s of CPU and 200 MB touched, and resource.getrusage patched to report nothing,
+    does results.json still show the CPU time and peak memory the kernel counted?"""
+    usage = world.results("monkeypatch")["sandbox"]
+    assert usage.get("cpu_seconds", 0) >= 0.3, usage
+    assert usage.get("max_rss_kb", 0) >= 200 * 1024, usage
 
 
 def test_broken_notebooks_score_zero_with_a_reason(world: World) -> None:

@@ -454,9 +454,6 @@ class Sandbox:
         namespace = self.shell.user_ns
         if op == "cell":
             return protocol.encode(self.run_cell(str(request.get("source", ""))))
-        if op == "usage":
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            return protocol.encode({"cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_kb": usage.ru_maxrss})
         if op == "call_with":
             if self.live is not None:  # in a swap session: the stand-ins are already bound
                 return self.handle({**request, "op": "call"})

@@ -426,6 +426,26 @@ def monkeypatch_checker() -> str:
     ).lstrip()
 
 
+def forged_usage() -> str:
+    """Work (~0.3 s of CPU, 200 MB touched), then have ``resource.getrusage`` say none was done."""
+    return dedent(
+        """
+        import resource, time
+        _until = time.process_time() + 0.3
+        while time.process_time() < _until:
+            pass
+        _ballast = bytearray(200 * 1024 * 1024)
+        for _at in range(0, len(_ballast), 4096):
+            _ballast[_at] = 1
+        del _ballast
+        class _Nothing:
+            ru_utime = ru_stime = 0.0
+            ru_maxrss = 1
+        resource.getrusage = lambda *args, **kwargs: _Nothing()
+        """
+    ).lstrip()
+
+
 LIAR_PRELUDE = dedent(
     """
     import torch

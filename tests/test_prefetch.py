@@ -105,7 +105,7 @@ def test_the_batch_replaces_the_round_trips(both_ways) -> None:
     and per call (so the batch is really used), while a wrong one still asks what it must?"""
     _, _, batched_requests, single_requests = both_ways
     assert single_requests["correct"] > 50, single_requests
-    assert batched_requests["correct"] <= 3, batched_requests
+    assert batched_requests.get("correct", 0) <= 3, batched_requests  # absent: not one
     assert batched_requests["no_scale"] < single_requests["no_scale"]
 
 

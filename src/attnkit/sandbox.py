@@ -82,7 +82,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # A minimal environment: student code must not find the grader's secrets or settings here.
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ", "ATTNKIT_HUGE_PAGES")}
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
         # The zygote may run in a user namespace where it is uid 0: its home (matplotlib's font
         # cache, IPython's folder) is still the grader's. A sandbox sets its own.
         env["HOME"] = os.path.expanduser("~")

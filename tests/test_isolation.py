@@ -407,6 +407,7 @@ LITTER = (
     "os.symlink('/etc', 'etc_link')\n"
     "os.chmod('deep/er', 0)\n"
     "os.chmod('deep', 0)\n"
+    "os.chmod('.', 0)\n"
 )
 
 

@@ -736,7 +736,11 @@ class Sandboxes:
 
 def remove_folder(path: str) -> None:
     """Remove an unisolated sandbox's folder once the sandbox is gone, with whatever its code left
-    there: folders it made unreadable included, and never following a link out of it."""
+    there: folders it made unreadable included (itself too), never following a link out of it."""
+    try:
+        os.chmod(path, 0o700, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        pass  # a link where the folder was: the open below refuses it
     try:
         folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:

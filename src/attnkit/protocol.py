@@ -77,6 +77,25 @@ def _plain_tensor(value: torch.Tensor) -> torch.Tensor:
     return tensor.detach().cpu().contiguous()
 
 
+def _within_limit(numel: int) -> None:
+    if numel > MAX_TENSOR_ELEMENTS:
+        raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=numel, limit=MAX_TENSOR_ELEMENTS))
+
+
+def _numpy_bytes(item: torch.Tensor) -> bytes | None:
+    """The usual case, a plain CPU tensor: its bytes straight from numpy. None for the general
+    path: a subclass, bfloat16, another layout or device, or what numpy refuses (a tensor that
+    needs grad or has a lazy negation bit)."""
+    if type(item) is not torch.Tensor or item.dtype not in _NUMPY_DTYPES or item.layout is not torch.strided or item.device.type != "cpu":
+        return None
+    if not torch.Tensor.numel(item):
+        return b""
+    try:
+        return item.numpy().tobytes()
+    except (RuntimeError, TypeError):
+        return None
+
+
 def encode(value: Any) -> bytes:
     """Serialise ``value`` into one frame (header + tensor blobs)."""
     blobs: list[bytes] = []
@@ -92,29 +111,16 @@ def encode(value: Any) -> bytes:
             return item if abs(item) < 2**63 else {"__float__": float(item)}
         if type(item) is float:
             return item if math.isfinite(item) else {"__float__": repr(item)}
-        if type(item) is torch.Tensor and item.dtype in _NUMPY_DTYPES and item.layout is torch.strided and item.device.type == "cpu":
-            # The usual case, a plain CPU tensor: its bytes straight from numpy (which refuses a
-            # tensor that needs grad or has a lazy negation bit: those take the general path).
-            numel = torch.Tensor.numel(item)
-            if numel > MAX_TENSOR_ELEMENTS:
-                raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=numel, limit=MAX_TENSOR_ELEMENTS))
-            try:
-                data = item.numpy().tobytes() if numel else b""
-            except (RuntimeError, TypeError):
-                data = None
-            if data is not None:
-                blobs.append(data)
-                return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[item.dtype], "shape": list(item.shape)}
         if isinstance(item, torch.Tensor):
             # Before any copy: an expanded view of one element can claim 10**12 of them.
-            if torch.Tensor.numel(item) > MAX_TENSOR_ELEMENTS:
-                raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=torch.Tensor.numel(item), limit=MAX_TENSOR_ELEMENTS))
-            tensor = _plain_tensor(item)
-            if tensor.dtype not in DTYPE_NAMES:
-                raise Unsupported(_("不支持的张量类型 {dtype}").format(dtype=tensor.dtype))
-            if tensor.numel() > MAX_TENSOR_ELEMENTS:
-                raise Unsupported(_("返回的张量过大（{count} 个元素，上限 {limit}）").format(count=tensor.numel(), limit=MAX_TENSOR_ELEMENTS))
-            data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            _within_limit(torch.Tensor.numel(item))
+            tensor, data = item, _numpy_bytes(item)
+            if data is None:
+                tensor = _plain_tensor(item)
+                if tensor.dtype not in DTYPE_NAMES:
+                    raise Unsupported(_("不支持的张量类型 {dtype}").format(dtype=tensor.dtype))
+                _within_limit(tensor.numel())
+                data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
             blobs.append(data)
             return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
         if isinstance(item, (list, tuple)):

@@ -128,12 +128,13 @@ class Zygote:
         self._ahead = (self._ask_for_sandbox(limits), limits)
         return channel, pid
 
-    def hold_plan(self, frame: bytes) -> str:
+    def hold_plan(self, frame: bytes, digest: str = "") -> str:
         """Hand the zygote a plan's batch frame (``batch_frame(plan requests)``) to decode once and
         keep: sandboxes forked from now on hold it and say so when ready (``Submission.plan``).
-        Returns its digest ("" if it could not be handed over). Nothing is answered: a zygote that
-        cannot keep it forks sandboxes that simply do not claim it."""
-        digest = frame_digest(frame)
+        Returns its digest ("" if it could not be handed over); ``digest``: the frame's, if known.
+        A plan already handed over is not sent again. Nothing is answered: a zygote that cannot
+        keep it forks sandboxes that simply do not claim it."""
+        digest = digest or frame_digest(frame)
         if digest in self.plans:
             return digest
         try:

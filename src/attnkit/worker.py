@@ -167,10 +167,9 @@ class SandboxProvider:
         """The plan's requests answered by this submission's sandbox, handed to its tests."""
         if not self.plan or not self.plan.requests:
             return
-        if self.plan.digest not in self.zygote.plans:
-            # Once per zygote: from now on its sandboxes hold the plan's requests, decoded, and
-            # are asked for them in a few bytes.
-            self.zygote.hold_plan(self.plan.batch)
+        # Once per zygote: from then on its sandboxes hold the plan's requests, decoded, and are
+        # asked for them in a few bytes.
+        self.zygote.hold_plan(self.plan.batch, self.plan.digest)
         held = session.plan == self.plan.digest
         outcomes = iter(session.prefetch(self.plan.requests, self.plan.held_batch if held else self.plan.batch))
         for key, entries in self.plan.tests.items():

@@ -858,8 +858,8 @@ def _isolate(mode: Mode, hide: list[str]) -> Mode:
 def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, control: socket.socket) -> int:
     """Fork one sandbox; its pid once it is mapped and placed (nothing of the student's has run)."""
     group = sandboxes.new_group(settings)
-    if not mode.isolated:
-        settings["workdir"] = tempfile.mkdtemp(prefix="sandbox-")
+    # Unisolated, a folder of the host's /tmp: made here, so that it is removed once reaped.
+    workdir = settings["workdir"] = None if mode.isolated else tempfile.mkdtemp(prefix="sandbox-")
     _our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()
     try:
@@ -869,16 +869,16 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
         os.close(placed_write)
         if group is not None:
             group.remove()
-        if not mode.isolated:
-            remove_folder(settings["workdir"])
+        if workdir is not None:
+            remove_folder(workdir)
         raise
     if pid == 0:
         control.close()
         os.close(placed_write)
         start_sandbox(channel, settings, shell, mode, placed_read)
     os.close(placed_read)
-    if not mode.isolated:
-        sandboxes.workdirs[pid] = settings["workdir"]
+    if workdir is not None:
+        sandboxes.workdirs[pid] = workdir
     ready = b"0"
     try:
         if mode.isolated:

@@ -305,10 +305,13 @@ def test_isolated_or_refused(runs: dict[str, Run], setting: str) -> None:
 
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_the_bystander_scores_full_marks(runs: dict[str, Run], setting: str) -> None:
-    """Does a correct notebook score 100 next to the attackers, in every setting?"""
+    """Does a correct notebook score 100 next to the attackers, in every setting, with its
+    sandbox's CPU time and peak memory read by the grader (from /proc, also without root)?"""
     run = runs[setting]
     if not run.refused:
         assert run.score("bystander") == 100, run.results["bystander"]["tests"]
+        usage = run.results["bystander"]["sandbox"]
+        assert usage.get("cpu_seconds", 0) > 0 and usage.get("max_rss_kb", 0) > 10_000, usage
 
 
 @pytest.mark.parametrize("setting", SETTINGS)

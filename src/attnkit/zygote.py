@@ -896,6 +896,9 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
 def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) -> None:
     """The zygote loop: one request per sandbox, one reply with its pid."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The imports, made with the collector off, out of its view before anything else: the full
+    # collections below (ours, and the one in IPython's reset) then walk only what came after.
+    gc.freeze()
     shell = _new_shell()
     # Run the kind of code every submission runs once here (the assignments' warm_up hooks), so
     # each sandbox inherits warm caches (torch's op dispatch, IPython's compiler, the protocol)

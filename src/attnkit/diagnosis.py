@@ -64,6 +64,7 @@ def _entry(namespace: dict) -> tuple[dict, int, dict | None]:
             _SEEN.clear()
             _REPLAYS.clear()
             _CAN_DIFFER.clear()
+            _WIDENED.clear()
         contents = _contents(namespace)
         try:
             if contents is not None:
@@ -150,6 +151,25 @@ def _reachable(namespace: dict, names: Iterable[str]) -> set[str]:
     return seen
 
 
+# A candidate tensor (always a replayed outcome, remembered across the class in ``_REPLAYS``) is
+# compared with many students: its float64 copy and where it is defined are made once. Each entry
+# holds its tensor, so the id() it is kept under can never name another.
+_WIDENED: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+_WIDENED_MAX = 20_000
+
+
+def _widened(candidate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``candidate`` in float64, its NaN entries left out; the mask of the rest (None: no NaN)."""
+    entry = _WIDENED.get(id(candidate))
+    if entry is None or entry[0] is not candidate:
+        if len(_WIDENED) >= _WIDENED_MAX:
+            _WIDENED.clear()
+        expected = candidate.to(torch.float64)
+        defined = ~torch.isnan(expected)
+        entry = _WIDENED[id(candidate)] = (candidate, expected, None) if bool(defined.all()) else (candidate, expected[defined], defined)
+    return entry[1], entry[2]
+
+
 def values_match(student: object, candidate: object) -> bool:
     """Do two decoded values agree (tensors within tolerance, NaN in ``candidate`` = wildcard)?"""
     if isinstance(candidate, torch.Tensor) or isinstance(student, torch.Tensor):
@@ -159,10 +179,10 @@ def values_match(student: object, candidate: object) -> bool:
             return False
         if candidate.dtype == torch.bool or student.dtype == torch.bool:
             return candidate.dtype == student.dtype and torch.equal(candidate, student)
-        expected = candidate.to(torch.float64)
+        expected, defined = _widened(candidate)
         got = student.to(torch.float64)
-        defined = ~torch.isnan(expected)
-        expected, got = expected[defined], got[defined]
+        if defined is not None:
+            got = got[defined]
         return bool(torch.allclose(got, expected, rtol=RTOL, atol=ATOL))
     if isinstance(candidate, (list, tuple)) and isinstance(student, (list, tuple)):
         return len(candidate) == len(student) and all(values_match(s, c) for s, c in zip(student, candidate, strict=False))

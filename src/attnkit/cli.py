@@ -24,6 +24,9 @@ from collections.abc import Iterator
 # every command's start. Once they are in, they are frozen out of the collector's view for good.
 _COLLECTING = gc.isenabled()
 gc.disable()
+# numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
+# and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from rich.console import Console
 from rich.markup import escape

@@ -30,6 +30,21 @@ CELLS = [
     "y",  # state carried from the first cell
     "async def co():\n    return 1\nco.__name__",
     "import asyncio\nawait asyncio.sleep(0)\n'awaited'",
+    "def boom(n):\n    return [1][n]\nboom(0)",
+    "a = boom(0)\nboom(5)",  # a traceback through a function of an earlier cell
+    "1 + 1\n",
+    "b = _ * 3\nb",  # the displayed value of the cell before
+    "import sys\nprint('to stderr', file=sys.stderr)\nprint('no newline', end='')",
+    "raise KeyboardInterrupt",
+    "exit is not None and get_ipython().execution_count >= 0",
+    # A listener on the execution events hears every cell, as in IPython.
+    "def _post(result):\n    print('post', type(result.error_in_exec).__name__)\ndef _pre():\n    print('pre')\n"
+    "get_ipython().events.register('post_run_cell', _post)\nget_ipython().events.register('pre_execute', _pre)\n'registered'",
+    "m = 7\nm",
+    "m / 0",
+    "get_ipython().events.unregister('post_run_cell', _post)\nget_ipython().events.unregister('pre_execute', _pre)\n'unregistered'",
+    "m * 2",
+    "'again'\nwarnings.warn('careful')",  # the same warning from the same line, cells later
 ]
 
 SCRIPT = r"""
@@ -59,7 +74,7 @@ for source in json.loads(sys.argv[2]):
         sys.stdout = sys.stderr = real
     error = result.error_before_exec or result.error_in_exec
     names = {k: v.__qualname__ if callable(v) else repr(v) for k, v in shell.user_ns.items()
-             if k in ("x", "y", "z", "w", "v", "h", "q", "t", "u", "i", "f", "g", "k", "Point", "co")}
+             if k in ("x", "y", "z", "w", "v", "h", "q", "t", "u", "i", "f", "g", "k", "Point", "co", "boom", "a", "b", "m")}
     records.append({"output": out.getvalue(), "error": type(error).__name__ if error else None, "names": names})
 print(json.dumps(records))
 """
@@ -85,3 +100,7 @@ def test_the_sandboxs_shell_runs_cells_as_ipython_does() -> None:
     assert by_start["w = 5"]["error"] == "ZeroDivisionError" and "before" in by_start["w = 5"]["output"]
     assert by_start["def h():"]["error"] == "SyntaxError" and by_start["def h():"]["names"].get("v") == "1"  # ran up to the bad line
     assert by_start["def k(a: Later) -> None:"]["error"] is None  # the annotation stayed a string
+    assert "post ZeroDivisionError" in by_start["m / 0"]["output"]  # the listeners heard the failed cell
+    assert by_start["m = 7"]["output"].startswith("pre")
+    assert "IndexError" in by_start["a = boom(0)"]["output"] and by_start["b = _ * 3"]["names"].get("b") == "6"
+    assert "careful" in by_start["'again'"]["output"]

@@ -83,6 +83,23 @@ def test_the_fast_tensor_path_writes_the_same_frame(make) -> None:
     assert protocol.encode(sparse) == protocol.encode(torch.eye(3))
 
 
+def test_the_wire_format_stays_byte_for_byte() -> None:
+    """Does a value with every kind of node (tensors fast and general, tuples and their
+    subclasses, str-keyed dicts, big ints, NaN and infinities, numpy scalars, empty containers)
+    still encode to the very frame it did when the encoder was last rewritten for speed?"""
+    import hashlib
+
+    import numpy
+
+    point = namedtuple("point", "a b")
+    value = {"op": "call", "name": "f", "args": [torch.arange(6, dtype=torch.float32).reshape(2, 3), (1, 2.5, None, True, "中文"),
+             torch.Size([2, 3]), point(-7, torch.tensor([True, False]))],
+             "kwargs": {"big": 2**70, "nan": float("nan"), "inf": float("-inf"), "half": torch.arange(3, dtype=torch.bfloat16),
+                        "empty": torch.zeros(0, 2, dtype=torch.int64), "scalar": numpy.float32(0.5), "nested": [[{"k": []}], {}]}}
+    frame = protocol.encode(value)
+    assert (len(frame), hashlib.sha256(frame).hexdigest()) == (633, "f65b744e98dde5fc1b135878dc84816e42e26e0f8dede8a80ef3c753c2a2af9c")
+
+
 @pytest.mark.parametrize("value", [object(), lambda: 1, {1: 2}, torch.zeros(2, dtype=torch.complex64), b"bytes", {"x"}])
 def test_other_objects_are_refused(value: object) -> None:
     """Are functions, arbitrary objects, non-string dict keys, complex tensors, bytes and sets refused?"""

@@ -86,7 +86,7 @@ def _numpy_bytes(item: torch.Tensor) -> bytes | None:
     """The usual case, a plain CPU tensor: its bytes straight from numpy. None for the general
     path: a subclass, bfloat16, another layout or device, or what numpy refuses (a tensor that
     needs grad or has a lazy negation bit)."""
-    if type(item) is not torch.Tensor or item.dtype not in _NUMPY_DTYPES or item.layout is not torch.strided or item.device.type != "cpu":
+    if type(item) is not torch.Tensor or item.dtype not in _NUMPY_DTYPES or item.layout is not torch.strided or not item.is_cpu:
         return None
     if not torch.Tensor.numel(item):
         return b""
@@ -96,55 +96,65 @@ def _numpy_bytes(item: torch.Tensor) -> bytes | None:
         return None
 
 
+def _walk_tensor(item: torch.Tensor, blobs: list[bytes]) -> dict:
+    # Before any copy: an expanded view of one element can claim 10**12 of them.
+    _within_limit(torch.Tensor.numel(item))
+    tensor, data = item, _numpy_bytes(item)
+    if data is None:
+        tensor = _plain_tensor(item)
+        if tensor.dtype not in DTYPE_NAMES:
+            raise Unsupported(_("不支持的张量类型 {dtype}").format(dtype=tensor.dtype))
+        _within_limit(tensor.numel())
+        data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    blobs.append(data)
+    return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
+
+
+def _walk(item: Any, depth: int, blobs: list[bytes]) -> Any:
+    """``item`` as its JSON header node, its tensors' bytes appended to ``blobs``."""
+    if depth > MAX_DEPTH:
+        raise Unsupported(_("嵌套层数过多"))
+    kind = type(item)
+    # The exact types first, the commonest first; subclasses take the general checks below.
+    if kind is torch.Tensor:
+        return _walk_tensor(item, blobs)
+    if item is None or kind is bool:
+        return item
+    if kind is str:
+        return item[:MAX_STRING] if len(item) > MAX_STRING else item
+    if kind is int:
+        return item if abs(item) < 2**63 else {"__float__": float(item)}
+    if kind is float:
+        return item if math.isfinite(item) else {"__float__": repr(item)}
+    if kind is dict:
+        for key in item:
+            if type(key) is not str:
+                raise Unsupported(_("字典的键必须是字符串"))
+        return {"__dict__": {key: _walk(val, depth + 1, blobs) for key, val in item.items()}}
+    if isinstance(item, torch.Tensor):
+        return _walk_tensor(item, blobs)
+    if isinstance(item, (list, tuple)):
+        # Subclasses (torch.Size, namedtuples) travel as their plain base: a shape answer
+        # written as `q.shape` is a tuple of ints.
+        if len(item) > MAX_ITEMS:
+            raise Unsupported(_("列表过长"))
+        if isinstance(item, tuple):
+            return {"__tuple__": [_walk(element, depth + 1, blobs) for element in tuple.__iter__(item)]}
+        return [_walk(element, depth + 1, blobs) for element in list.__iter__(item)]
+    # numpy scalars are common in answers; carry their plain value only.
+    if kind.__module__ == "numpy" and hasattr(item, "item"):
+        plain = item.item()
+        if type(plain) in (bool, int, float):
+            return _walk(plain, depth, blobs)
+    raise Unsupported(_("不支持的值类型 {type}").format(type=kind.__name__))
+
+
 def encode(value: Any) -> bytes:
     """Serialise ``value`` into one frame (header + tensor blobs)."""
     blobs: list[bytes] = []
-
-    def walk(item: Any, depth: int) -> Any:
-        if depth > MAX_DEPTH:
-            raise Unsupported(_("嵌套层数过多"))
-        if item is None or type(item) in (bool, str):
-            if type(item) is str and len(item) > MAX_STRING:
-                return item[:MAX_STRING]
-            return item
-        if type(item) is int:
-            return item if abs(item) < 2**63 else {"__float__": float(item)}
-        if type(item) is float:
-            return item if math.isfinite(item) else {"__float__": repr(item)}
-        if isinstance(item, torch.Tensor):
-            # Before any copy: an expanded view of one element can claim 10**12 of them.
-            _within_limit(torch.Tensor.numel(item))
-            tensor, data = item, _numpy_bytes(item)
-            if data is None:
-                tensor = _plain_tensor(item)
-                if tensor.dtype not in DTYPE_NAMES:
-                    raise Unsupported(_("不支持的张量类型 {dtype}").format(dtype=tensor.dtype))
-                _within_limit(tensor.numel())
-                data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-            blobs.append(data)
-            return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
-        if isinstance(item, (list, tuple)):
-            # Subclasses (torch.Size, namedtuples) travel as their plain base: a shape answer
-            # written as `q.shape` is a tuple of ints.
-            if len(item) > MAX_ITEMS:
-                raise Unsupported(_("列表过长"))
-            elements = tuple.__iter__(item) if isinstance(item, tuple) else list.__iter__(item)
-            items = [walk(element, depth + 1) for element in elements]
-            return {"__tuple__": items} if isinstance(item, tuple) else items
-        if type(item) is dict:
-            if not all(type(key) is str for key in item):
-                raise Unsupported(_("字典的键必须是字符串"))
-            return {"__dict__": {key: walk(val, depth + 1) for key, val in item.items()}}
-        # numpy scalars are common in answers; carry their plain value only.
-        if type(item).__module__ == "numpy" and hasattr(item, "item"):
-            plain = item.item()
-            if type(plain) in (bool, int, float):
-                return walk(plain, depth)
-        raise Unsupported(_("不支持的值类型 {type}").format(type=type(item).__name__))
-
-    header = _HEADER.encode(walk(value, 0)).encode()
+    header = _HEADER.encode(_walk(value, 0, blobs)).encode()
     payload = b"".join(blobs)
-    sizes = json.dumps([len(blob) for blob in blobs]).encode()
+    sizes = ("[" + ", ".join([str(len(blob)) for blob in blobs]) + "]").encode()  # json.dumps' own form
     body = struct.pack("!I", len(sizes)) + sizes + header
     if len(body) + len(payload) > MAX_FRAME_BYTES:
         raise Unsupported(_("返回的数据过大"))

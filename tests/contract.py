@@ -14,12 +14,18 @@ CH19 = discover()["ch19-attention"]
 GRADE_POINTS = {grade_id: part.points for grade_id, part in CH19.parts.items()}
 
 
+def code_cell(source: str) -> dict[str, Any]:
+    """A code cell as a student adds one, not yet run (without an id, as older tools write them:
+    intake takes both)."""
+    return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": source}
+
+
 def write_submission(folder: Path, student: str, override: str) -> None:
     """``folder/<student>/ch19-attention/attention.ipynb``: the source notebook, with ``override``
     (if any) as a last code cell (a later definition wins)."""
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
     if override:
-        notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": override})
+        notebook["cells"].append(code_cell(override))
     target = folder / student / CH19.name
     target.mkdir(parents=True)
     (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")

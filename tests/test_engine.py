@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from contract import code_cell
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PERFECT = ROOT / "examples" / "submitted" / "xiaolin" / "ch19-attention" / "attention.ipynb"
@@ -63,10 +65,10 @@ def build_class(submitted: Path) -> None:
     edited["cells"].append(masks)
     broken_copy = dict(cell_of(edited, "scaled_attention"), source="def scaled_attention(q, k, v, allowed=None):\n    return None\n")
     edited["cells"].insert(0, broken_copy)
-    edited["cells"].append({"cell_type": "code", "metadata": {}, "source": "print('我的额外实验')", "outputs": [], "execution_count": None})
+    edited["cells"].append(code_cell("print('我的额外实验')"))
     # An extra experiment that fails at run time, inside a helper of the student's own.
     experiment = "def my_experiment():\n    import torch\n    return torch.ones(2, 3) @ torch.ones(2, 3)\n\nmy_experiment()\n"
-    edited["cells"].append({"cell_type": "code", "metadata": {}, "source": experiment, "outputs": [], "execution_count": None})
+    edited["cells"].append(code_cell(experiment))
     submit(submitted, "edited", edited)
     # A syntax error in the multi-head cell: the other parts still score.
     syntax = notebook()
@@ -229,7 +231,7 @@ def affinity_probe() -> dict:
     """The perfect notebook and a last cell that fails, naming the CPUs its sandbox may run on."""
     nb = notebook()
     probe = "import os\nraise RuntimeError(f'cpus={sorted(os.sched_getaffinity(0))}')\n"
-    nb["cells"].append({"cell_type": "code", "metadata": {}, "source": probe, "outputs": [], "execution_count": None})
+    nb["cells"].append(code_cell(probe))
     return nb
 
 

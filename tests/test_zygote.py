@@ -79,3 +79,35 @@ def test_only_a_plan_that_matches_its_digest_is_held() -> None:
             session.close()
     finally:
         zygote.close()
+
+
+def test_a_sandboxs_folder_is_removed_without_following_links(tmp_path: Path) -> None:
+    """Is an unisolated sandbox's folder removed with what its code left (folders set to mode 0,
+    the folder itself too), while a link (in it, in its place, or put where a folder was listed,
+    for which Python's chmod raises rather than following) is removed or left, never followed?"""
+    from attnkit.zygote import _remove_tree, remove_folder
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    folder = tmp_path / "sandbox"
+    (folder / "a" / "b").mkdir(parents=True)
+    (folder / "a" / "b" / "f").write_text("x")
+    (folder / "a" / "out").symlink_to(victim)
+    (folder / "a" / "b").chmod(0)
+    (folder / "a").chmod(0)
+    folder.chmod(0)
+    remove_folder(str(folder))
+    assert not folder.exists() and (victim / "keep").exists()
+    (tmp_path / "in-its-place").symlink_to(victim)
+    remove_folder(str(tmp_path / "in-its-place"))
+    assert (victim / "keep").exists()
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "was-a-folder").symlink_to(victim)
+    parent = os.open(listed, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _remove_tree("was-a-folder", parent, 3)  # as when a folder is swapped for a link mid-removal
+    finally:
+        os.close(parent)
+    assert (victim / "keep").exists() and (listed / "was-a-folder").is_symlink()

@@ -737,44 +737,38 @@ class Sandboxes:
 def remove_folder(path: str) -> None:
     """Remove an unisolated sandbox's folder once the sandbox is gone, with whatever its code left
     there: folders it made unreadable included (itself too), never following a link out of it."""
-    try:
-        os.chmod(path, 0o700, follow_symlinks=False)
-    except (OSError, NotImplementedError):
-        pass  # a link where the folder was: the open below refuses it
-    try:
-        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return
-    try:
-        _empty_folder(folder, MAX_FOLDER_DEPTH)
-    finally:
-        os.close(folder)
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
+    _remove_tree(path, None, MAX_FOLDER_DEPTH)
 
 
 MAX_FOLDER_DEPTH = 64
 
 
-def _empty_folder(folder: int, depth: int) -> None:
-    for entry in os.scandir(folder):
-        try:
-            if not entry.is_dir(follow_symlinks=False):
-                os.unlink(entry.name, dir_fd=folder)
-                continue
-            if depth == 0:
-                continue
-            os.chmod(entry.name, 0o700, dir_fd=folder, follow_symlinks=False)
-            inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+def _remove_tree(name: str, parent: int | None, depth: int) -> None:
+    """Folder ``name`` (a path, or a name in the folder open as ``parent``) and what it holds,
+    ``depth`` levels down: each folder made accessible first; a link is removed, never followed."""
+    try:
+        os.chmod(name, 0o700, dir_fd=parent, follow_symlinks=False)
+    except (OSError, ValueError, NotImplementedError):
+        pass  # a link where a folder was (Python refuses to chmod one in place): the open refuses it
+    try:
+        folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError:
+        return
+    try:
+        for entry in os.scandir(folder):
             try:
-                _empty_folder(inner, depth - 1)
-            finally:
-                os.close(inner)
-            os.rmdir(entry.name, dir_fd=folder)
-        except OSError:
-            continue
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.name, dir_fd=folder)
+                elif depth > 0:
+                    _remove_tree(entry.name, folder, depth - 1)
+            except OSError:
+                continue
+    finally:
+        os.close(folder)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except OSError:
+        pass
 
 
 MADV_COLLAPSE = 25  # Linux 6.1+

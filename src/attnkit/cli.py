@@ -256,8 +256,9 @@ def command_grade(args: argparse.Namespace) -> int:
     if not args.quiet:
         console.print(_("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
             total=len(jobs), unchanged=len(jobs) - len(todo), todo=len(todo), workers=workers))
-    # What is here now (torch, the suites) lives until the end: out of the collector's view, so
-    # that the collections a class's records trigger here do not walk it each time.
+    # What is here now (besides the imports, frozen already: the suites, the class's jobs) lives
+    # until the end: out of the collector's view, so that the collections a class's records
+    # trigger here do not walk it each time.
     gc.collect()
     gc.freeze()
     # No refresh thread: workers are forked from this process, which must not run other threads.

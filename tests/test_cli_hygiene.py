@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from attnkit import __version__
@@ -44,6 +45,39 @@ def test_version_and_python_m() -> None:
     assert run.returncode == 0 and run.stdout.strip() == f"attnkit {__version__}"
     script = subprocess.run([str(BIN / "attnkit"), "--version"], capture_output=True, text=True, env=env())
     assert script.stdout == run.stdout
+
+
+@pytest.mark.parametrize("entry", ["script", "-m attnkit", "-m attnkit.cli"])
+def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: str) -> None:
+    """However `attnkit grade` is started: is there one seed, started by the command itself, whose
+    children are the only zygotes (no worker imports torch for a zygote of its own), and is every
+    one of them gone when the command is?"""
+    command = [str(BIN / "attnkit")] if entry == "script" else [sys.executable, *entry.split()]
+    submitted = small_class(tmp_path / "submitted", ("xiaolin", "lilei", "wangfang", "chenjing"))
+    process = subprocess.Popen([*command, "grade", "--submitted", str(submitted), "--out", str(tmp_path / "out"), "--jobs", "2", "--quiet"],
+                               env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seeds: set[int] = set()
+    zygotes: dict[int, int] = {}  # pid -> parent
+    while process.poll() is None:
+        arguments: dict[int, tuple[list[str], int]] = {}
+        for proc in psutil.Process(process.pid).children(recursive=True):
+            try:
+                arguments[proc.pid] = (proc.cmdline(), proc.ppid())
+            except psutil.Error:
+                continue
+        for pid, (words, parent) in arguments.items():
+            if "attnkit.zygote" not in words:
+                continue
+            if parent == process.pid and "--seed" in words:
+                seeds.add(pid)
+            elif parent in seeds or (parent in arguments and "attnkit.zygote" not in arguments[parent][0]):
+                zygotes[pid] = parent  # a worker's own zygote would count here; a sandbox's parent is a zygote
+        time.sleep(0.02)
+    _, stderr = process.communicate()
+    assert process.returncode == 0, stderr[-2000:]
+    assert len(seeds) == 1
+    assert zygotes and set(zygotes.values()) == seeds, zygotes
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in [*seeds, *zygotes])
 
 
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:

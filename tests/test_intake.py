@@ -88,6 +88,27 @@ class Run:
     kills: int = 0
 
 
+def socket_inodes(pid: int) -> set[str]:
+    found = set()
+    for descriptor in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:[") : -1])
+    return found
+
+
+def worker_serving(sandbox: int, workers: list[int]) -> int | None:
+    """The worker at the other end of a sandbox's channel. Not an ancestor: the sandbox's zygote is
+    a child of the zygotes' seed, beside the workers. Unix sockets' peers as ``ss`` lists them."""
+    listing = subprocess.run(["ss", "-xH"], capture_output=True, text=True, check=True).stdout
+    peers = {fields[5]: fields[7] for fields in map(str.split, listing.splitlines()) if len(fields) >= 8}
+    theirs = {peers[inode] for inode in socket_inodes(sandbox) if inode in peers}
+    return next((worker for worker in workers if socket_inodes(worker) & theirs), None)
+
+
 def grade(submitted: Path, out: Path, gradebook: Path | None = None, kill_comm: str = "", timeout: float = 600) -> Run:
     """One real `attnkit grade` run, under a wrapper that reports the peak RSS of its processes.
     With ``kill_comm``, every worker whose sandbox names itself so is killed (SIGKILL), as the
@@ -116,16 +137,14 @@ def grade(submitted: Path, out: Path, gradebook: Path | None = None, kill_comm: 
         while not stop.is_set():
             try:
                 ours = wrapper_process.children(recursive=True)
-                graders = [p for p in ours if p.ppid() == process.pid]
+                graders = {p.pid for p in ours if p.ppid() == process.pid}
+                workers = [p.pid for p in ours if p.ppid() in graders]
                 for candidate in ours:
                     if candidate.name() != kill_comm:
                         continue
-                    # Up from the sandbox to the worker: the ancestor whose parent is the grader.
-                    ancestor = candidate
-                    while ancestor is not None and ancestor.ppid() not in {g.pid for g in graders}:
-                        ancestor = ancestor.parent()
-                    if ancestor is not None and ancestor.pid not in {g.pid for g in graders}:
-                        os.kill(ancestor.pid, signal.SIGKILL)  # a worker of our own run, by pid
+                    worker = worker_serving(candidate.pid, workers)
+                    if worker is not None:
+                        os.kill(worker, signal.SIGKILL)  # a worker of our own run, by pid
                         kills += 1
             except (psutil.Error, OSError):
                 pass

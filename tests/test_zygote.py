@@ -7,6 +7,7 @@ import json
 import mmap
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ import torch
 
 from attnkit import protocol
 from attnkit.notebook import CodeCell
-from attnkit.sandbox import Submission, Zygote, batch_frame, held_batch_frame
+from attnkit.sandbox import Limits, Submission, Zygote, batch_frame, held_batch_frame
+from attnkit.seed import Seed
 
 
 def kernel_collapses() -> bool:
@@ -111,3 +113,92 @@ def test_a_sandboxs_folder_is_removed_without_following_links(tmp_path: Path) ->
     finally:
         os.close(parent)
     assert (victim / "keep").exists() and (listed / "was-a-folder").is_symlink()
+
+
+def mount_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/mnt")
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie its parent has not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
+
+
+def answers(zygote: Zygote) -> object:
+    """A sandbox of ``zygote`` runs a cell and is asked for what it defined."""
+    session = Submission(zygote, [CodeCell(0, "answer = 6 * 7\n")])
+    session.start()
+    try:
+        return session.variable("answer").value
+    finally:
+        session.close()
+
+
+def test_the_seed_forks_each_worker_a_zygote_of_its_own() -> None:
+    """Two workers asking one seed at once: does each get a zygote that is the seed's child, in a
+    mount namespace of its own (two sharing one would stack their sandboxes' roots), isolated,
+    with its heap in huge pages where the kernel can, whose sandboxes run cells? When the grader
+    is done, do they and the seed end?"""
+    seed = Seed()
+    zygotes = [Zygote(seed=seed.requests), Zygote(seed=seed.requests)]
+    try:
+        pids = [zygote.pid for zygote in zygotes]
+        assert all(zygote.process is None for zygote in zygotes), "a worker started its own zygote"
+        assert [parent_of(pid) for pid in pids] == [seed.pid, seed.pid]
+        namespaces = {mount_namespace(pid) for pid in [*pids, seed.pid]}
+        assert len(namespaces) == 3, namespaces
+        assert all(zygote.isolated for zygote in zygotes)
+        if kernel_collapses():
+            assert all(anon_huge_kb(pid) > 50_000 for pid in pids)
+        assert [answers(zygote) for zygote in zygotes] == [42, 42]
+    finally:
+        for zygote in zygotes:
+            zygote.close()
+        seed.close()
+    assert seed.process.returncode == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_a_zygote_ends_with_its_worker_and_the_seed_goes_on() -> None:
+    """A worker gone (its end of the zygote closed, as when it is killed): does its zygote end, its
+    sandboxes with it, while the seed still forks a zygote for the worker that replaces it?"""
+    seed = Seed()
+    try:
+        first = Zygote(seed=seed.requests)
+        channel, sandbox = first.spawn(Limits())
+        first.control.close()  # the worker's end, as the kernel closes it when the worker dies
+        deadline = time.monotonic() + 10
+        while not all(ended(pid) for pid in (first.pid, sandbox)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        channel.close()
+        assert ended(first.pid) and ended(sandbox)
+        second = Zygote(seed=seed.requests)
+        try:
+            assert second.process is None and answers(second) == 42
+        finally:
+            second.close()
+    finally:
+        seed.close()
+
+
+def test_without_an_answering_seed_a_worker_starts_its_own_zygote() -> None:
+    """The seed gone (killed, or never started): does the worker's zygote still start, its own?"""
+    seed = Seed()
+    seed.process.kill()
+    seed.process.wait()
+    zygote = Zygote(seed=seed.requests)
+    try:
+        assert zygote.process is not None and zygote.pid == zygote.process.pid
+        assert answers(zygote) == 42
+    finally:
+        zygote.close()
+        seed.requests.close()

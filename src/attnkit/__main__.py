@@ -1,6 +1,6 @@
 """``python -m attnkit``: the same command line as the ``attnkit`` script."""
 
-from attnkit.cli import run
+from attnkit.launch import run
 
 if __name__ == "__main__":
     run()

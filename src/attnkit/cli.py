@@ -27,6 +27,10 @@ gc.disable()
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script starts it in attnkit.launch
+    from attnkit import seed
+
+    seed.start_for(sys.argv[1:])
 
 from rich.console import Console
 from rich.markup import escape
@@ -51,6 +55,7 @@ from attnkit.files import atomic_write
 from attnkit.feedback import causes, feedback_html, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.sandbox import Limits
+from attnkit.seed import take as take_seed
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 
 gc.freeze()
@@ -278,7 +283,7 @@ def command_grade(args: argparse.Namespace) -> int:
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder),
                             *([args.gradebook] if args.gradebook else []))
-        grade_jobs(todo, args.autograder, workers, limits, hide, on_record)
+        grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
     all_results = collect(args.out, jobs)
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]

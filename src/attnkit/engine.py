@@ -35,6 +35,7 @@ from attnkit.constants import STUDENTS_FOLDER, GraderError
 from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
+from attnkit.seed import Seed
 from attnkit.sandbox import Limits
 from attnkit.worker import Job, worker_main
 
@@ -414,11 +415,15 @@ def grade_jobs(
     limits: Limits,
     hide: list[str],
     on_record: Callable[[dict], None],
+    seed: Seed | None = None,
 ) -> list[str]:
     """Run ``jobs`` on ``workers`` processes; call ``on_record`` (in this process) for each result,
     including a "not graded" record for a submission that kills or stalls a worker on its own.
-    Returns the keys of those not graded."""
+    Returns the keys of those not graded. ``seed``: where workers get their zygotes
+    (``attnkit.seed``); it is closed here."""
     if not jobs:
+        if seed is not None:
+            seed.close()
         return []
     workers = max(1, min(workers, len(jobs)))
     # fork: workers start with torch already imported. Safe because this process has run no torch
@@ -440,7 +445,8 @@ def grade_jobs(
         result_reader, result_writer = context.Pipe(duplex=False)
         taken = Counter(other.cpu for other in pool.values())
         cpu = min(lanes, key=lambda lane: taken[lane]) if lanes else None
-        process = context.Process(target=worker_main, args=(task_reader, result_writer, str(autograder), limits, hide, cpu), daemon=True)
+        process = context.Process(target=worker_main, args=(task_reader, result_writer, str(autograder), limits, hide, cpu,
+                                                                   seed.requests if seed else None), daemon=True)
         process.start()
         task_reader.close()
         result_writer.close()
@@ -486,7 +492,9 @@ def grade_jobs(
         reason = reason or death_reason(worker.process.exitcode)
         for end in (worker.inbox, worker.outbox):
             end.close()
-        end_orphans({w.process.pid for w in pool.values()})
+        # The seed and the zygotes of live workers (its children) go on; the dead worker's zygote
+        # ends by itself when the worker's end of it closes.
+        end_orphans({w.process.pid for w in pool.values()} | ({seed.pid} if seed else set()))
         if worker.chunk is not None:
             chunk_failed(worker, reason)
         if remaining and work and len(pool) < workers:
@@ -537,6 +545,8 @@ def grade_jobs(
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(timeout=5)
+        if seed is not None:
+            seed.close()
         end_orphans(set())
         _adopt_orphans(False)
     if remaining:

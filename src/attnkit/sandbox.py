@@ -27,6 +27,7 @@ from attnkit.i18n import N_, _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
 from attnkit.proxy import Outcome, call_request, variable_request
+from attnkit.seed import wait_for_exit, zygote_environment
 
 
 @dataclass
@@ -77,29 +78,18 @@ class Zygote:
     else :class:`IsolationUnavailable` says why and how to fix it, before any cell runs.
     """
 
-    def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "", cells: list[str] | None = None) -> None:
+    def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "", cells: list[str] | None = None,
+                 seed: socket.socket | None = None) -> None:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # A minimal environment: student code must not find the grader's secrets or settings here.
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ", "ATTNKIT_HUGE_PAGES")}
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
-        # The zygote may run in a user namespace where it is uid 0: its home (matplotlib's font
-        # cache, IPython's folder) is still the grader's. A sandbox sets its own.
-        env["HOME"] = os.path.expanduser("~")
         # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
         config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or []}
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps(config)],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd="/",
-        )
-        theirs.close()
-        self.control = ours
+        self.process: subprocess.Popen | None = None
+        self._pidfd: int | None = None
         self._ahead: tuple[socket.socket, Limits] | None = None
         self.plans: set[str] = set()  # digests of the plans handed to the zygote (hold_plan)
-        ready = protocol.receive(self.control)
+        ready = self._from_seed(seed, config) if seed is not None else None
+        if ready is None:
+            ready = self._start_own(config)
         if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
             raise RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=repr(ready)))
         isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
@@ -109,6 +99,42 @@ class Zygote:
             self.close()
             raise IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
                 why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
+
+    def _start_own(self, config: dict[str, Any]) -> Any:
+        """A zygote process of our own, which imports everything itself; its "ready" message."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps(config)],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=zygote_environment(),
+            cwd="/",
+        )
+        theirs.close()
+        self.control = ours
+        self.pid = self.process.pid
+        return protocol.receive(self.control)
+
+    def _from_seed(self, seed: socket.socket, config: dict[str, Any]) -> Any:
+        """A zygote forked by the seed (``attnkit.seed``) with our configuration; its "ready"
+        message, or None where the seed cannot give one (then we start our own)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            socket.send_fds(seed, [b"zygote"], [theirs.fileno()])
+            theirs.close()
+            protocol.send(ours, config)
+            ready = protocol.receive(ours)
+            pid = ready.get("pid") if isinstance(ready, dict) else None
+            if not isinstance(pid, int) or ready.get("zygote") != "ready":
+                raise protocol.ProtocolError(f"unexpected reply {ready!r}")
+            self._pidfd = os.pidfd_open(pid)
+        except (OSError, protocol.ProtocolError):
+            theirs.close()
+            ours.close()
+            return None
+        self.control = ours
+        self.pid = pid
+        return ready
 
     def spawn(self, limits: Limits) -> tuple[socket.socket, int]:
         """A new sandbox: our end of its channel, and its pid.
@@ -181,6 +207,10 @@ class Zygote:
     def close(self) -> None:
         self._cancel_ahead()
         self.control.close()
+        if self.process is None:  # the seed's child: it ends its sandboxes and exits on our close
+            wait_for_exit(self._pidfd)
+            self._pidfd = None
+            return
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -551,7 +581,7 @@ class Submission:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
         description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts}
         if self._channel is not None and not self._given_up:
-            description.update(usage_of(self._pid, self.zygote.process.pid))
+            description.update(usage_of(self._pid, self.zygote.pid))
         return description
 
 

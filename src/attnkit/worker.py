@@ -13,6 +13,7 @@ import gc
 import io
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,7 +336,8 @@ def _expendable() -> None:
         pass
 
 
-def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None) -> None:
+def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None,
+                seed: socket.socket | None = None) -> None:
     """Process entry point: grade chunks received on the pipe ``inbox`` until ``None``; send
     messages on the pipe ``results``.
 
@@ -343,7 +345,9 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     ``{"chunk_failed": reason}`` when the chunk's pytest session broke (the parent retries its
     ungraded submissions one by one to find the culprit); ``{"fatal": reason}`` when grading
     cannot run at all (the zygote or a sandbox cannot start). ``cpu``: the one to keep to, before
-    the zygote starts, so that it and every sandbox keep to it too (``engine.worker_cpus``)."""
+    the zygote starts, so that it and every sandbox keep to it too (``engine.worker_cpus``). ``seed``:
+    where to ask for the zygote (``attnkit.seed``); without one, or if it cannot answer, the worker
+    starts its own."""
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if cpu is not None:
         try:
@@ -365,10 +369,13 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     try:
         suites = discover(Path(autograder))
         zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()),
-                        cells=[cell for suite in suites.values() for cell in suite.release_cells()])
+                        cells=[cell for suite in suites.values() for cell in suite.release_cells()], seed=seed)
     except Exception as error:  # noqa: BLE001
         emit({"fatal": _("无法启动沙箱的 zygote 进程：{error}").format(error=error)})
         return
+    finally:
+        if seed is not None:
+            seed.close()  # ours is the only zygote this worker asks for: the seed sees its end once all are done
     # torch, pytest and the suites are here for good: out of the collector's view, so that the
     # collections that grading's many small objects trigger do not walk them every time.
     gc.collect()

@@ -38,6 +38,15 @@ if __name__ == "__main__":
     # single-threaded process.
     from attnkit.isolation import enter_private_namespace
 
+    if sys.argv[1] == "--seed":
+        # A seed dies with the grader that started it, even in the middle of its imports.
+        import ctypes
+        import os
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != int(sys.argv[3]):
+            os._exit(0)
     MODE = enter_private_namespace()
 
 import io  # noqa: E402
@@ -87,6 +96,7 @@ from attnkit.isolation import (  # noqa: E402
     enter_root,
     leave_session_keyring,
     map_sandbox_user,
+    own_mount_namespace,
 )
 from attnkit.proxy import Outcome, read_variable, run_in_namespace, unreadable  # noqa: E402
 
@@ -887,19 +897,28 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
     return pid
 
 
-def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) -> None:
-    """The zygote loop: one request per sandbox, one reply with its pid."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def warm_shell() -> InteractiveShell:
+    """What a zygote does first, whatever it grades: the shell, warm for the protocol and for the
+    usual ways a cell fails."""
     # The imports, made with the collector off, out of its view before anything else: the full
-    # collections below (ours, and the one in IPython's reset) then walk only what came after.
+    # collections that follow (a zygote's own, and the one in IPython's reset) walk only what came after.
     gc.freeze()
     shell = _new_shell()
-    # Run the kind of code every submission runs once here (the assignments' warm_up hooks), so
-    # each sandbox inherits warm caches (torch's op dispatch, IPython's compiler, the protocol)
-    # instead of paying for them again.
-    shell.run_cell(str(config.get("warm_up", "")), store_history=False, silent=True)
     protocol.decode(protocol.encode((torch.ones(2, 2), {"a": [1, 2.0, "x", None, True]})))
     _warm_failures(shell)
+    return shell
+
+
+def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, shell: InteractiveShell | None = None) -> None:
+    """The zygote loop: one request per sandbox, one reply with its pid. ``shell``: the seed's
+    (``warm_shell``), else made here."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if shell is None:
+        shell = warm_shell()
+    # Run the kind of code every submission runs once here (the assignments' warm_up hooks), so
+    # each sandbox inherits warm caches (torch's op dispatch, IPython's compiler) instead of
+    # paying for them again.
+    shell.run_cell(str(config.get("warm_up", "")), store_history=False, silent=True)
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
     # The release notebooks' cells (public: the students' own starting point), compiled once here.
     for source in config.get("cells", []):
@@ -961,5 +980,73 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode) ->
         protocol.send(control, {"pid": pid})
 
 
+def serve_seed(requests: socket.socket, mode: Mode) -> None:
+    """``--seed`` (``attnkit.seed``): warm once, then fork a zygote for each request on
+    ``requests`` (one end of a worker's socketpair, by SCM_RIGHTS). Each child receives its
+    worker's configuration on that socket and serves it as a zygote started on its own would.
+    When the grader closes ``requests``: wait for the children to end, kill what is left, exit."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    shell = warm_shell()
+    gc.collect()
+    gc.freeze()
+    if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
+        # Shared with every child: the parts a child never writes stay one copy.
+        _collapse_into_huge_pages()
+    children: set[int] = set()
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(requests, 64, 1)
+        except OSError:
+            message, fds = b"", []
+        children -= _reaped(children)
+        if not message:
+            break
+        if not fds:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            _serve_from_seed(socket.socket(fileno=fds[0]), mode, shell)
+        os.close(fds[0])
+        children.add(pid)
+    deadline = time.monotonic() + 5
+    while children and time.monotonic() < deadline:
+        children -= _reaped(children)
+        time.sleep(0.01)
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def _reaped(children: set[int]) -> set[int]:
+    ended = set()
+    for pid in children:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                ended.add(pid)
+        except ChildProcessError:
+            ended.add(pid)
+    return ended
+
+
+def _serve_from_seed(control: socket.socket, mode: Mode, shell: InteractiveShell) -> None:
+    """In the seed's child: never returns into the seed's loop."""
+    try:
+        try:
+            config = protocol.receive(control)
+        except (OSError, protocol.ProtocolError):
+            os._exit(0)  # its worker went away before configuring it
+        if not isinstance(config, dict):
+            os._exit(1)
+        serve_forever(control, config, own_mount_namespace(mode), shell)
+    finally:
+        os._exit(1)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--seed":
+        serve_seed(socket.socket(fileno=int(sys.argv[2])), MODE)
     serve_forever(socket.socket(fileno=int(sys.argv[1])), json.loads(sys.argv[2]), MODE)

@@ -47,6 +47,9 @@ if __name__ == "__main__":
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != int(sys.argv[3]):
             os._exit(0)
+        # Ctrl-C reaches the whole process group: the grader handles it and closes us. A zygote a
+        # worker starts inherits the worker's ignoring it; the seed's children inherit this.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     MODE = enter_private_namespace()
 
 import io  # noqa: E402

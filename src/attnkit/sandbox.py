@@ -82,7 +82,9 @@ class Zygote:
                  seed: socket.socket | None = None) -> None:
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
-        config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or []}
+        config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or [],
+                  # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.
+                  "cpus": sorted(os.sched_getaffinity(0))}
         self.process: subprocess.Popen | None = None
         self._pidfd: int | None = None
         self._ahead: tuple[socket.socket, Limits] | None = None

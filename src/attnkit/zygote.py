@@ -916,6 +916,10 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     """The zygote loop: one request per sandbox, one reply with its pid. ``shell``: the seed's
     (``warm_shell``), else made here."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:  # it and every sandbox keep to its worker's CPUs
+        os.sched_setaffinity(0, [int(cpu) for cpu in config.get("cpus") or []] or os.sched_getaffinity(0))
+    except (OSError, ValueError, TypeError):
+        pass
     if shell is None:
         shell = warm_shell()
     # Run the kind of code every submission runs once here (the assignments' warm_up hooks), so

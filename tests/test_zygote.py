@@ -202,3 +202,18 @@ def test_without_an_answering_seed_a_worker_starts_its_own_zygote() -> None:
     finally:
         zygote.close()
         seed.requests.close()
+
+
+def test_a_seed_that_dies_before_its_zygote_is_ready_is_replaced() -> None:
+    """The seed killed right after a worker asked it (before or after it forked the zygote): does
+    the worker, waiting only when it needs its zygote, start one of its own that works?"""
+    seed = Seed()
+    zygote = Zygote(seed=seed.requests, later=True)
+    seed.process.kill()
+    seed.process.wait()
+    try:
+        assert answers(zygote) == 42
+        assert zygote.process is not None and zygote.isolated
+    finally:
+        zygote.close()
+        seed.requests.close()

@@ -79,34 +79,35 @@ class Zygote:
     """
 
     def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "", cells: list[str] | None = None,
-                 seed: socket.socket | None = None) -> None:
+                 seed: socket.socket | None = None, later: bool = False) -> None:
+        """``seed``: ask it for the zygote (``attnkit.seed``), else start one of our own. ``later``:
+        return once it is asked for, and wait for it to be ready only when it is first needed
+        (``wait_ready``), so that the caller's own start runs meanwhile."""
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
-        config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or [],
-                  # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.
-                  "cpus": sorted(os.sched_getaffinity(0))}
+        self._config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or [],
+                        # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.
+                        "cpus": sorted(os.sched_getaffinity(0))}
+        self._trusted = trusted
         self.process: subprocess.Popen | None = None
+        self.pid = 0
         self._pidfd: int | None = None
         self._ahead: tuple[socket.socket, Limits] | None = None
         self.plans: set[str] = set()  # digests of the plans handed to the zygote (hold_plan)
-        ready = self._from_seed(seed, config) if seed is not None else None
-        if ready is None:
-            ready = self._start_own(config)
-        if not (isinstance(ready, dict) and ready.get("zygote") == "ready"):
-            raise RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=repr(ready)))
-        isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
-        self.isolated = isolation.get("kind") in ("root", "userns")
-        self.isolation = isolation
-        if not self.isolated and not trusted:
-            self.close()
-            raise IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
-                why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
+        self.isolated = False
+        self.isolation: dict[str, Any] = {}
+        self._ready = False
+        self._last_reply = ""
+        if seed is None or not self._ask_seed(seed):
+            self._start_own()
+        if not later:
+            self.wait_ready()
 
-    def _start_own(self, config: dict[str, Any]) -> Any:
-        """A zygote process of our own, which imports everything itself; its "ready" message."""
+    def _start_own(self) -> None:
+        """A zygote process of our own, which imports everything itself."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps(config)],
+            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps(self._config)],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env=zygote_environment(),
@@ -115,28 +116,59 @@ class Zygote:
         theirs.close()
         self.control = ours
         self.pid = self.process.pid
-        return protocol.receive(self.control)
 
-    def _from_seed(self, seed: socket.socket, config: dict[str, Any]) -> Any:
-        """A zygote forked by the seed (``attnkit.seed``) with our configuration; its "ready"
-        message, or None where the seed cannot give one (then we start our own)."""
+    def _ask_seed(self, seed: socket.socket) -> bool:
+        """Ask the seed for a zygote with our configuration; whether the request went out."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             socket.send_fds(seed, [b"zygote"], [theirs.fileno()])
-            theirs.close()
-            protocol.send(ours, config)
-            ready = protocol.receive(ours)
-            pid = ready.get("pid") if isinstance(ready, dict) else None
-            if not isinstance(pid, int) or ready.get("zygote") != "ready":
-                raise protocol.ProtocolError(f"unexpected reply {ready!r}")
-            self._pidfd = os.pidfd_open(pid)
-        except (OSError, protocol.ProtocolError):
-            theirs.close()
+            protocol.send(ours, self._config)
+        except OSError:
             ours.close()
-            return None
+            return False
+        finally:
+            theirs.close()
         self.control = ours
-        self.pid = pid
-        return ready
+        return True
+
+    def wait_ready(self) -> None:
+        """Until the zygote says it is ready (a seed's that never does is replaced by one of our
+        own); raises RuntimeError if it cannot start, IsolationUnavailable as the class says."""
+        if self._ready:
+            return
+        ready = self._ready_message()
+        if ready is None and self.process is None:  # the seed's child never came: our own instead
+            self.control.close()
+            self._start_own()
+            ready = self._ready_message()
+        if ready is None:
+            raise RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=self._last_reply))
+        if self.process is None:
+            try:
+                self._pidfd = os.pidfd_open(ready["pid"])
+            except OSError:
+                self._pidfd = None
+            self.pid = ready["pid"]
+        self._ready = True
+        isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
+        self.isolated = isolation.get("kind") in ("root", "userns")
+        self.isolation = isolation
+        if not self.isolated and not self._trusted:
+            self.close()
+            raise IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
+                why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
+
+    def _ready_message(self) -> dict | None:
+        """The zygote's first message if it says ready (else None; what came is kept for the error)."""
+        try:
+            ready = protocol.receive(self.control)
+        except (OSError, protocol.ProtocolError) as error:
+            self._last_reply = f"{type(error).__name__}: {error}"
+            return None
+        if isinstance(ready, dict) and ready.get("zygote") == "ready" and isinstance(ready.get("pid"), int):
+            return ready
+        self._last_reply = repr(ready)
+        return None
 
     def spawn(self, limits: Limits) -> tuple[socket.socket, int]:
         """A new sandbox: our end of its channel, and its pid.
@@ -145,6 +177,7 @@ class Zygote:
         down while the current submission is being tested: a submission's sandbox is usually
         ready the moment it is asked for.
         """
+        self.wait_ready()
         if self._ahead is not None and self._ahead[1] == limits:
             channel = self._ahead[0]
             self._ahead = None
@@ -165,6 +198,7 @@ class Zygote:
         digest = digest or frame_digest(frame)
         if digest in self.plans:
             return digest
+        self.wait_ready()
         try:
             descriptor = os.memfd_create("attnkit-plan", os.MFD_CLOEXEC)
         except (AttributeError, OSError):  # no memfd here: every sandbox gets the whole batch

@@ -369,7 +369,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     try:
         suites = discover(Path(autograder))
         zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()),
-                        cells=[cell for suite in suites.values() for cell in suite.release_cells()], seed=seed)
+                        cells=[cell for suite in suites.values() for cell in suite.release_cells()], seed=seed, later=True)
     except Exception as error:  # noqa: BLE001
         emit({"fatal": _("无法启动沙箱的 zygote 进程：{error}").format(error=error)})
         return

@@ -1000,6 +1000,7 @@ def serve_seed(requests: socket.socket, mode: Mode) -> None:
         # Shared with every child: the parts a child never writes stay one copy.
         _collapse_into_huge_pages()
     children: set[int] = set()
+    seed = os.getpid()
     while True:
         try:
             message, fds, _flags, _addr = socket.recv_fds(requests, 64, 1)
@@ -1012,6 +1013,11 @@ def serve_seed(requests: socket.socket, mode: Mode) -> None:
             continue
         pid = os.fork()
         if pid == 0:
+            # Dies with the seed from now on (a fork does not inherit it), even before its worker's
+            # configuration arrives: then its worker, at the end of a closed socket, starts its own.
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != seed:
+                os._exit(0)
             requests.close()
             _serve_from_seed(socket.socket(fileno=fds[0]), mode, shell)
         os.close(fds[0])

@@ -98,6 +98,7 @@ class Zygote:
         self.isolation: dict[str, Any] = {}
         self._ready = False
         self._last_reply = ""
+        self._failure: Exception | None = None
         if seed is None or not self._ask_seed(seed):
             self._start_own()
         if not later:
@@ -134,6 +135,8 @@ class Zygote:
     def wait_ready(self) -> None:
         """Until the zygote says it is ready (a seed's that never does is replaced by one of our
         own); raises RuntimeError if it cannot start, IsolationUnavailable as the class says."""
+        if self._failure is not None:  # every later use fails as the first did (a retry must not hide why)
+            raise self._failure
         if self._ready:
             return
         ready = self._ready_message()
@@ -142,7 +145,8 @@ class Zygote:
             self._start_own()
             ready = self._ready_message()
         if ready is None:
-            raise RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=self._last_reply))
+            self._failure = RuntimeError(_("沙箱的 zygote 进程未能启动：{reply}").format(reply=self._last_reply))
+            raise self._failure
         if self.process is None:
             try:
                 self._pidfd = os.pidfd_open(ready["pid"])
@@ -155,8 +159,9 @@ class Zygote:
         self.isolation = isolation
         if not self.isolated and not self._trusted:
             self.close()
-            raise IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
+            self._failure = IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
                 why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
+            raise self._failure
 
     def _ready_message(self) -> dict | None:
         """The zygote's first message if it says ready (else None; what came is kept for the error)."""

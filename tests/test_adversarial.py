@@ -38,6 +38,7 @@ import pytest
 
 from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, Student, cell_source, load, probes, replace_cell, with_cells, write_class
 from attacks import cells as C
+from attnkit.constants import DEFAULT_MAX_PROCESSES
 
 if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox's isolation (namespaces, /proc, rlimits) is Linux-only", allow_module_level=True)
@@ -115,9 +116,9 @@ def students(s: Setting) -> list[Student]:
         ),
         Student(
             "memory_hog",
-            lambda: with_cells(solution, [C.memory_in_children(3, 500), C.huge_tensor(), C.list_growth()]),
+            lambda: with_cells(solution, [C.memory_in_children(3, 500), C.huge_tensor(), C.list_growth(), C.fork_bomb(4 * DEFAULT_MAX_PROCESSES)]),
             "solution",
-            "torch.empty(50 GiB), a list grown until MemoryError, children touching 3 x 500 MB",
+            "torch.empty(50 GiB), a list grown until MemoryError, children touching 3 x 500 MB, a fork bomb",
         ),
         Student(
             "exits",
@@ -799,6 +800,16 @@ def test_memory_limit_covers_forked_children(world: World) -> None:
     """Does --memory-mb bound the whole submission, children included?"""
     report = world.probe("memory_hog", "fork_memory")
     assert report["total_private_mb"] <= MEMORY_MB, report
+
+
+@NEEDS_ISOLATION
+def test_a_fork_bomb_gets_no_more_than_its_process_cap(world: World) -> None:
+    """Does a submission forking four times its process cap stop below the cap (the kernel's
+    "try again"), while the bystanders graded beside it, whose swapped re-runs need forks of their
+    own, still score full marks?"""
+    report = world.probe("memory_hog", "fork_bomb")
+    assert 0 < report["children"] < DEFAULT_MAX_PROCESSES and report["error"] == "BlockingIOError", report
+    assert world.results("bystander_a")["score"] == world.results("bystander_b")["score"] == 100
 
 
 @NEEDS_ISOLATION

@@ -146,6 +146,35 @@ def memory_in_children(children: int, megabytes: int) -> str:
     )
 
 
+def fork_bomb(tries: int) -> str:
+    """Fork up to ``tries`` children that wait, and count them: how many processes may one
+    submission have? The children go when the probe ends."""
+    return _probe(
+        "fork_bomb",
+        """
+        import os
+        _held, (_r, _w) = [], os.pipe()
+        _report["error"] = ""
+        for _ in range($tries):
+            try:
+                _pid = os.fork()
+            except OSError as error:
+                _report["error"] = type(error).__name__
+                break
+            if _pid == 0:
+                os.close(_w)
+                os.read(_r, 1)  # until the parent closes its end
+                os._exit(0)
+            _held.append(_pid)
+        _report["children"] = len(_held)
+        os.close(_w)
+        for _pid in _held:
+            os.waitpid(_pid, 0)
+        """,
+        tries=tries,
+    )
+
+
 # -- processes that try to outlive grading --------------------------------------------------------
 def forked_daemon(marker: str) -> str:
     """A double-forked, setsid'd Python child that renames itself and writes a file forever."""

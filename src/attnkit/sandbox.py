@@ -15,7 +15,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from attnkit.i18n import N_, _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
 from attnkit.proxy import Outcome, call_request, variable_request
-from attnkit.seed import wait_for_exit, zygote_environment
+from attnkit.seed import start_zygote_process, wait_for_exit
 
 
 @dataclass
@@ -107,13 +106,7 @@ class Zygote:
     def _start_own(self) -> None:
         """A zygote process of our own, which imports everything itself."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", str(theirs.fileno()), json.dumps(self._config)],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            env=zygote_environment(),
-            cwd="/",
-        )
+        self.process = start_zygote_process(theirs.fileno(), str(theirs.fileno()), json.dumps(self._config))
         theirs.close()
         self.control = ours
         self.pid = self.process.pid

@@ -36,19 +36,26 @@ def zygote_environment() -> dict[str, str]:
     return env
 
 
+def start_zygote_process(descriptor: int, *arguments: str) -> subprocess.Popen:
+    """``python -I -m attnkit.zygote ...`` (a seed, or a zygote of a worker's own): isolated mode,
+    the environment above, no stdin, ``/`` as its folder, and of our descriptors ``descriptor``
+    alone (its end of the socket to us)."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-m", "attnkit.zygote", *arguments],
+        pass_fds=[descriptor],
+        stdin=subprocess.DEVNULL,
+        env=zygote_environment(),
+        cwd="/",
+    )
+
+
 class Seed:
     """The seed process and our end of its request socket (datagram-like: two workers asking at
     once never interleave their requests)."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "attnkit.zygote", "--seed", str(theirs.fileno()), str(os.getpid())],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            env=zygote_environment(),
-            cwd="/",
-        )
+        self.process = start_zygote_process(theirs.fileno(), "--seed", str(theirs.fileno()), str(os.getpid()))
         theirs.close()
         self.requests = ours
 

@@ -119,18 +119,25 @@ def mount_namespace(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/mnt")
 
 
+def stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat after "pid (name) ": state, parent, ...; None once the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
 def parent_of(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    fields = stat_fields(pid)
+    assert fields is not None, f"process {pid} is gone"
+    return int(fields[1])
 
 
 def ended(pid: int) -> bool:
     """Gone, or a zombie its parent has not reaped yet."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return True
-    return stat[stat.rindex(b")") + 2 :].startswith(b"Z")
+    fields = stat_fields(pid)
+    return fields is None or fields[0] == b"Z"
 
 
 def answers(zygote: Zygote) -> object:

@@ -6,9 +6,12 @@
   with EPERM, clone fails with EPERM when its flags hold any CLONE_NEW* bit, clone3 fails with
   ENOSYS (so libc falls back to clone, whose flags a filter can see). Docker grants these only with
   CAP_SYS_ADMIN, which its default set lacks. `landlock=False` also denies Landlock's three
-  syscalls, as Docker 20.10's profile does (it predates them; Docker >= 23 allows them).
-  The capability set is Docker's default, in the bounding, permitted, effective and inheritable
-  sets alike; no_new_privs is left unset, as Docker leaves it.
+  syscalls (ENOSYS), as a profile written before Landlock does.
+  `landlock=True` is what Debian's docker.io 20.10.24 gives (measured in tests/test_docker.py's
+  daemon: landlock_create_ruleset returns the ABI there).
+  The capability set is Docker's default, in the bounding, permitted and effective sets, with an
+  empty inheritable set (Docker >= 20.10.14 leaves it empty, CVE-2022-24769; measured in the same
+  daemon); no_new_privs is left unset, as Docker leaves it.
 - `userns_without_mount(command, user)`: an unprivileged user on a host that lets a user namespace
   be created but denies mount and pivot_root inside it, as Ubuntu 24.04's
   `kernel.apparmor_restrict_unprivileged_userns=1` does to unconfined programs. A seccomp filter
@@ -53,7 +56,7 @@ LANDLOCK_SYSCALLS = ("landlock_create_ruleset", "landlock_add_rule", "landlock_r
 
 def docker_default(command: Sequence[str], *, landlock: bool = True) -> list[str]:
     """`command` as root in a container under Docker's default seccomp profile and capabilities;
-    `landlock=False`: under Docker 20.10's profile, which also denies Landlock (ENOSYS)."""
+    `landlock=False`: under a profile older than Landlock, which also denies its syscalls (ENOSYS)."""
     return [sys.executable, str(LAUNCHER), "docker", "landlock" if landlock else "no-landlock", "--", *command]
 
 
@@ -103,8 +106,8 @@ def launch(argv: list[str]) -> None:
         rules = docker_filter(landlock=option == "landlock")
         caps = ",".join(f"+{name}" for name in DOCKER_CAPABILITIES)
         # Root: after exec, permitted = effective = bounding (capabilities(7)), so the bounding
-        # and inheritable sets carry Docker's set into the command.
-        prefix = ["setpriv", f"--inh-caps=-all,{caps}", f"--bounding-set=-all,{caps}"]
+        # set carries Docker's set into the command; inheritable stays empty, as in Docker.
+        prefix = ["setpriv", "--inh-caps=-all", f"--bounding-set=-all,{caps}"]
     elif setting == "userns-without-mount":
         rules = mount_denying_filter()
         user = pwd.getpwnam(option)

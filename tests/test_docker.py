@@ -1,8 +1,9 @@
 """Does `attnkit grade` isolate a hostile class inside a real Docker container, as root, under the
 daemon's default seccomp profile and capabilities (how Gradescope and most CI grade)?
 
-Debian's docker.io (20.10: its default profile denies the namespace calls and, predating Landlock,
-Landlock's too; issue 22's "Landlock missing, root" case) is installed by apt when missing, with
+Debian's docker.io (20.10.24: its default profile denies the namespace calls, clone3 gives ENOSYS;
+measured here, it lets landlock_create_ruleset through, so this is the "root, Landlock available"
+case; tests/settings.py's landlock=False covers a profile that denies it) is installed by apt when missing, with
 debootstrap. A private dockerd is started with its own data root, exec root, pidfile and socket,
 no bridge and no iptables; containers run with `--network none`. No registry can be reached, so the
 image is a debootstrap'd Debian bookworm minbase rootfs (`docker import`), whose tarball is cached
@@ -12,7 +13,7 @@ are mounted read-only at their host paths; only the class's folder is writable.
 The class: a correct bystander, the release's stubs, a notebook that execs the course's reference
 and one that writes into OUT and reads a peer's notebook. Each run must see: the bystander scores
 100, the theft no more than the stubs, nothing written into OUT, and the isolation recorded is the
-one a container allows (no pivot_root, so no allowlisted root; no Landlock under 20.10).
+one a container allows (no pivot_root, so no allowlisted root of mounts).
 
 Until the no-namespace layer of issue 22 is in the checkout, the grader refuses there with advice
 that names a sysctl; the test then xfails, saying so. That message is what the layer removes (a
@@ -187,8 +188,24 @@ def test_grading_a_hostile_class_in_docker_default(docker: Docker, tmp_path: Pat
         for student_id, record in results.items():
             obtained = record["sandbox"]["isolation"]
             assert record["isolation"] == "isolated", (student_id, obtained)
-            # What Docker 20.10's default profile allows: no pivot_root (so no allowlisted root
-            # of mounts), no Landlock; the record must not claim either.
-            assert "allowlisted-root" not in obtained and not any("landlock" in item for item in obtained), (student_id, obtained)
+            # Docker's default profile denies pivot_root: the record must not claim a root of mounts.
+            assert "allowlisted-root" not in obtained, (student_id, obtained)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_settings_harness_matches_the_real_container(docker: Docker) -> None:
+    """tests/settings.py's Docker stand-in against the real thing: the same probe (raw syscalls) in a
+    container of this daemon and under `docker_default` must see the same answers."""
+    from settings import docker_default
+    from test_settings_harness import PROBE, SYSCALLS, probe
+
+    prefix = Path(sys.base_prefix).resolve()
+    inside = docker.run("run", "--rm", "--network", "none", "-v", f"{prefix}:{prefix}:ro", IMAGE,
+                        str(prefix / "bin" / "python3"), "-c", PROBE, json.dumps(SYSCALLS))
+    real = json.loads(inside.stdout)
+    stand_in = probe(lambda command: docker_default(command, landlock=real["landlock_abi"] >= 1))
+    print(f"\n[docker] the daemon's container: {real}", file=sys.stderr)
+    compared = ["uid", "caps", "no_new_privs", "seccomp", "unshare_user", "unshare_mount", "setns", "mount", "umount2",
+                "clone_newuser", "clone_newpid", "clone_plain", "clone3", "landlock_abi", "userns_then_mount"]
+    assert {key: stand_in[key] for key in compared} == {key: real[key] for key in compared}

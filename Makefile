@@ -5,7 +5,15 @@ BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
 SUBMITTED ?= examples/submitted
 OUT      ?= graded
-GRADEBOOK ?= gradebook.db
+# The demo class never lands in a course's gradebook: unless GRADEBOOK is given, grading the
+# default demo class records into a throwaway demo gradebook inside OUT.
+ifeq ($(origin GRADEBOOK),undefined)
+  ifeq ($(SUBMITTED),examples/submitted)
+    GRADEBOOK := $(OUT)/demo-gradebook.db
+  else
+    GRADEBOOK := gradebook.db
+  endif
+endif
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.

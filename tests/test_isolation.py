@@ -163,10 +163,13 @@ def read_results(out: Path) -> dict[str, dict]:
     return found
 
 
-def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str) -> Run:
+def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str,
+               cwd: Path | None = None) -> Run:
+    """``attnkit grade`` as the TA would start it; ``cwd``: the folder it starts in (by default
+    the one these tests run in, wherever the checkout lies)."""
     command = [*prefix, python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
                "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
-    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, cwd=cwd)
     return Run(process.returncode, process.stderr, read_results(out))
 
 
@@ -422,9 +425,12 @@ def sandbox_folders(uid: int) -> set[Path]:
 @pytest.fixture(scope="module")
 def without_namespaces(ta_user, user_python):
     """The same class graded where the kernel gives the TA no user namespace: once as is, once
-    with --no-isolation."""
+    with --no-isolation. Both start in a folder the TA cannot enter, as a shell in a checkout
+    under a root-only ``mktemp -d`` would: the grader must not depend on where it starts."""
     python, course = user_python
     work = Path(tempfile_folder("attnkit-nons-"))
+    locked = work / "root-only"
+    locked.mkdir(mode=0o700)  # owned by root: the TA can neither list nor enter it
     wrapper = work / "no_user_namespaces.py"
     wrapper.write_text(NO_USER_NAMESPACES)
     wrapper.chmod(0o644)
@@ -444,7 +450,7 @@ def without_namespaces(ta_user, user_python):
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
             before = sandbox_folders(ta_user.pw_uid)
-            run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra)
+            run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra, cwd=locked)
             runs[name] = (run, marker, out, sandbox_folders(ta_user.pw_uid) - before)
         yield runs
     finally:
@@ -455,7 +461,7 @@ def test_no_isolation_means_no_grading(without_namespaces) -> None:
     """Without root or user namespaces, does `attnkit grade` refuse with a non-zero exit, name the
     reason and the fix, and run no student code at all?"""
     run, marker, out, _left = without_namespaces["strict"]
-    assert run.returncode != 0
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
     assert run.results == {} and not (out / "grades.csv").exists()
     assert not marker.exists(), "student code ran although the grader refused"
     assert "unshare" in run.stderr and "--no-isolation" in run.stderr and "user namespaces" in run.stderr, run.stderr[-2000:]

@@ -537,9 +537,26 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.close()
 
 
+def leave_working_directory(args: argparse.Namespace) -> None:
+    """The grader must not depend on the folder it was started in: a TA's shell may sit in one
+    the grader's user cannot even enter (a checkout under a root-only ``mktemp -d``), where
+    pytest, which goes back to its starting folder at the end of a session, would fail. The
+    paths given are made absolute against it, then every command runs from ``/``."""
+    for name, value in vars(args).items():
+        if isinstance(value, Path):
+            setattr(args, name, value.absolute())
+        elif isinstance(value, list) and value and all(isinstance(item, Path) for item in value):
+            setattr(args, name, [item.absolute() for item in value])
+    try:
+        os.chdir("/")
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
+    leave_working_directory(args)
     command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command]
     try:
         if args.command in ("grade", "merge"):

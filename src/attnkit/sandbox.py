@@ -279,6 +279,9 @@ class Submission:
     # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
     _swaps: dict[frozenset, socket.socket] = field(default_factory=dict)
     _swap_refused: bool = False
+    # The substituted names whose calls this sandbox (or a fork of it) has run, if any: until it
+    # is replaced it answers nothing else (``_forget_swaps``).
+    _swapped_by: frozenset | None = None
     # The digest of the plan the sandbox was forked holding (``Zygote.hold_plan``), or "".
     plan: str = ""
 
@@ -447,6 +450,11 @@ class Submission:
             self._given_up = True
             return
         self.restarts += 1
+        self._reboot()
+
+    def _reboot(self) -> None:
+        """A fresh sandbox with every cell that worked before re-run (or give up)."""
+        self._swapped_by = None
         try:
             self._boot()
             survived = {run.index for run in self.runs if run.error_type not in (TIMEOUT, CRASHED)}
@@ -456,6 +464,21 @@ class Submission:
         except (TimeoutError, SandboxDied):
             self._given_up = True
             self.close()
+
+    def _forget_swaps(self, swap: frozenset | None) -> None:
+        """Before a request for ``swap`` (None: a plain call or read), replace a sandbox that has
+        run other swapped calls. A swap fork shares its sandbox's scratch folders, descriptors,
+        shared memory and namespaces, and its code held the reference's answers: whatever it left
+        there must reach neither the sandbox's own answers (a heatmap, a later test) nor a fork
+        for other names. A sandbox freshly forked from the zygote, with the same cells re-run, has
+        none of it (its own tmpfs, mount and IPC namespaces; unisolated, its own workdir). The
+        cells' second run is the grader's cost, not the submission's time budget."""
+        if self._swapped_by is None or self._swapped_by == swap:
+            return
+        used = self.seconds_used
+        self.close()
+        self._reboot()
+        self.seconds_used = used
 
     # -- Backend -------------------------------------------------------------------------------
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
@@ -542,6 +565,12 @@ class Submission:
         if refused is not None:
             return refused
         try:
+            self._forget_swaps(swap)
+            refused = self._refusal()
+            if refused is not None:
+                return refused
+            if swap is not None:
+                self._swapped_by = swap  # from the fork's start (or the names bound in place)
             if swap is not None and self._open_swap(swap):
                 message = {**message, "op": "call"}
                 message.pop("substitutes", None)

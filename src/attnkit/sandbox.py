@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.constants import CRASHED, DEFAULT_MEMORY_MB, TIMEOUT
-from attnkit import i18n
-from attnkit.i18n import N_, _
+from attnkit import confinement, i18n
+from attnkit.i18n import _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
 from attnkit.proxy import Outcome, call_request, variable_request
@@ -60,14 +60,6 @@ class CellRun:
 
 class IsolationUnavailable(RuntimeError):
     """The OS gives this grader no isolated sandbox, and the notebooks were not declared trusted."""
-
-
-ISOLATION_FIX = N_(
-    "请以 root 运行评分，或允许非特权用户命名空间（user namespaces）"
-    "（Debian/Ubuntu：sysctl kernel.unprivileged_userns_clone=1；Ubuntu 24.04："
-    "sysctl kernel.apparmor_restrict_unprivileged_userns=0；各处：user.max_user_namespaces > 0）；"
-    "或者，仅对你信任的笔记本，加上 --no-isolation"
-)
 
 
 class Zygote:
@@ -148,12 +140,15 @@ class Zygote:
             self.pid = ready["pid"]
         self._ready = True
         isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
-        self.isolated = isolation.get("kind") in ("root", "userns")
+        self.isolated = isolation.get("kind") in ("root", "userns", "landlock", "pool")
         self.isolation = isolation
         if not self.isolated and not self._trusted:
             self.close()
-            self._failure = IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
-                why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
+            # The cause in our words (a container's seccomp profile, an AppArmor restriction) and
+            # what works there: see attnkit.confinement.
+            exposed = isolation.get("exposed") if isinstance(isolation.get("exposed"), list) else []
+            self._failure = IsolationUnavailable(confinement.exposure_refusal(exposed) if exposed
+                                                 else confinement.refusal(str(isolation.get("why") or "")))
             raise self._failure
 
     def _ready_message(self) -> dict | None:

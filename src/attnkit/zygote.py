@@ -85,7 +85,7 @@ from traitlets.config import Config  # noqa: E402
 from attnkit.constants import CRASHED, DEFAULT_MAX_PROCESSES, DEFAULT_MEMORY_MB, MAX_MESSAGE
 from attnkit import i18n  # noqa: E402
 from attnkit.i18n import _  # noqa: E402
-from attnkit import protocol  # noqa: E402
+from attnkit import nonamespace, protocol  # noqa: E402
 from attnkit.cgroup import Cgroup, sweep_stale  # noqa: E402
 from attnkit.explain import student_frame  # noqa: E402
 from attnkit.isolation import (  # noqa: E402
@@ -110,6 +110,8 @@ OUTPUT_LIMIT = 20_000  # characters of stdout/stderr kept per cell
 UNCAPPED_PROCESSES = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+# This zygote's layer without namespaces, once chosen (_isolate): its read-only trees, its uid block.
+_LAYER: list[nonamespace.Layer | None] = [None]
 
 # The plan this zygote holds (``hold_plan``): its digest and its decoded requests. Requests only
 # (the hidden tests' inputs), never an expected result; every sandbox forked afterwards has its
@@ -335,9 +337,12 @@ class Sandbox:
 
     # -- lock down -----------------------------------------------------------------------------
     def lock_down(self, mode: Mode, capped: bool) -> None:
-        if mode.isolated:
+        if mode.namespaced:
             self.isolation += enter_root(mode)
             workdir = SANDBOX_HOME
+        elif mode.isolated:  # no namespaces: Landlock, or a pool uid (attnkit.nonamespace)
+            workdir = self.settings["workdir"]
+            self.isolation += nonamespace.enter(mode, workdir, self.settings.get("sandbox_uid"))
         else:
             # Trusted notebooks only (--no-isolation, or a learner checking their own): the
             # grader's own view of the machine, less root.
@@ -366,6 +371,8 @@ class Sandbox:
             os.environ.update(_home_environment(workdir))
         self._limits(capped)
         self._redirect_output(workdir)
+        if mode.isolated and not mode.namespaced:
+            self.isolation += nonamespace.finish()  # the seccomp filter, last
         # Our own modules stay loaded (we run on them) but not importable by name: their source
         # folder is not in the sandbox's view, and student code should not find them in
         # sys.modules either.
@@ -697,6 +704,7 @@ class Sandboxes:
         self.groups: dict[int, Cgroup | None] = {}
         self.workdirs: dict[int, str] = {}  # unisolated sandboxes' folders (isolated: a tmpfs)
         self.count = 0
+        self.spawned = 0  # sandboxes forked so far (each takes the next uid of a pool block)
         self.can_make_cgroups = can_make_cgroups
 
     def new_group(self, settings: dict[str, Any]) -> Cgroup | None:
@@ -852,8 +860,11 @@ def _address_space() -> int:
 
 def _isolate(mode: Mode, hide: list[str]) -> Mode:
     """Build the sandboxes' root once (its folders in ``visible``); a zygote that cannot is not
-    isolated, and says why."""
+    isolated, and says why. Without namespaces: the layer that needs none, where the OS has it."""
     if not mode.isolated:
+        mode, _LAYER[0] = nonamespace.choose(mode, hide)
+        return mode
+    if not mode.namespaced:
         return mode
     try:
         mode.visible = build_root(hide)
@@ -866,11 +877,15 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
     """Fork one sandbox; its pid once it is mapped and placed (nothing of the student's has run)."""
     group = sandboxes.new_group(settings)
     # Unisolated, a folder of the host's /tmp: made here, so that it is removed once reaped.
-    workdir = settings["workdir"] = None if mode.isolated else tempfile.mkdtemp(prefix="sandbox-")
+    workdir = settings["workdir"] = None if mode.namespaced else tempfile.mkdtemp(prefix="sandbox-")
+    block = _LAYER[0].block if _LAYER[0] is not None else None
+    if block is not None:  # as root without namespaces: this sandbox's uid, of the zygote's own block
+        settings["sandbox_uid"] = block.uid(sandboxes.spawned)
+    sandboxes.spawned += 1
     _our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()
     try:
-        pid = clone_sandbox() if mode.isolated else os.fork()
+        pid = clone_sandbox() if mode.namespaced else os.fork()
     except OSError:
         os.close(placed_read)
         os.close(placed_write)
@@ -888,7 +903,7 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
         sandboxes.workdirs[pid] = workdir
     ready = b"0"
     try:
-        if mode.isolated:
+        if mode.namespaced:
             map_sandbox_user(pid, mode)
         # No code of the student's runs before this byte: the sandbox is inside its group first.
         ready = b"1" if sandboxes.started(pid, group) else b"0"
@@ -942,7 +957,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         _collapse_into_huge_pages()
     mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
-    if mode.isolated:
+    if mode.namespaced:
         # Every isolated sandbox's home is the same folder of its own root: set once here (a
         # sandbox setting them itself touches ~160 pages it would then have to copy).
         os.environ.update(_home_environment(SANDBOX_HOME))
@@ -952,7 +967,8 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     address_space = _address_space()
     protocol.send(control, {
         "zygote": "ready", "pid": os.getpid(),
-        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible},
+        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible,
+                      "exposed": mode.exposed},
     })
     while True:
         try:

@@ -321,3 +321,16 @@ def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path
     assert result.returncode != 0
     assert "已恢复原样" in result.stderr
     assert tree(course / "assignments") == before
+
+
+@pytest.mark.parametrize(("variables", "gradebook"), [
+    ((), "graded/demo-gradebook.db"),                      # the demo class: a gradebook of its own
+    (("OUT=elsewhere",), "elsewhere/demo-gradebook.db"),
+    (("SUBMITTED=submitted",), "gradebook.db"),            # a real class: the course's gradebook
+    (("GRADEBOOK=course.db",), "course.db"),               # said explicitly: that one
+])
+def test_the_demo_class_never_enters_the_course_gradebook(variables: tuple[str, ...], gradebook: str) -> None:
+    result = subprocess.run(["make", "-n", "grade", *variables], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    command = result.stdout.strip().splitlines()[-1]
+    assert command.endswith(f"--gradebook {gradebook}"), command

@@ -185,3 +185,49 @@ def test_a_huge_callback_is_refused_and_fails_its_test(graded):
     # Each refusal costs a comparison of shapes, not an attention: the whole submission grades
     # in well under one such call's former cost per swapped test.
     assert results["seconds"] < 5 * len(swapped), results["seconds"]
+
+
+# -- the scope itself, in-process ----------------------------------------------------------------
+def test_the_scope_answers_the_planned_call_however_it_is_written_and_nothing_else():
+    """Is a planned call answered whether written positionally, with keywords or with its default
+    spelled out, and with values equal up to rounding; is any other input refused, counted, and
+    a huge one refused without computing it?"""
+    import time
+
+    import torch
+
+    from attnkit.assignment import discover
+    from attnkit.scope import OutOfScope, ScopedReference, refusals, wire_of_call
+
+    reference = discover()[ASSIGNMENT].catalogue().reference_namespace()["scaled_attention"]
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, generator=generator) for _ in range(3))
+    scoped = ScopedReference("scaled_attention", reference, [wire_of_call((q, k, v), {})])
+    expected = reference(q, k, v)
+    for answer in (scoped(q, k, v), scoped(q, k, v, None), scoped(query=q, key=k, value=v), scoped(q * (1 + 1e-7), k, v)):
+        assert torch.allclose(answer[0], expected[0])
+    assert scoped.refused == 0 and refusals({"scaled_attention": scoped}) == []
+    for other in ((q + 0.01, k, v), (q, k, v, torch.ones(3, 3, dtype=torch.bool)), (q.double(), k.double(), v.double())):
+        with pytest.raises(OutOfScope):
+            scoped(*other)
+    big = torch.zeros(16000, 62)
+    started = time.process_time()
+    with pytest.raises(OutOfScope):
+        scoped(big, big, big)
+    assert time.process_time() - started < 0.5  # a 16000x16000 attention takes seconds
+    assert scoped.refused == 4 and refusals({"scaled_attention": scoped}) == ["scaled_attention"]
+
+
+def test_planning_records_the_calls_between_the_notebooks_functions():
+    """Does planning see the calls a notebook's multi-head function makes of its own
+    scaled_attention (what a swapped-in reference will be asked), not only the test's own?"""
+    import torch
+
+    from attnkit.proxy import LocalBackend
+    from attnkit.scope import record_inner_calls
+
+    backend = LocalBackend.from_cells(["def inner(x):\n    return x * 2\n\ndef outer(x):\n    return inner(x + 1)\n"], "<cells>")
+    sink: list = []
+    record_inner_calls(backend.namespace, ["inner", "outer"], sink)
+    backend.call("outer", (torch.ones(2),), {})
+    assert [name for name, _wire in sink] == ["outer", "inner"]

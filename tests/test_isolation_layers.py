@@ -360,3 +360,94 @@ def test_layer_refusal_names_each_exposed_path_and_its_chmod(layer_runs, user_py
     _python, course = user_python
     assert run.returncode != 0 and run.results == {}, run.stderr[-2000:]
     assert "Landlock" in run.stderr and f"chmod -R o-rwx,g-rwx {course}" in run.stderr, run.stderr[-2000:]
+
+
+# -- the refusal's words ------------------------------------------------------------------------------
+def no_markers(tmp_path: Path) -> dict:
+    return {"root": str(tmp_path), "environ": {}, "cgroup": "0::/\n"}
+
+
+def test_refusal_in_a_seccomp_confined_container_names_the_profile_never_a_sysctl(tmp_path: Path) -> None:
+    from attnkit import confinement
+    (tmp_path / ".dockerenv").touch()
+    found = confinement.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t2\n", apparmor_sysctl="",
+                               root=str(tmp_path), environ={}, cgroup="0::/\n")
+    assert found.container == "docker" and found.seccomp_filtered
+    text = confinement.cause(found) + confinement.advice(found)
+    assert "seccomp" in text and "attnkit-docker.json" in text and "seccompProfile" in text and "--no-isolation" in text
+    assert "sysctl" not in text
+
+
+def test_refusal_under_kubernetes_and_podman_markers(tmp_path: Path) -> None:
+    from attnkit import confinement
+    assert confinement.container_kind(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "0::/\n") == "kubernetes"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/.containerenv").touch()
+    assert confinement.container_kind(str(tmp_path), {}, "0::/\n") == "podman"
+    assert confinement.container_kind(str(tmp_path / "none"), {}, "0::/kubepods/burstable/pod1\n") == "kubernetes"
+    assert confinement.container_kind(str(tmp_path / "none"), {}, "0::/user.slice\n") == ""
+
+
+def test_refusal_under_ubuntu_apparmor_names_the_profile_and_sudo(tmp_path: Path) -> None:
+    from attnkit import confinement
+    for why, sysctl in (("mount inside the user namespace: Operation not permitted", ""), ("unshare(CLONE_NEWUSER): Operation not permitted", "1")):
+        found = confinement.detect(why, status="Seccomp:\t0\n", apparmor_sysctl=sysctl, **no_markers(tmp_path))
+        assert found.userns_restricted and not found.container
+        text = confinement.cause(found) + confinement.advice(found, python="/usr/bin/python3")
+        assert "AppArmor" in text and "apparmor_parser" in text and "sudo" in text and os.path.realpath("/usr/bin/python3") in text
+
+
+def test_refusal_on_a_plain_host_keeps_the_sysctl_advice(tmp_path: Path) -> None:
+    from attnkit import confinement
+    found = confinement.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t0\n", apparmor_sysctl="0", **no_markers(tmp_path))
+    assert not found.container and not found.userns_restricted
+    assert "user.max_user_namespaces" in confinement.advice(found)
+
+
+def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
+    from attnkit import confinement
+    text = confinement.exposure_refusal([{"path": "/srv/course", "access": "read", "fix": "chmod -R o-rwx,g-rwx /srv/course"}] * 25)
+    assert text.count("chmod -R o-rwx,g-rwx /srv/course") == 20 and "5" in text.splitlines()[-1]
+
+
+# -- the uid pool and the probe -----------------------------------------------------------------------
+def test_uid_blocks_are_never_shared_while_held(tmp_path: Path) -> None:
+    from attnkit import uid_pool
+    first, second = uid_pool.claim(str(tmp_path)), uid_pool.claim(str(tmp_path))
+    assert second.first == first.first + uid_pool.UIDS_PER_ZYGOTE
+    assert first.uid(0) != first.uid(1)  # the sandbox being graded and the one forked ahead
+    os.close(first.lock_fd)  # the zygote ended: its block is free again
+    assert uid_pool.claim(str(tmp_path)).first == first.first
+
+
+@pytest.fixture()
+def open_folder():
+    """A folder everyone may enter (pytest's own tmp_path is root's, mode 700)."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="attnkit-probe-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_folder: Path) -> None:
+    _root_only()
+    from attnkit import nonamespace, uid_pool
+    tmp_path = open_folder
+    course = tmp_path / "course"
+    (course / "autograder").mkdir(parents=True)
+    (course / "autograder" / "reference.py").write_text("def scaled_attention(): ...")
+    venv = course / ".venv"
+    venv.mkdir()
+    tmp_path.chmod(0o755)
+    course.chmod(0o755)
+    (course / "autograder").chmod(0o755)
+    (course / "autograder" / "reference.py").chmod(0o644)
+    uid = uid_pool.POOL_BASE + 4000
+    exposed = nonamespace.probe(uid, [str(course)], [str(venv)])
+    fixes = {e.path: e.fix for e in exposed}
+    # The project holds the virtualenv the sandbox reads: closed for listing only, its contents by -R.
+    assert fixes == {str(course): f"chmod o-rw,g-rw {course}", str(course / "autograder"): f"chmod -R o-rwx,g-rwx {course / 'autograder'}"}, fixes
+    (course / "autograder").chmod(0o700)
+    course.chmod(0o711)
+    assert nonamespace.probe(uid, [str(course)], [str(venv)]) == []

@@ -57,13 +57,16 @@ def test_the_zygote_has_one_thread_when_it_forks_sandboxes() -> None:
     after a sandbox (forked from it) ran a cell, the zygote still has a single thread for the next."""
     zygote = Zygote()
     try:
+        zygote.wait_ready()
+        assert len(os.listdir(f"/proc/{zygote.pid}/task")) == 1  # warmed up, before its first fork
         session = Submission(zygote, [CodeCell(0, "import torch\nanswer = float((torch.ones(256, 256) @ torch.ones(256, 256)).sum())\n")])
         session.start()
         try:
-            assert session.variable("answer").value == 256.0 ** 3
+            answer = session.variable("answer").value
         finally:
             session.close()
         tasks = os.listdir(f"/proc/{zygote.pid}/task")
         assert len(tasks) == 1, tasks
+        assert answer == 256.0 ** 3  # the sandbox ran its torch op: a fork of a multi-threaded pool may hang or fail here
     finally:
         zygote.close()

@@ -48,8 +48,9 @@ def test_make_grade_with_the_system_python_on_a_fresh_clone(tmp_path: Path) -> N
         rows = {row["student_id"]: row for row in csv.DictReader(handle)}
     assert set(rows) == {"chenjing", "lilei", "sunmei", "wangfang", "xiaolin", "zhaoqiang"}
     assert float(rows["xiaolin"]["score"]) == 100 and float(rows["sunmei"]["score"]) == 0
-    assert rows["xiaolin"]["total_source"] == "gradebook", "make grade records the class in gradebook.db"
-    assert (clone / "gradebook.db").is_file()
+    assert rows["xiaolin"]["total_source"] == "gradebook", "make grade records the demo class in a gradebook"
+    # ... its own demo gradebook, never the course's.
+    assert (clone / "graded" / "demo-gradebook.db").is_file() and not (clone / "gradebook.db").exists()
 
 
 def make_install_says(python: str, venv_python: str, tmp_path: Path) -> str:

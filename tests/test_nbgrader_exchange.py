@@ -80,7 +80,8 @@ def as_user(user: str, home: Path, *command: str, timeout: float = 600) -> subpr
 
 
 def instructor(course: Path, *command: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    # A wide console: the summary table's rows stay one line each.
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", COLUMNS="200")
     result = subprocess.run(list(command), cwd=course, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
@@ -145,7 +146,7 @@ def exchange_run() -> dict:
             as_user(user, home, nbgrader, "submit", ASSIGNMENT)
 
         instructor(course, nbgrader, "collect", ASSIGNMENT)
-        instructor(course, str(BIN / "attnkit"), "grade", "--submitted", "submitted", "--out", "graded", "--jobs", "2",
+        graded_run = instructor(course, str(BIN / "attnkit"), "grade", "--submitted", "submitted", "--out", "graded", "--jobs", "2",
                    "--gradebook", "gradebook.db")
         instructor(course, nbgrader, "generate_feedback", ASSIGNMENT)
         instructor(course, nbgrader, "release_feedback", ASSIGNMENT)
@@ -157,7 +158,7 @@ def exchange_run() -> dict:
             fetched[role] = pages[0]
         exported = instructor(course, nbgrader, "export", "--to", str(course / "export.csv"))
         assert exported.returncode == 0
-        yield {"course": course, "users": users, "fetched": fetched, "base": base}
+        yield {"course": course, "users": users, "fetched": fetched, "base": base, "console": graded_run.stdout}
     finally:
         for user in created:
             subprocess.run(["userdel", "--remove", user], capture_output=True)
@@ -198,6 +199,8 @@ def test_fetched_feedback_of_the_late_student_shows_the_penalty(exchange_run: di
     assert page == graded(exchange_run, "late", "feedback.html").read_text(encoding="utf-8")
     report = (exchange_run["course"] / "graded" / "report.html").read_text(encoding="utf-8")
     assert '<td class="late">' + f"{penalty:g}</td>" in report
+    row = next(line for line in exchange_run["console"].splitlines() if user in line)
+    assert "迟交扣分" in exchange_run["console"] and f"{penalty:g}" in row and f"{total:g}/{float(exported[user]['max_score']):g}" in row, row
     on_time = exchange_run["users"]["mistake"]
     assert float(exported[on_time]["late_submission_penalty"]) == 0.0
 
@@ -214,7 +217,8 @@ def test_screenshot_of_a_fetched_feedback_page(exchange_run: dict, tmp_path: Pat
     if (ROOT / "tests" / "artifacts").is_dir():
         shutil.copy(shot, ROOT / "tests" / "artifacts" / "nbgrader-fetched-feedback.png")
     image = Image.open(shot).convert("RGB")
-    pixels = list(image.getdata())
+    raw = image.tobytes()
+    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
     # The late notice is drawn in the page's problem colours (a red border on a pale red box).
     assert sum(1 for r, g, b in pixels if r > 150 and g < 60 and b < 60) > 200, "no red late notice rendered"
     assert sum(1 for r, g, b in pixels if r + g + b < 150) > 2000, "no dark (rendered) text"

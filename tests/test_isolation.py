@@ -378,6 +378,8 @@ NO_USER_NAMESPACES = textwrap.dedent(
     # LANDLOCK "no": and an older kernel, without Landlock (its syscalls answer ENOSYS).
     import ctypes, errno, os, sys
     uid, gid, landlock = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if landlock == "no":
+        import pyseccomp  # now: as the TA, root's interpreter's own library is out of reach
     libc = ctypes.CDLL(None, use_errno=True)
     go_read, go_write = os.pipe()
     done_read, done_write = os.pipe()
@@ -401,7 +403,6 @@ NO_USER_NAMESPACES = textwrap.dedent(
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     if landlock == "no":
-        import pyseccomp
         rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
             rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)

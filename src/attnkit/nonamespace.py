@@ -50,6 +50,7 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
     """In the zygote, after its imports, when ``mode`` holds no namespaces: the best layer the
     OS gives (``mode`` unchanged, kind "none", when there is none; ``why`` then tells all)."""
     layer = Layer(read_only=allowlist(hide))
+    seccomp_filter.compiled()  # built here once; each sandbox only loads it
     root = os.geteuid() == 0
     if root:
         try:

@@ -14,7 +14,10 @@ kills the process) and orders the comparisons; a hand-written program would have
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import os
+import tempfile
 
 import pyseccomp
 
@@ -37,6 +40,8 @@ CLONE_NEW_FLAGS = {
     "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
 }
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+_libc = ctypes.CDLL(None, use_errno=True)
 TIOCSTI = 0x5412  # push characters into a terminal's input: the grader's, if one is inherited
 
 
@@ -55,8 +60,31 @@ def build() -> pyseccomp.SyscallFilter:
     return rules
 
 
+def compiled() -> bytes:
+    """The filter as the kernel takes it (an array of ``struct sock_filter``), built once: in the
+    zygote, so that each sandbox only loads it (libseccomp's build takes ~10 ms, a load ~0.1 ms)."""
+    if not _COMPILED:
+        with tempfile.TemporaryFile() as program:
+            build().export_bpf(program)
+            program.seek(0)
+            _COMPILED.append(program.read())
+    return _COMPILED[0]
+
+
+_COMPILED: list[bytes] = []
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
 def install() -> list[str]:
     """Load the filter into this process (single-threaded: it binds the calling thread and its
-    children). It sets no_new_privs, as an unprivileged process must. What it obtained."""
-    build().load()
+    children). Sets no_new_privs first, as an unprivileged process must. What it obtained."""
+    program = compiled()
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))  # sizeof(struct sock_filter) == 8
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"seccomp: {os.strerror(number)}")
     return ["seccomp-filter"]

@@ -111,10 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
     check.add_argument("--assignment", default=None, help="the assignment (default: the one whose notebook has this file's name)")
 
-    intake = commands.add_parser("collect", parents=[language], help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
+    intake = commands.add_parser("collect", parents=[language], 
+                                    help="turn a Canvas, Moodle or Blackboard download (folder or zip) into submitted/<id>/<assignment>/")
     intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
     intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
     intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: the only one)")
+    intake.add_argument("--lms", choices=["canvas", "moodle", "blackboard"], default=None,
+                        help="the LMS that made the download (default: detected once for the whole download)")
+    intake.add_argument("--timezone", default=None, help="the LMS's time zone for times a zip or Blackboard gives without one (IANA name; default UTC)")
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -495,12 +499,20 @@ def command_merge(args: argparse.Namespace) -> int:
 def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
     from attnkit.lms import collect as collect_download
+    from attnkit.lms import timezone
 
     assignment = assignment_for(discover(), args.assignment, "")
-    found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem])
+    try:
+        zone = timezone(args.timezone)
+    except ValueError as error:
+        raise GraderError(str(error)) from None
+    found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem], args.lms, zone)
     students = sorted({c.student_id for c in found.placed.values()})
     console.print(_("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(
         notebooks=len(found.placed), students=len(students), folder=args.submitted), markup=False)
+    for candidate in sorted(found.placed.values(), key=lambda c: c.origin):
+        for note in candidate.notes:
+            console.print("  " + _("{student}：{note}").format(student=candidate.student_id, note=note), soft_wrap=True, markup=False)
     for candidate in sorted(found.superseded, key=lambda c: c.origin):
         console.print("  " + _("较早的重交，未采用：{origin}").format(origin=candidate.origin), soft_wrap=True, markup=False)
     for origin, reason in sorted(found.unplaced):

@@ -42,6 +42,9 @@ class Job:
     digests: list[str] = field(default_factory=list)  # sha256 of each notebook's bytes at intake
     problems: list[str] = field(default_factory=list)  # found at intake (student-facing, in the run's language)
     notes: list[str] = field(default_factory=list)
+    # The assignment's notebook name when the student's file had another ("attention (1).ipynb"
+    # -> "attention.ipynb"): what results.json's notebooks[].stored_as says autograded/ holds.
+    graded_as: str = ""
 
     @property
     def key(self) -> str:
@@ -324,7 +327,8 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
             "problems": opened.problems,
             "notes": opened.notes,
             # What the gradebook may copy to autograded/: these names with exactly these bytes.
-            "notebooks": [{"name": display_name(Path(path).name), "sha256": digest}
+            "notebooks": [{"name": display_name(Path(path).name), "sha256": digest,
+                           "stored_as": opened.job.graded_as or display_name(Path(path).name)}
                           for path, digest in zip(opened.job.notebooks, opened.job.digests, strict=False)],
             "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},

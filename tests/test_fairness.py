@@ -5,6 +5,8 @@ function's mistake."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -71,3 +73,39 @@ def test_a_split_heads_that_always_raises_earns_no_property_point(results):
     assert graded["test_split_heads_rejects_indivisible_width"].score == 0, summary(results["split_always_raises"])
     # The reference still earns it.
     assert all(r.status == "passed" for r in results["reference"])
+
+
+def test_a_missing_module_says_what_grading_has_installed():
+    from attnkit.explain import explain
+
+    text = explain("ModuleNotFoundError", "No module named 'einops'")
+    assert all(name in text for name in ("torch", "numpy", "matplotlib", "标准库"))
+
+
+def test_a_missing_name_explains_skipped_cells_truthfully():
+    """Grading does not run skip-grading cells: the NameError explanation must not claim it runs all."""
+    from attnkit.explain import explain
+
+    text = explain("NameError", "name 'helper' is not defined")
+    assert "skip-grading" in text and "评分时按顺序运行全部单元格）" not in text
+
+
+def test_section_titles_lose_their_markdown(tmp_path):
+    import json
+
+    from attnkit.notebook import parse_notebook
+
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": "### 练习 4.1：`scaled_attention` 与 **掩码**"},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "x = 1"},
+    ]
+    raw = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    notebook = parse_notebook(raw, tmp_path / "a.ipynb")
+    assert notebook.cells[-1].section == "练习 4.1：scaled_attention 与 掩码"
+
+
+def test_the_page_does_not_call_pythons_errors_pytorchs():
+    from attnkit import feedback
+
+    template = (Path(feedback.__file__).parent / "templates" / "feedback.html.j2").read_text(encoding="utf-8")
+    assert "PyTorch 的原始信息" not in template

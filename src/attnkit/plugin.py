@@ -233,6 +233,12 @@ def only_failed_functions(ids: list[str], assignment: Assignment, failed: dict[s
     return [id_ for id_ in ids if function_of.get(id_) is None or function_of[id_] in failed]
 
 
+def _diagnosable(catalogue: Any) -> dict[str, dict]:
+    """The mistakes diagnosis replays: with their variants when the catalogue has them."""
+    variants = getattr(catalogue, "diagnosable_namespaces", None)
+    return variants() if variants is not None else catalogue.mistake_namespaces()
+
+
 def title_of(item: pytest.Item) -> str:
     """The test's title: the first line of its docstring, translated in the assignment's own
     message domain (``locale/`` beside the test file), or its name."""
@@ -567,7 +573,7 @@ class GradingPlugin:
 
         catalogue = assignment.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, self._probe_once(proxy))
+        return diagnose(proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy))
 
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:

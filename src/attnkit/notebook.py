@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,13 +156,31 @@ def _text(source: object) -> str:
     return source if isinstance(source, str) else ""
 
 
+# Inline markdown a heading may use, replaced by the text a student sees in Jupyter: the page
+# quotes the title as plain text, so "`scaled_attention`" must read "scaled_attention".
+_INLINE_MARKDOWN = (
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # [text](url), ![alt](src)
+    (re.compile(r"`+([^`]*)`+"), r"\1"),  # `code`, ``code``
+    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),  # **bold**, __bold__
+    (re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])"), r"\1"),  # *italic*
+)
+
+
+def plain_heading(text: str) -> str:
+    """A heading's text without inline markdown (code spans, emphasis, links)."""
+    for pattern, replacement in _INLINE_MARKDOWN:
+        text = pattern.sub(replacement, text)
+    return text.strip()
+
+
 def _heading(markdown: str) -> str:
-    """The last markdown heading (``#`` .. ``######``) of a cell, without its hashes, or ""."""
+    """The last markdown heading (``#`` .. ``######``) of a cell, without its hashes and inline
+    markdown, or ""."""
     found = ""
     for line in markdown.splitlines():
         stripped = line.strip()
         if stripped.startswith("#") and stripped.lstrip("#").startswith(" "):
-            found = stripped.lstrip("#").strip()[:120]
+            found = plain_heading(stripped.lstrip("#").strip())[:120]
     return found
 
 

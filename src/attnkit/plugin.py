@@ -225,6 +225,20 @@ def substitution_note(functions: dict[str, str], passed: bool, assignment: Assig
     return text
 
 
+def only_failed_functions(ids: list[str], assignment: Assignment, failed: dict[str, str]) -> list[str]:
+    """The diagnoses whose mistake is in a function that failed a test: a function that passes all
+    its own tests (run before every test that depends on it) is never told it has a mistake, even
+    when a caller's failure happens to look like one of its mistakes."""
+    function_of = {mistake.id: mistake.function for mistake in getattr(assignment.catalogue(), "MISTAKES", ())}
+    return [id_ for id_ in ids if function_of.get(id_) is None or function_of[id_] in failed]
+
+
+def _diagnosable(catalogue: Any) -> dict[str, dict]:
+    """The mistakes diagnosis replays: with their variants when the catalogue has them."""
+    variants = getattr(catalogue, "diagnosable_namespaces", None)
+    return variants() if variants is not None else catalogue.mistake_namespaces()
+
+
 def title_of(item: pytest.Item) -> str:
     """The test's title: the first line of its docstring, translated in the assignment's own
     message domain (``locale/`` beside the test file), or its name."""
@@ -565,7 +579,7 @@ class GradingPlugin:
             for name in functions_of(item):
                 failed.setdefault(name, result.grade_id)
         if message is not None and diagnose and isinstance(proxy, Student):
-            result.diagnoses = self.diagnose(proxy, assignment)
+            result.diagnoses = only_failed_functions(self.diagnose(proxy, assignment), assignment, self.failed_functions.get(submission_id, {}))
         if isinstance(proxy, Student):
             proxy.substitutes = {}
         self.results.setdefault(submission_id, []).append(result)
@@ -575,7 +589,7 @@ class GradingPlugin:
 
         catalogue = assignment.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, self._probe_once(proxy))
+        return diagnose(proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy))
 
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:

@@ -1,0 +1,104 @@
+"""Round-2 fairness cases (issue 26, issue 23's property points): realistic wrong functions written
+from the chapter, none of them in the catalogue nor in wrong_submissions.py. Each replaces one
+function of the reference (function name, source); used by tests/test_fairness.py."""
+
+from __future__ import annotations
+
+FAIRNESS: dict[str, tuple[str, str]] = {
+    # A split_heads that only ever refuses: the "width not divisible by heads" points need a
+    # split_heads that splits (issue 23).
+    "split_always_raises": ("split_heads", '''
+def split_heads(x, num_heads):
+    raise ValueError("width must be divisible by num_heads")
+'''),
+    # Heads take every h-th feature instead of a contiguous block of D/h features.
+    "split_interleaved_features": ("split_heads", '''
+def split_heads(x, num_heads):
+    batch, length, width = x.shape
+    if width % num_heads != 0:
+        raise ValueError("width not divisible")
+    return x.reshape(batch, length, width // num_heads, num_heads).permute(0, 3, 1, 2)
+'''),
+    # Swaps time and feature axes of each head before merging.
+    "merge_swaps_last_two": ("merge_heads", '''
+def merge_heads(x):
+    batch, heads, length, size = x.shape
+    return x.transpose(2, 3).reshape(batch, length, heads * size)
+'''),
+    # Key positions counted up to the longest sequence, not up to size.
+    "padding_ignores_size": ("padding_allowed", '''
+import torch
+
+def padding_allowed(lengths, size):
+    positions = torch.arange(int(lengths.max()))
+    return (positions[None, :] < lengths[:, None])[:, None, None, :]
+'''),
+    # The chapter's mask built with numpy, returned as a numpy array.
+    "causal_numpy": ("causal_allowed", '''
+import numpy as np
+
+def causal_allowed(size):
+    return np.tril(np.ones((size, size), dtype=bool))
+'''),
+    # Multi-head that never passes the mask on: its scaled_attention is right (issue 26's
+    # misdiagnosis: mask_not_applied named scaled_attention's mistake).
+    "mha_forgets_allowed": ("multi_head_attention", '''
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    heads, weights = scaled_attention(query, key, value)
+    return merge_heads(heads) @ w_o, weights
+'''),
+    # Cross-attention with the queries taken from the context as well.
+    "mha_queries_from_context": ("multi_head_attention", '''
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(source @ w_q, num_heads)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    heads, weights = scaled_attention(query, key, value, allowed)
+    return merge_heads(heads) @ w_o, weights
+'''),
+    # Scales by the size of dimension 1 (the heads, or T for 3-d inputs) instead of d_k.
+    "scale_by_dim1": ("scaled_attention", '''
+from math import sqrt
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.size(1))
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
+    # Checks for an empty row over the wrong axis (a key no query may see), so it raises for a
+    # padded key column and misses an empty query row.
+    "empty_check_on_keys": ("scaled_attention", '''
+from math import sqrt
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-2).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
+    # Merges heads by summing them, a shape-correct but wrong reduction.
+    "merge_sums_heads": ("merge_heads", '''
+def merge_heads(x):
+    batch, heads, length, size = x.shape
+    return x.sum(dim=1).repeat(1, 1, heads)
+'''),
+    # A causal mask that works for one size only (hard-coded from the chapter's example).
+    "causal_fixed_size": ("causal_allowed", '''
+import torch
+
+def causal_allowed(size):
+    return torch.ones(4, 4, dtype=torch.bool).tril()[:size, :size] if size <= 4 else torch.ones(size, size, dtype=torch.bool)
+'''),
+}

@@ -21,7 +21,7 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from attnkit import i18n, protocol
+from attnkit import i18n, nonamespace, protocol
 from attnkit.cells import warm_shell
 from attnkit.cgroup import Cgroup, sweep_stale
 from attnkit.i18n import _
@@ -39,6 +39,8 @@ from attnkit.policy import DEFAULT_MAX_PROCESSES, cgroup_memory_bytes
 from attnkit.sandbox_server import Sandbox, hold_plan
 
 _libc = ctypes.CDLL(None, use_errno=True)  # madvise
+# This zygote's layer without namespaces, once chosen (_isolate): its read-only trees, its uid block.
+_LAYER: list[nonamespace.Layer | None] = [None]
 
 
 def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, mode: Mode, placed: int) -> None:
@@ -70,6 +72,7 @@ class Sandboxes:
         self.groups: dict[int, Cgroup | None] = {}
         self.workdirs: dict[int, str] = {}  # unisolated sandboxes' folders (isolated: a tmpfs)
         self.count = 0
+        self.spawned = 0  # sandboxes forked so far (each takes the next uid of a pool block)
         self.can_make_cgroups = can_make_cgroups
 
     def new_group(self, settings: dict[str, Any]) -> Cgroup | None:
@@ -195,8 +198,11 @@ def _address_space() -> int:
 
 def _isolate(mode: Mode, hide: list[str]) -> Mode:
     """Build the sandboxes' root once (its folders in ``visible``); a zygote that cannot is not
-    isolated, and says why."""
+    isolated, and says why. Without namespaces: the layer that needs none, where the OS has it."""
     if not mode.isolated:
+        mode, _LAYER[0] = nonamespace.choose(mode, hide)
+        return mode
+    if not mode.namespaced:
         return mode
     try:
         mode.visible = build_root(hide)
@@ -209,11 +215,15 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
     """Fork one sandbox; its pid once it is mapped and placed (nothing of the student's has run)."""
     group = sandboxes.new_group(settings)
     # Unisolated, a folder of the host's /tmp: made here, so that it is removed once reaped.
-    workdir = settings["workdir"] = None if mode.isolated else tempfile.mkdtemp(prefix="sandbox-")
+    workdir = settings["workdir"] = None if mode.namespaced else tempfile.mkdtemp(prefix="sandbox-")
+    block = _LAYER[0].block if _LAYER[0] is not None else None
+    if block is not None:  # as root without namespaces: this sandbox's uid, of the zygote's own block
+        settings["sandbox_uid"] = block.uid(sandboxes.spawned)
+    sandboxes.spawned += 1
     our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()
     try:
-        pid = clone_sandbox() if mode.isolated else os.fork()
+        pid = clone_sandbox() if mode.namespaced else os.fork()
     except OSError:
         os.close(placed_read)
         os.close(placed_write)
@@ -231,7 +241,7 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
         sandboxes.workdirs[pid] = workdir
     ready = b"0"
     try:
-        if mode.isolated:
+        if mode.namespaced:
             map_sandbox_user(pid, mode)
         # No code of the student's runs before this byte: the sandbox is inside its group first.
         ready = b"1" if sandboxes.started(pid, group) else b"0"
@@ -273,7 +283,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         collapse_into_huge_pages()
     mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
-    if mode.isolated:
+    if mode.namespaced:
         # Every isolated sandbox's home is the same folder of its own root: set once here (a
         # sandbox setting them itself touches ~160 pages it would then have to copy).
         os.environ.update(home_environment(SANDBOX_HOME))
@@ -283,7 +293,8 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     address_space = _address_space()
     protocol.send(control, {
         "zygote": "ready", "pid": os.getpid(),
-        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible},
+        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible,
+                      "exposed": mode.exposed},
     })
     while True:
         try:

@@ -87,15 +87,24 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
 class Mode:
     """How the zygote got its private mount namespace, and what that allows its sandboxes."""
 
-    kind: str  # "root": init user namespace with CAP_SYS_ADMIN; "userns": a user namespace of its own; "none"
-    why: str = ""  # when kind is "none": what the kernel refused
-    sandbox_host_uid: str = "nobody"  # who the sandbox's uid 65534 is on the host: "nobody" or "grader"
+    # "root": init user namespace with CAP_SYS_ADMIN; "userns": a user namespace of its own;
+    # without namespaces (attnkit.nonamespace): "landlock" (Landlock + seccomp, a pool uid as
+    # root) or "pool" (root: a pool uid + seccomp, checked by a probe); "none"
+    kind: str
+    why: str = ""  # what the kernel refused (kind "none"; for the layers without namespaces, why not namespaces)
+    sandbox_host_uid: str = "nobody"  # who the sandbox is on the host: "nobody", "grader" or "pool"
     can_make_cgroups: bool = False
-    visible: list[str] = field(default_factory=list)  # the host folders bound into the sandbox's root
+    visible: list[str] = field(default_factory=list)  # the host folders the sandbox may read
+    landlock_abi: int = 0
+    exposed: list[dict] = field(default_factory=list)  # kind "none" after the pool's probe: what it found
 
     @property
     def isolated(self) -> bool:
         return self.kind != "none"
+
+    @property
+    def namespaced(self) -> bool:
+        return self.kind in ("root", "userns")
 
 
 def _write(path: str, text: str) -> None:
@@ -140,6 +149,40 @@ def _enter_user_namespace() -> str:
     return "nobody" if euid == 0 else "grader"
 
 
+def _user_namespace_can_mount() -> str:
+    """Whether a user namespace of ours may mount, tried in a short-lived child ("" if so, else
+    why not). A user namespace cannot be left once entered: where the kernel grants one but
+    denies mounting inside it (Ubuntu 24.04's AppArmor restriction of unconfined programs), a
+    zygote that entered it would be stuck in a half-built namespace where its own uid is unmapped."""
+    euid, egid = os.geteuid(), os.getegid()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        answer, step = b"", "unshare"
+        try:
+            if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+                answer = f"unshare(CLONE_NEWUSER): {os.strerror(ctypes.get_errno())}".encode()
+            else:
+                step = "the user namespace's uid/gid maps"
+                _write("/proc/self/setgroups", "deny")
+                _write("/proc/self/uid_map", f"0 {euid} 1\n")
+                _write("/proc/self/gid_map", f"0 {egid} 1\n")
+                step = "mount inside the user namespace"
+                mount("none", "/", None, MS_REC | MS_PRIVATE)
+                mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+        except OSError as error:
+            answer = f"{step}: {os.strerror(error.errno or 0)}".encode()
+        finally:
+            os.write(write_end, answer)
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read().decode()
+    os.waitpid(child, 0)
+    return answer
+
+
 def enter_private_namespace() -> Mode:
     """Step 1, in a single-threaded zygote: a private mount namespace (see the module's doc)."""
     if not sys.platform.startswith("linux") or SYS_CLONE is None:
@@ -148,10 +191,13 @@ def enter_private_namespace() -> Mode:
         mode = Mode("root", can_make_cgroups=True)
     else:
         refused_as_root = os.strerror(ctypes.get_errno()) if os.geteuid() == 0 else ""
+        why = f"unshare(CLONE_NEWNS) as root: {refused_as_root}; " if refused_as_root else ""
+        refused = _user_namespace_can_mount()
+        if refused:  # never entered: the zygote stays as it was, and falls back cleanly
+            return Mode("none", f"{why}{refused}")
         try:
             mode = Mode("userns", sandbox_host_uid=_enter_user_namespace())
         except (IsolationError, OSError) as error:
-            why = f"unshare(CLONE_NEWNS) as root: {refused_as_root}; " if refused_as_root else ""
             return Mode("none", f"{why}{error}")
     try:
         mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
@@ -394,8 +440,14 @@ def forbid_nested_user_namespaces() -> bool:
 
 # -- in words ---------------------------------------------------------------------------------------
 def level(items: list[str]) -> str:
-    """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained."""
-    if "allowlisted-root" in items and "no-capabilities" in items:
+    """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained.
+    Isolated means a layer held: namespaces with the allowlisted root, or Landlock's allowlist,
+    or (root, no Landlock) a pool uid whose probe found nothing hidden in its reach; each of the
+    last two with the seccomp filter installed and no capability left."""
+    held = "no-capabilities" in items and (
+        "allowlisted-root" in items
+        or ("seccomp-filter" in items and ("landlock-files" in items or ("uid-pool" in items and "probe-passed" in items))))
+    if held:
         return "isolated"
     return "unisolated" if items else ""
 
@@ -411,7 +463,21 @@ def describe(all_items: list[list[str]]) -> str:
                         "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
                         count).format(count=count)
     union = {item for items in all_items for item in items}
+    if "allowlisted-root" not in union:
+        return _describe_without_namespaces(union)
     user = _("映射为主机上的 nobody") if "uid-nobody" in union else _("映射为评分者自己的 uid（无 root 时内核只允许这一种映射）")
     memory = _("cgroup 限制整份提交的内存与进程数") if "cgroup-memory-and-pids" in union else _("单进程、按进程限制地址空间（无法使用 cgroup）")
     text = _("已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}").format(user=user, memory=memory)
     return text if "no-proc" not in union else text + _("；没有 /proc（内核不允许在此挂载）")
+
+
+def _describe_without_namespaces(union: set[str]) -> str:
+    abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
+    user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("评分者自己的 uid")
+    if abi:
+        extras = "".join(text for item, text in (("landlock-no-tcp", _("，禁止 TCP")), ("landlock-scoped", _("，信号与抽象 unix 套接字限于沙箱内")))
+                         if item in union)
+        return _("已隔离（无命名空间）：Landlock（ABI {abi}）只允许读取白名单目录、只写私有工作目录{extras}；"
+                 "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；沙箱用户为{user}，无任何特权").format(abi=abi, extras=extras, user=user)
+    return _("已隔离（无命名空间，无 Landlock）：沙箱用户为{user}，探测进程确认它读写不到课程、答案、提交与输出；"
+             "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；无任何特权").format(user=user)

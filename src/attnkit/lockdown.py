@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnkit import nonamespace
 from attnkit.isolation import (
     SANDBOX_HOME,
     Mode,
@@ -56,27 +57,33 @@ class SandboxContext:
 def lock_down(context: SandboxContext) -> list[str]:
     """Lock this process down as the sandbox ``context`` describes; what it obtained.
 
-    =====  ==========================================  ==========================================
-    step   namespaces (isolated)                       unisolated (trusted notebooks only)
-    =====  ==========================================  ==========================================
-    1      record the namespaces the clone gave        record "unisolated"
-    2      bind the staged root (our own mount)        own, empty session keyring
-    3      uid/gid 65534 in the namespace              as root: workdir to nobody, become nobody
-    4      private /proc (or none)                     no_new_privs
-    5      tmpfs /tmp and home
-    6      pivot into the allowlisted root
-    7      no nested user namespaces
-    8      own, empty session keyring
-    9      drop every capability (and no_new_privs)
-    =====  ==========================================  ==========================================
+    ====  ===================================  ==================================  ===============================
+    step  namespaces (kinds root, userns)      no-namespaces (landlock, pool)      unisolated (trusted only)
+    ====  ===================================  ==================================  ===============================
+    1     record the namespaces the clone      own, empty session keyring          record "unisolated"
+          gave
+    2     bind the staged root (our own        as root: workdir to the pool uid,   own, empty session keyring
+          mount)                               bounding set dropped, become it
+    3     uid/gid 65534 in the namespace       no_new_privs                        as root: workdir to nobody,
+                                                                                   become nobody
+    4     private /proc (or none)              pool: record the zygote's probe     no_new_privs
+    5     tmpfs /tmp and home                  landlock: restrict_self to the
+                                               allowlist (``nonamespace.enter``)
+    6     pivot into the allowlisted root
+    7     no nested user namespaces
+    8     own, empty session keyring
+    9     drop every capability (and
+          no_new_privs)
+    ====  ===================================  ==================================  ===============================
 
     Then, whatever the layer: close every descriptor but the channel and the standard streams;
     record the control group; die with the zygote (armed after the change of user, which clears
     it); chdir to the work folder; its environment; rlimits (``attnkit.policy.rlimits``); stdin
-    from /dev/null, stdout/stderr into a file and a bounded writer; our modules out of
-    ``sys.modules``. A new layer is one more branch below.
+    from /dev/null, stdout/stderr into a file and a bounded writer; no-namespaces only: the seccomp
+    filter (``nonamespace.finish``), last of all that may need a syscall it denies; our modules out
+    of ``sys.modules``. A new layer is one more branch below.
     """
-    kind = "namespaces" if context.mode.isolated else "unisolated"
+    kind = "namespaces" if context.mode.namespaced else "no-namespaces" if context.mode.isolated else "unisolated"
     if kind == "namespaces":
         _record_namespaces(context)
         bind_stage()
@@ -88,6 +95,9 @@ def lock_down(context: SandboxContext) -> list[str]:
         _own_keyring(context)
         _drop_capabilities(context)
         context.workdir = SANDBOX_HOME
+    elif kind == "no-namespaces":  # Landlock, or a pool uid (attnkit.nonamespace)
+        context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
+        context.obtained += nonamespace.enter(context.mode, context.workdir, context.settings.get("sandbox_uid"))
     else:
         # Trusted notebooks only (--no-isolation, or a learner checking their own): the
         # grader's own view of the machine, less root.
@@ -103,6 +113,8 @@ def lock_down(context: SandboxContext) -> list[str]:
     _set_environment(context)
     _set_rlimits(context)
     _redirect_output(context)
+    if kind == "no-namespaces":
+        context.obtained += nonamespace.finish()  # the seccomp filter, last
     _hide_our_modules()
     return context.obtained
 

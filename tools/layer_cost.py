@@ -14,7 +14,8 @@ import sys
 import time
 
 from attnkit import protocol
-from attnkit.sandbox import Limits, Zygote
+from attnkit.policy import Limits
+from attnkit.sandbox import Zygote
 
 
 def main(count: int) -> None:

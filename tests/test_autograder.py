@@ -635,7 +635,8 @@ def test_the_sandbox_forgets_everything_a_swapped_call_saw():
     in, does the student's own scaled_attention still give its own (wrong) answer, even on an input
     whose reference answer it asked for during that call, with nothing kept from the call?"""
     from attnkit.notebook import CodeCell
-    from attnkit.sandbox import Limits, Submission, Zygote
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
 
     source = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
     reference = catalogue.reference_namespace()
@@ -761,7 +762,8 @@ def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
     """During a swapped call, does the trusted side answer the stand-in for the swapped name only,
     refuse huge inputs and stop after its call budget, without the call itself failing?"""
     from attnkit.notebook import CodeCell
-    from attnkit.sandbox import Limits, Submission, Zygote
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
 
     source = REFERENCE + '''
 import torch

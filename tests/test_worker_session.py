@@ -13,7 +13,8 @@ import pytest
 
 from attnkit import plugin, worker
 from attnkit.engine import find_jobs
-from attnkit.sandbox import Limits, Zygote
+from attnkit.policy import Limits
+from attnkit.sandbox import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -40,7 +40,7 @@ from rich.text import Text
 
 from attnkit import __version__
 from attnkit.assignment import Assignment, discover, solutions_beside
-from attnkit.constants import AUTOGRADER_ROOT, DEFAULT_MEMORY_MB, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
+from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import i18n
 from attnkit.i18n import _, ngettext
 from attnkit.engine import (
@@ -54,7 +54,7 @@ from attnkit.engine import (
 from attnkit.files import atomic_write
 from attnkit.feedback import causes, feedback_html, report_html
 from attnkit.isolation import describe as describe_isolation
-from attnkit.sandbox import Limits
+from attnkit.policy import DEFAULT_MEMORY_MB, Limits
 from attnkit.seed import take as take_seed
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 

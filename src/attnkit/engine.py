@@ -36,7 +36,7 @@ from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.seed import Seed
-from attnkit.sandbox import Limits
+from attnkit.policy import Limits
 from attnkit.worker import Job, worker_main
 
 MAX_ID_LENGTH = 200

@@ -15,7 +15,7 @@ Each sandbox is then one ``clone(2)`` with new user, mount, PID, network and IPC
 (:func:`clone_sandbox`). The zygote maps the sandbox's user to ``nobody`` on the host when it can
 (root), otherwise to the grader's own uid, which owns nothing the sandbox can see
 (:func:`map_sandbox_user`). The sandbox mounts its own /proc and empty writable /tmp and home,
-pivots into the tree, becomes uid 65534 and drops every capability (:func:`enter_root`); only
+pivots into the tree, becomes uid 65534 and drops every capability (``attnkit.lockdown``); only
 then does student code run. Nothing of the host outside the tree exists in its view.
 """
 
@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 
 from attnkit.i18n import _, ngettext
+from attnkit.policy import SCRATCH_SIZE
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -39,7 +40,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
 MNT_DETACH = 0x2
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
@@ -50,7 +51,6 @@ NOBODY = 65534
 # is untouched; the zygote needs no /tmp of its own once its imports are done).
 STAGE = "/tmp"
 SANDBOX_HOME = "/home/student"
-SCRATCH_SIZE = "64m"  # each of the sandbox's /tmp and home: tmpfs is memory
 DEVICES = ("null", "zero", "random", "urandom")
 # statvfs flags -> mount flags: a read-only remount inside a user namespace must keep the flags
 # the host mount has (the kernel locks them), as bubblewrap does.
@@ -210,7 +210,7 @@ def own_mount_namespace(mode: Mode) -> Mode:
     """In a zygote forked by the seed (``attnkit.seed``): a mount namespace of its own, a copy of
     the seed's private one. Two zygotes sharing one would build their sandboxes' roots on top of
     each other, and one could clone a sandbox while the other's root is still writable."""
-    if not mode.isolated:
+    if not mode.namespaced:
         return mode
     if _libc.unshare(CLONE_NEWNS) != 0:
         return Mode("none", f"unshare(CLONE_NEWNS) in a zygote: {os.strerror(ctypes.get_errno())}")
@@ -340,6 +340,25 @@ def leave_session_keyring() -> bool:
     return _libc.syscall(ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) >= 0
 
 
+def die_with_parent() -> None:
+    """SIGKILL when our parent dies. The kernel clears it whenever a process's user changes, and
+    a fork does not inherit it: each process arms it for itself, after any change of user."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def forbid_new_privileges() -> None:
+    """no_new_privs: no setuid binary, file capability or LSM transition gives us more."""
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def drop_to_nobody(workdir: str) -> None:
+    """As root, outside any namespace: ``workdir`` given to uid 65534, then become it."""
+    os.chown(workdir, NOBODY, NOBODY)
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -361,29 +380,38 @@ def drop_capabilities() -> None:
     _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), empty), "capset")
 
 
-def enter_root(mode: Mode) -> list[str]:
-    """In a fresh sandbox (after :func:`map_sandbox_user`): its own /proc and scratch, the tree as
-    its whole filesystem, uid/gid 65534, no capabilities. Returns what it obtained."""
-    obtained = ["user-namespace", "pid-namespace", "no-network", "no-ipc"]
-    # The tree came with our copy of the zygote's mounts, which the kernel locks for a less
-    # privileged namespace (and will not pivot into): a bind of it is our own mount.
+# -- a sandbox's namespace layer, step by step (in the order ``attnkit.lockdown`` calls them) ------
+def bind_stage() -> None:
+    """The tree came with our copy of the zygote's mounts, which the kernel locks for a less
+    privileged namespace (and will not pivot into): a bind of it is our own mount."""
     mount(STAGE, STAGE, None, MS_BIND | MS_REC)
-    # Our user first: the capabilities stay until dropped below, and what we create on the
-    # scratch folders must belong to a user the namespace knows (the zygote's may be unmapped).
+
+
+def become_sandbox_user() -> None:
+    """uid/gid 65534 in the namespace. Our user first: the capabilities stay until dropped, and
+    what we create on the scratch folders must belong to a user the namespace knows (the
+    zygote's may be unmapped)."""
     try:
         os.setgroups([])
     except OSError:
         pass  # a namespace made without root forbids setgroups; the grader's own groups stay
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
-    obtained.append(f"uid-{mode.sandbox_host_uid}")
+
+
+def mount_private_proc() -> bool:
+    """The PID namespace's own /proc; whether the kernel gave one."""
     try:
         mount("proc", f"{STAGE}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        obtained.append("private-proc")
+        return True
     except IsolationError:
         # The kernel mounts a new /proc in a user namespace only where the host's /proc is not
         # partly covered (as in some containers): then the sandbox simply has no /proc.
-        obtained.append("no-proc")
+        return False
+
+
+def mount_scratch(mode: Mode) -> None:
+    """A fresh tmpfs on the sandbox's /tmp and its home."""
     for scratch, mode_bits in (("/tmp", "1777"), (SANDBOX_HOME, "700")):
         # A Python tree kept under /tmp (a checkout there) would vanish under the fresh scratch:
         # held open first, then bound again on top of it (read-only, as it was).
@@ -393,20 +421,21 @@ def enter_root(mode: Mode) -> list[str]:
             os.makedirs(STAGE + folder, mode=0o755, exist_ok=True)
             mount(f"/proc/self/fd/{descriptor}", STAGE + folder, None, MS_BIND | MS_REC)
             os.close(descriptor)
+
+
+def pivot_into_stage() -> None:
+    """The allowlisted tree as the whole filesystem."""
     _pivot_into(STAGE)
-    obtained.append("allowlisted-root")
+
+
+def forbid_nested_user_namespaces() -> bool:
+    """No user namespaces below ours: student code gets no capabilities anywhere, not even over
+    namespaces of its own. Whether the kernel took it."""
     try:
-        # No user namespaces below ours: student code gets no capabilities anywhere, not even
-        # over namespaces of its own.
         _write("/proc/sys/user/max_user_namespaces", "0")
-        obtained.append("no-nested-namespaces")
+        return True
     except OSError:
-        pass
-    if leave_session_keyring():
-        obtained.append("own-keyring")
-    drop_capabilities()
-    obtained.append("no-capabilities")
-    return obtained
+        return False
 
 
 # -- in words ---------------------------------------------------------------------------------------

@@ -20,29 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnkit.constants import CRASHED, DEFAULT_MEMORY_MB, TIMEOUT
+from attnkit.constants import CRASHED, TIMEOUT
 from attnkit import confinement, i18n
 from attnkit.i18n import _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
+from attnkit.policy import Limits
 from attnkit.proxy import Outcome, call_request, variable_request
 from attnkit.seed import start_zygote_process, wait_for_exit
-
-
-@dataclass
-class Limits:
-    cell_seconds: float = 10.0
-    call_seconds: float = 10.0
-    notebook_seconds: float = 60.0
-    # All calls of one submission together: a function that sleeps just under call_seconds on
-    # every call would otherwise cost (number of calls) x call_seconds.
-    submission_seconds: float = 120.0
-    memory_mb: int = DEFAULT_MEMORY_MB
-    cpu_seconds: int = 120
-    restarts: int = 3
-    # The TA vouches for these notebooks (--no-isolation; a learner's own notebook): a plain
-    # process may run them where the OS gives no isolated sandbox.
-    trusted: bool = False
 
 
 @dataclass

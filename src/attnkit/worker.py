@@ -26,7 +26,8 @@ from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_notebook, read_submitted
 from attnkit import protocol
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
-from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
+from attnkit.policy import Limits
+from attnkit.sandbox import SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
 
 
 @dataclass

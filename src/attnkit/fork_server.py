@@ -71,6 +71,7 @@ class Sandboxes:
     def __init__(self, can_make_cgroups: bool) -> None:
         self.groups: dict[int, Cgroup | None] = {}
         self.workdirs: dict[int, str] = {}  # unisolated sandboxes' folders (isolated: a tmpfs)
+        self.spawned = 0  # sandboxes forked so far (each takes the next uid of a pool block)
         self.count = 0
         self.spawned = 0  # sandboxes forked so far (each takes the next uid of a pool block)
         self.can_make_cgroups = can_make_cgroups

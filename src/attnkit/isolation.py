@@ -210,7 +210,7 @@ def own_mount_namespace(mode: Mode) -> Mode:
     """In a zygote forked by the seed (``attnkit.seed``): a mount namespace of its own, a copy of
     the seed's private one. Two zygotes sharing one would build their sandboxes' roots on top of
     each other, and one could clone a sandbox while the other's root is still writable."""
-    if not mode.isolated:
+    if not mode.namespaced:
         return mode
     if _libc.unshare(CLONE_NEWNS) != 0:
         return Mode("none", f"unshare(CLONE_NEWNS) in a zygote: {os.strerror(ctypes.get_errno())}")

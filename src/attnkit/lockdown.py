@@ -95,7 +95,10 @@ def lock_down(context: SandboxContext) -> list[str]:
         _own_keyring(context)
         _drop_capabilities(context)
         context.workdir = SANDBOX_HOME
-    elif kind == "no-namespaces":  # Landlock, or a pool uid (attnkit.nonamespace)
+    elif kind == "no-namespaces":
+        # Landlock, or as root a pool uid checked by the zygote's probe (attnkit.nonamespace):
+        # own keyring; as root the workdir to the pool uid, bounding set emptied, become it;
+        # no_new_privs; Landlock's allowlist where the mode has it.
         context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
         context.obtained += nonamespace.enter(context.mode, context.workdir, context.settings.get("sandbox_uid"))
     else:
@@ -113,9 +116,9 @@ def lock_down(context: SandboxContext) -> list[str]:
     _set_environment(context)
     _set_rlimits(context)
     _redirect_output(context)
-    if kind == "no-namespaces":
-        context.obtained += nonamespace.finish()  # the seccomp filter, last
     _hide_our_modules()
+    if kind == "no-namespaces":
+        context.obtained += nonamespace.finish()  # the seccomp filter, last of all
     return context.obtained
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.gradescope import build_bundle, to_gradescope
+from attnkit.isolation import level as isolation_level
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
@@ -61,6 +62,13 @@ def autograder_root(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 def run_autograder(root: Path, files: dict[str, Path]) -> dict:
     """Put ``files`` (name in the submission -> file) in submission/, run, return results.json."""
+    result = start_autograder(root, files)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+
+
+def start_autograder(root: Path, files: dict[str, Path], prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Put ``files`` in submission/ and run ``run_autograder`` (``prefix``: in a setting of tests/settings.py)."""
     submission = root / "submission"
     shutil.rmtree(submission, ignore_errors=True)
     shutil.rmtree(root / "results", ignore_errors=True)
@@ -68,10 +76,9 @@ def run_autograder(root: Path, files: dict[str, Path]) -> dict:
     for name, path in files.items():
         (submission / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, submission / name)
-    result = subprocess.run([str(root / "run_autograder")], env=environment(root), capture_output=True,
-                            text=True, stdin=subprocess.DEVNULL, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    command = [str(root / "run_autograder")]
+    return subprocess.run(prefix(command) if prefix else command, env=environment(root), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=600)
 
 
 def test_bundle_contents(bundle: Path) -> None:
@@ -104,6 +111,30 @@ def test_solution_gets_full_marks(autograder_root: Path) -> None:
     assert results["tests"] and all(test["status"] == "passed" for test in results["tests"])
     assert set(results["tests"][0]) <= {"name", "score", "max_score", "status", "output", "extra_data"}
     assert results["extra_data"]["diagnoses"] == []
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["docker-23+", "docker-20.10"])
+def test_solution_gets_full_marks_isolated_in_docker_default(autograder_root: Path, landlock: bool) -> None:
+    """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
+    capabilities (tests/settings.py), without ATTNKIT_NO_ISOLATION. The solution scores full marks in
+    a sandbox the result calls isolated. Until the no-namespace layer of issue 22 is in the checkout,
+    the grader refuses there with sysctl advice (never given in a container once the layer exists):
+    that case xfails, saying so."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("loads a seccomp filter without no_new_privs: needs root on Linux")
+    pytest.importorskip("pyseccomp")
+    from settings import docker_default
+
+    assert "ATTNKIT_NO_ISOLATION" not in environment(autograder_root)
+    done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=lambda command: docker_default(command, landlock=landlock))
+    if done.returncode == 2 and "sysctl" in done.stderr and not (autograder_root / "results" / "results.json").exists():
+        pytest.xfail("the no-namespace sandbox layer (issue 22) is not in this checkout: " + done.stderr.strip()[-300:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((autograder_root / "results" / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == results["max_score"] > 0
+    assert "--no-isolation" not in done.stdout + done.stderr
+    obtained = results["extra_data"]["sandbox"]["isolation"]
+    assert isolation_level(obtained) == "isolated", obtained
 
 
 def test_release_gets_zero(autograder_root: Path) -> None:

@@ -135,4 +135,24 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 '''),
+    # Charged where the failure starts (issue 26): .view() on the (B, h, T, d) heads works on
+    # contiguous inputs only; split_heads' heads are transposed views.
+    "view_flattens_heads": ("scaled_attention", '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    *lead, t_q, d_k = query.shape
+    q = query.view(-1, t_q, d_k)
+    k = key.view(-1, key.shape[-2], d_k)
+    v = value.view(-1, value.shape[-2], value.shape[-1])
+    scores = q @ k.transpose(-2, -1) / sqrt(d_k)
+    scores = scores.view(*lead, t_q, key.shape[-2]) if lead else scores[0]
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
 }

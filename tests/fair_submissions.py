@@ -101,4 +101,58 @@ import torch
 def causal_allowed(size):
     return torch.ones(4, 4, dtype=torch.bool).tril()[:size, :size] if size <= 4 else torch.ones(size, size, dtype=torch.bool)
 '''),
+    # Precision (issue 26): computes in numpy float64, so a float32 input comes back float64. It
+    # loses the dtype-kept checks (the stated policy), never the property tests.
+    "numpy_float64": ("scaled_attention", '''
+import numpy as np
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    q, k, v = (t.detach().numpy().astype(np.float64) for t in (query, key, value))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if allowed is not None:
+        a = allowed.numpy()
+        if not a.any(axis=-1).all():
+            raise ValueError("empty row")
+        scores = np.where(a, scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    return torch.from_numpy(weights @ v), torch.from_numpy(weights)
+'''),
+    # The scale made as a float32 tensor: a ~1e-8 relative error on float64 inputs. A precision
+    # problem, named as one; the property tests (concept level) pass.
+    "float32_scale": ("scaled_attention", '''
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    d_k = torch.tensor(query.shape[-1])
+    scores = query @ key.transpose(-2, -1) / torch.sqrt(d_k.float())
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
+    # Charged where the failure starts (issue 26): .view() on the (B, h, T, d) heads works on
+    # contiguous inputs only; split_heads' heads are transposed views.
+    "view_flattens_heads": ("scaled_attention", '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    *lead, t_q, d_k = query.shape
+    q = query.view(-1, t_q, d_k)
+    k = key.view(-1, key.shape[-2], d_k)
+    v = value.view(-1, value.shape[-2], value.shape[-1])
+    scores = q @ k.transpose(-2, -1) / sqrt(d_k)
+    scores = scores.view(*lead, t_q, key.shape[-2]) if lead else scores[0]
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
 }

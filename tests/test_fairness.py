@@ -109,3 +109,29 @@ def test_the_page_does_not_call_pythons_errors_pytorchs():
 
     template = (Path(feedback.__file__).parent / "templates" / "feedback.html.j2").read_text(encoding="utf-8")
     assert "PyTorch 的原始信息" not in template
+
+
+PROPERTY_FILES = ("test_ch19_3_empty_row.py", "test_ch19_5_future.py")
+
+
+@pytest.mark.parametrize("name", ["numpy_float64", "float32_scale"])
+def test_precision_never_costs_the_property_tests(results, name):
+    """The empty-row and future tests of scaled_attention are judged at concept level."""
+    own = [r for r in results[name] if r.nodeid.split("::")[0].endswith(PROPERTY_FILES) and r.functions == ["scaled_attention"]]
+    assert own and all(r.status == "passed" for r in own), summary(results[name])
+
+
+def test_a_precision_failure_says_so_instead_of_printing_equal_rows(results):
+    failed = [r for r in results["float32_scale"] if r.status != "passed"]
+    assert failed, summary(results["float32_scale"])
+    assert all("精度问题：检查 float32 的中间结果" in r.output and "这一行应为" not in r.output for r in failed), summary(results["float32_scale"])
+
+
+def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectations_precision():
+    """A float64 answer compared with a float32 expectation: float32's tolerance, not float64's."""
+    from attnkit.checks import assert_close
+
+    exact = torch.tensor([1 / 3, 2 / 3], dtype=torch.float64)
+    assert_close(exact, exact.to(torch.float32), "x")  # off by float32 rounding only
+    with pytest.raises(AssertionError, match="精度问题"):
+        assert_close(exact + 1e-4, exact, "x")

@@ -14,8 +14,10 @@ import csv
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,23 @@ def test_make_grade_on_a_fresh_clone_scores_the_demo_class_as_3_11_does(version:
     assert graded["python"].startswith(version + ".")
     assert graded["grades"] == reference["grades"], f"{version}'s grades.csv differs from {reference['python']}'s"
     assert graded["tests"] == reference["tests"], f"{version}'s per-test results differ from {reference['python']}'s"
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_lock_pins_every_direct_dependency_as_pyproject_does() -> None:
+    """requirements.lock is made from pyproject.toml (`make lock`): each direct dependency, the dev
+    extra's too, is pinned there once, at pyproject's version, for every Python (no marker). A
+    dependency changed in pyproject without `make lock` fails here, in the fast suite."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    direct = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    pins: dict[str, list[str]] = {}
+    for line in (ROOT / "requirements.lock").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith((" ", "#")):
+            name, _, rest = line.partition("==")
+            pins.setdefault(normalized(name), []).append(rest.strip())
+    for requirement in direct:
+        name, _, version = requirement.partition("==")
+        assert pins.get(normalized(name)) == [version], f"{requirement}: the lock has {pins.get(normalized(name))}"

@@ -52,7 +52,7 @@ def mismatch(venv: Path) -> str:
     theirs = f"Python {version or '?'} ({executable or settings.get('home', '?')})"
     if version != platform.python_version():
         return f"{venv} was made by {theirs}; PYTHON is {ours}"
-    # Same version, another installation (Debian's 3.11.7 and pyenv's, say): the executable tells.
+    # Same version, another installation (a distribution's 3.12.1 and pyenv's, say): the executable tells.
     if executable and not same_file(executable, sys.executable) and not same_file(executable, sys._base_executable):
         return f"{venv} was made by {theirs}; PYTHON is {ours}"
     return ""

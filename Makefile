@@ -5,13 +5,21 @@ BIN      := $(VENV)/bin
 STAMP    := $(VENV)/.installed
 SUBMITTED ?= examples/submitted
 OUT      ?= graded
-GRADEBOOK ?= gradebook.db
+# The demo class never lands in a course's gradebook: unless GRADEBOOK is given, grading the
+# default demo class records into a throwaway demo gradebook inside OUT.
+ifeq ($(origin GRADEBOOK),undefined)
+  ifeq ($(SUBMITTED),examples/submitted)
+    GRADEBOOK := $(OUT)/demo-gradebook.db
+  else
+    GRADEBOOK := gradebook.db
+  endif
+endif
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install browser grade test lint release check student-zip bench gradescope clean
+.PHONY: help install lock browser grade test lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -20,14 +28,35 @@ help:
 	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
 	@echo "make bench                                  benchmark against nbgrader autograde"
+	@echo "make lock                                   regenerate requirements.lock (uv, one lock for Python 3.11-3.13)"
 	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder)"
 
 install: $(STAMP)
+
+# .venv belongs to $(PYTHON): one made by another Python (an earlier PYTHON=python3.12, perhaps
+# refused by requires-python) is removed and rebuilt, saying so, rather than reused and failing.
+VENV_MISMATCH := $(shell $(PYTHON) tools/venv_mismatch.py $(VENV) 2>/dev/null)
+ifneq ($(VENV_MISMATCH),)
+$(STAMP): venv-rebuild
+.PHONY: venv-rebuild
+venv-rebuild:
+	@echo "$(VENV_MISMATCH): rebuilding $(VENV) with PYTHON=$(PYTHON) (to keep it instead, run make with PYTHON set to that Python)"
+	rm -rf $(VENV)
+endif
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e .
 	touch $(STAMP)
+
+# requirements.lock is one universal lock for every supported Python (3.11-3.13) and platform, its
+# platform- and version-specific pins behind environment markers that pip's -c understands.
+# Regenerate it after changing pyproject.toml's dependencies (uv keeps the pins already in it;
+# add --upgrade to move them). uv is only needed here, never to install.
+UV_VERSION := 0.13.9
+lock: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip compile --quiet --universal --python-version 3.11 pyproject.toml --extra dev -o requirements.lock
 
 # The developer tools `make test` needs beyond the grader's own (the linter).
 DEV_STAMP := $(VENV)/.dev-installed

@@ -38,7 +38,7 @@ import pytest
 
 from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, Student, cell_source, load, probes, replace_cell, with_cells, write_class
 from attacks import cells as C
-from attnkit.constants import DEFAULT_MAX_PROCESSES
+from attnkit.policy import DEFAULT_MAX_PROCESSES
 
 if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox's isolation (namespaces, /proc, rlimits) is Linux-only", allow_module_level=True)

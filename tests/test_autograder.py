@@ -242,6 +242,34 @@ answer_growth_factor = 16
 # The new catalogue entries written in other styles a student would use: each must be diagnosed as
 # exactly its own id (a mask meaning "blocked" must never be called causal_excludes_diagonal).
 NEW_ENTRY_STYLES: dict[str, tuple[str, str]] = {
+    # Softmax over the batch: softmax_wrong_axis covers every wrong axis (issue 26).
+    "softmax_dim0": ("softmax_wrong_axis", '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=0)
+    return weights @ value, weights
+'''),
+    # Softmax over axis 1 (the heads of (B, h, T_q, T_k)).
+    "softmax_dim1": ("softmax_wrong_axis", '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = torch.matmul(query, key.transpose(-2, -1)) / sqrt(query.size(-1))
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=1)
+    return weights @ value, weights
+'''),
     "triu_function": ("causal_true_means_blocked", '''
 import torch
 
@@ -635,7 +663,8 @@ def test_the_sandbox_forgets_everything_a_swapped_call_saw():
     in, does the student's own scaled_attention still give its own (wrong) answer, even on an input
     whose reference answer it asked for during that call, with nothing kept from the call?"""
     from attnkit.notebook import CodeCell
-    from attnkit.sandbox import Limits, Submission, Zygote
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
 
     source = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
     reference = catalogue.reference_namespace()
@@ -761,7 +790,8 @@ def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
     """During a swapped call, does the trusted side answer the stand-in for the swapped name only,
     refuse huge inputs and stop after its call budget, without the call itself failing?"""
     from attnkit.notebook import CodeCell
-    from attnkit.sandbox import Limits, Submission, Zygote
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
 
     source = REFERENCE + '''
 import torch

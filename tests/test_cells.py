@@ -1,4 +1,4 @@
-"""Does a cell run by the sandbox's shell (``attnkit.zygote``, which skips IPython's tokenizer, its
+"""Does a cell run by the sandbox's shell (``attnkit.cells``, which skips IPython's tokenizer, its
 second parse and its per-statement compilation on plain-Python cells, and reuses what the zygote
 compiled ahead for cells of the very same text) do exactly what IPython's own ``run_cell`` does:
 the same output, displayed values, tracebacks, errors and namespace?"""
@@ -49,12 +49,12 @@ CELLS = [
 
 SCRIPT = r"""
 import io, json, sys
-from attnkit import zygote
+from attnkit import cells
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 if sys.argv[1] in ("ours", "prepared"):
-    shell = zygote._new_shell()
+    shell = cells.new_shell()
     if sys.argv[1] == "prepared":  # compiled ahead, as the zygote does with the release's cells
         for source in json.loads(sys.argv[2]):
             shell.prepare_cell(source)

@@ -118,7 +118,7 @@ def test_key_t_page_explains_once_and_folds_the_repeats(key_t_page: Path, tmp_pa
     assert seen.count(".T 会把张量的所有维度倒过来") == 1, "the explanation is shown once, expanded"
     # The failing line, once in its own block (torch's warning may quote it again beside itself).
     assert dom.count("data-failing-line=") == 1 and "scores = query @ key.T / sqrt(query.shape[-1])" in seen
-    assert "「练习 4.1：`scaled_attention`」一节" in seen, "the cell is named by its section title"
+    assert "「练习 4.1：scaled_attention」一节" in seen, "the cell is named by its section title"
     assert "key.transpose(-2, -1)" in seen
     assert seen.count("The use of `x.T` on tensors of dimension other than 2") == 1, "torch's warning, shown once with the cause"
     # The multi-head tests pass with the reference scaled_attention and say so.

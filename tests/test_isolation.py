@@ -43,7 +43,7 @@ USER = "attnkit-ta"
 MEMORY_MB = 1024
 LIMITS = ["--cell-timeout", "8", "--call-timeout", "5", "--memory-mb", str(MEMORY_MB)]
 # What the grader's virtualenv needs to grade (nbgrader and Jupyter are only for the course tools).
-GRADER_PACKAGES = ["torch==2.13.0", "numpy", "ipython", "matplotlib", "rich", "jinja2", "pytest"]
+GRADER_PACKAGES = ["torch==2.13.0", "numpy", "ipython", "matplotlib", "rich", "jinja2", "pytest", "pyseccomp"]
 # Top-level names a sandbox's root may hold: its own folders, the library links, and the first
 # component of each Python tree (kept at its host path so lazy imports still resolve).
 SANDBOX_ROOT_NAMES = {"dev", "etc", "home", "proc", "tmp", "lib", "lib64", "lib32", "libx32", "usr"}
@@ -163,10 +163,13 @@ def read_results(out: Path) -> dict[str, dict]:
     return found
 
 
-def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str) -> Run:
+def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str,
+               cwd: Path | None = None) -> Run:
+    """``attnkit grade`` as the TA would start it; ``cwd``: the folder it starts in (by default
+    the one these tests run in, wherever the checkout lies)."""
     command = [*prefix, python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
                "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
-    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, cwd=cwd)
     return Run(process.returncode, process.stderr, read_results(out))
 
 
@@ -372,8 +375,11 @@ NO_USER_NAMESPACES = textwrap.dedent(
     """
     # As root: become UID inside a user namespace that may create no further user namespaces,
     # then run the command: an unprivileged TA on a kernel that forbids user namespaces.
-    import ctypes, os, sys
-    uid, gid = int(sys.argv[1]), int(sys.argv[2])
+    # LANDLOCK "no": and an older kernel, without Landlock (its syscalls answer ENOSYS).
+    import ctypes, errno, os, sys
+    uid, gid, landlock = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if landlock == "no":
+        import pyseccomp  # now: as the TA, root's interpreter's own library is out of reach
     libc = ctypes.CDLL(None, use_errno=True)
     go_read, go_write = os.pipe()
     done_read, done_write = os.pipe()
@@ -396,7 +402,12 @@ NO_USER_NAMESPACES = textwrap.dedent(
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    os.execv(sys.argv[3], sys.argv[3:])
+    if landlock == "no":
+        rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
+            rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
+        rules.load()
+    os.execv(sys.argv[4], sys.argv[4:])
     """
 )
 
@@ -421,17 +432,21 @@ def sandbox_folders(uid: int) -> set[Path]:
 
 @pytest.fixture(scope="module")
 def without_namespaces(ta_user, user_python):
-    """The same class graded where the kernel gives the TA no user namespace: once as is, once
-    with --no-isolation."""
+    """The same class graded where the kernel gives the TA no user namespace: with Landlock (the
+    layer without namespaces), then without it as is, and without it with --no-isolation. Each
+    starts in a folder the TA cannot enter, as a shell in a checkout under a root-only
+    ``mktemp -d`` would: the grader must not depend on where it starts."""
     python, course = user_python
     work = Path(tempfile_folder("attnkit-nons-"))
+    locked = work / "root-only"
+    locked.mkdir(mode=0o700)  # owned by root: the TA can neither list nor enter it
     wrapper = work / "no_user_namespaces.py"
     wrapper.write_text(NO_USER_NAMESPACES)
     wrapper.chmod(0o644)
-    prefix = [sys.executable, str(wrapper), str(ta_user.pw_uid), str(ta_user.pw_gid)]
     runs = {}
     try:
-        for name, extra in (("strict", ()), ("trusted", ("--no-isolation",))):
+        for name, landlock, extra in (("landlock", "yes", ()), ("strict", "no", ()), ("trusted", "no", ("--no-isolation",))):
+            prefix = [sys.executable, str(wrapper), str(ta_user.pw_uid), str(ta_user.pw_gid), landlock]
             submitted, out = work / name / "submitted", work / name / "out"
             marker = work / name / "ran"
             canary = with_cells(load(SOLUTION), [f"open({str(marker)!r}, 'w').write('student code ran')\n"])
@@ -444,21 +459,35 @@ def without_namespaces(ta_user, user_python):
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
             before = sandbox_folders(ta_user.pw_uid)
-            run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra)
+            run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra, cwd=locked)
             runs[name] = (run, marker, out, sandbox_folders(ta_user.pw_uid) - before)
         yield runs
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def test_without_namespaces_landlock_isolates(without_namespaces) -> None:
+    """Without root or user namespaces but with Landlock, is the class graded isolated (the layer
+    without namespaces), the theft of the course's reference earning nothing and the canary's
+    write outside its work folder refused?"""
+    run, marker, _out, left = without_namespaces["landlock"]
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert {r["isolation"] for r in run.results.values()} == {"isolated"}
+    assert all("landlock-files" in r["sandbox"]["isolation"] for r in run.results.values())
+    assert run.score("bystander") == 100 and run.score("litter") == 100
+    assert run.score("exec_course") == 0, run.results["exec_course"]["tests"]
+    assert not marker.exists(), "a sandbox wrote outside its work folder"
+    assert not left, sorted(left)
+
+
 def test_no_isolation_means_no_grading(without_namespaces) -> None:
-    """Without root or user namespaces, does `attnkit grade` refuse with a non-zero exit, name the
-    reason and the fix, and run no student code at all?"""
+    """Without root, user namespaces or Landlock, does `attnkit grade` refuse with a non-zero exit,
+    name the reason and the fix, and run no student code at all?"""
     run, marker, out, _left = without_namespaces["strict"]
-    assert run.returncode != 0
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
     assert run.results == {} and not (out / "grades.csv").exists()
     assert not marker.exists(), "student code ran although the grader refused"
-    assert "unshare" in run.stderr and "--no-isolation" in run.stderr and "user namespaces" in run.stderr, run.stderr[-2000:]
+    assert "unshare" in run.stderr and "--no-isolation" in run.stderr and "landlock: not available" in run.stderr, run.stderr[-2000:]
 
 
 def test_trusted_notebooks_grade_unisolated_and_say_so(without_namespaces) -> None:

@@ -70,9 +70,12 @@ def downloads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def collected(downloads: dict[str, Path]) -> dict:
+    # One LMS per collect: a class from two LMSs is collected twice into the same folder.
     submitted = downloads["base"] / "submitted"
-    run = attnkit("collect", str(downloads["canvas"]), str(downloads["canvas_zip"]), str(downloads["moodle"]),
-                  str(downloads["moodle_zip"]), "--submitted", str(submitted))
+    canvas = attnkit("collect", str(downloads["canvas"]), str(downloads["canvas_zip"]), "--submitted", str(submitted))
+    moodle = attnkit("collect", str(downloads["moodle"]), str(downloads["moodle_zip"]), "--submitted", str(submitted))
+    run = subprocess.CompletedProcess(canvas.args, max(canvas.returncode, moodle.returncode), canvas.stdout + moodle.stdout,
+                                      canvas.stderr + moodle.stderr)
     return {"run": run, "submitted": submitted}
 
 

@@ -5,12 +5,16 @@ of the demo class (one with nbgrader's timestamp.txt). After a real `attnkit gra
 `nbgrader generate_assignment --force`, `autograde`, `generate_feedback` and `export` run on it,
 and formgrader's REST API is queried on a real Jupyter server started headless (stopped by PID).
 Nothing is mocked; the SQLite gradebook is the one nbgrader reads.
+
+One student (zhaoqiang) also wrote markup aimed at the TA's browser into a markdown cell (the
+issue's payloads); the autograded notebook is rendered with formgrader's own template.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import html.parser
 import json
 import os
 import shutil
@@ -30,6 +34,12 @@ ASSIGNMENT = "ch19-attention"
 STUDENTS = ("xiaolin", "lilei", "zhaoqiang")
 MANUAL = {"manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row", "manual_q10_no_causal"}
 TOKEN = "attnkit-test-token"
+# What a student writes for the TA's browser: a script that reaches the Jupyter API, an event
+# handler, a javascript: link, an SVG attachment (with its own script), raw HTML in a raw cell.
+MARKER = "attnkitPwned"
+PAYLOAD = (f"我的解释。<script>fetch('/api/terminals', {{method: 'POST'}}).then({MARKER})</script>\n\n"
+           f"<img src=x onerror=\"{MARKER}()\"> [看这里](javascript:{MARKER}()) ![图](attachment:evil.svg)")
+EVIL_SVG = "PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIG9ubG9hZD0iYXR0bmtpdFB3bmVkKCkiLz4="  # <svg onload=attnkitPwned()>
 
 
 def env() -> dict[str, str]:
@@ -74,6 +84,13 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for student in STUDENTS:
         shutil.copytree(ROOT / "examples" / "submitted" / student / ASSIGNMENT, course / "submitted" / student / ASSIGNMENT)
     (course / "submitted" / "lilei" / ASSIGNMENT / "timestamp.txt").write_text("2026-03-01 08:30:00.000000 UTC\n")
+    (course / "submitted" / "lilei" / ASSIGNMENT / "notes.txt").write_text("一份学生自己的文件\n")
+    hostile = course / "submitted" / "zhaoqiang" / ASSIGNMENT / "attention.ipynb"
+    notebook = json.loads(hostile.read_text(encoding="utf-8"))
+    notebook["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": PAYLOAD,
+                                 "attachments": {"evil.svg": {"image/svg+xml": EVIL_SVG}}})
+    notebook["cells"].insert(2, {"cell_type": "raw", "metadata": {"format": "text/html"}, "source": f"<script>{MARKER}()</script>"})
+    hostile.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     grade(course)
     return course
 
@@ -86,6 +103,81 @@ def test_grades_are_in_the_gradebook_with_timestamps(course: Path) -> None:
         assert rows[student]["total_source"] == "gradebook" and float(rows[student]["total_max"]) == float(exported[student]["max_score"]) == 108
     assert exported["lilei"]["timestamp"].startswith("2026-03-01 08:30:00")
     assert exported["xiaolin"]["timestamp"], "a submission without timestamp.txt keeps its file time"
+
+
+def test_autograded_holds_what_nbgrader_autograde_would(course: Path) -> None:
+    """Beside each notebook: timestamp.txt (the student's own, or the recorded time) and the
+    submission's other files; the notebook carries attnkit's results for generate_feedback."""
+    autograded = course / "autograded"
+    assert (autograded / "lilei" / ASSIGNMENT / "timestamp.txt").read_text().startswith("2026-03-01 08:30:00")
+    assert (autograded / "lilei" / ASSIGNMENT / "notes.txt").read_text() == "一份学生自己的文件\n"
+    exported = export(course)
+    for student in STUDENTS:
+        folder = autograded / student / ASSIGNMENT
+        stamp = (folder / "timestamp.txt").read_text().strip()
+        assert stamp.endswith(" UTC") and stamp[:19] == exported[student]["timestamp"][:19], student
+        carried = json.loads((folder / "attention.ipynb").read_text(encoding="utf-8"))["metadata"]["attnkit"]["results"]
+        results = json.loads((course / "graded" / "students" / student / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
+        assert carried["score"] == results["score"] and carried["diagnoses"] == results["diagnoses"]
+
+
+class Markup(html.parser.HTMLParser):
+    """What a browser would run: script bodies, on* handlers, and script URLs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.handlers: list[str] = []
+        self.urls: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._in_script = tag == "script"
+        for name, value in attrs:
+            if name.startswith("on"):
+                self.handlers.append(f"{tag} {name}={value}")
+            script_url = value and value.strip().lower().startswith(("javascript:", "data:text/html", "data:image/svg"))
+            if name in ("href", "src", "action", "formaction", "xlink:href") and script_url:
+                self.urls.append(f"{tag} {name}={value}")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def formgrade_page(course: Path, student: str) -> str:
+    """The page formgrader's SubmissionHandler renders from autograded/ (its exporter and template)."""
+    code = f"""
+import sys
+from nbconvert.exporters import HTMLExporter
+from traitlets.config import Config
+from nbgrader.server_extensions.formgrader import handlers
+c = Config()
+c.HTMLExporter.template_name = "formgrade"
+c.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+resources = {{"assignment_id": "{ASSIGNMENT}", "notebook_id": "attention", "submission_id": "s", "index": 0, "total": 1,
+             "base_url": "", "student": "{student}", "last_name": None, "first_name": None, "notebook_path": "x"}}
+html, _ = HTMLExporter(config=c).from_filename(sys.argv[1], resources=resources)
+sys.stdout.write(html)
+"""
+    result = run(course, sys.executable, "-c", code, str(course / "autograded" / student / ASSIGNMENT / "attention.ipynb"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_formgrader_page_runs_no_student_markup(course: Path) -> None:
+    """Rendered as formgrader renders it, the student's markdown, raw cell and attachment run nothing."""
+    page = formgrade_page(course, "zhaoqiang")
+    assert "我的解释" in page, "the student's text is still shown to the TA"
+    found = Markup()
+    found.feed(page)
+    assert not [s for s in found.scripts if MARKER in s or "/api/terminals" in s], "a student's script is in a <script>"
+    assert not [h for h in found.handlers if MARKER in h], found.handlers
+    assert not found.urls, found.urls
+    assert EVIL_SVG not in page
 
 
 def test_generate_assignment_force_keeps_the_release(course: Path) -> None:
@@ -110,12 +202,20 @@ def test_autograde_gives_the_same_scores_and_deletes_nothing(course: Path) -> No
     assert exported["lilei"]["timestamp"].startswith("2026-03-01 08:30:00")
 
 
-def test_generate_feedback_works(course: Path) -> None:
+def test_generate_feedback_writes_the_kits_page(course: Path) -> None:
+    """nbgrader's feedback for each student is the kit's page: its score, parts and diagnoses."""
     result = nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for student in STUDENTS:
-        page = course / "feedback" / student / ASSIGNMENT / "attention.html"
-        assert page.is_file() and "manual_q1_values" in page.read_text(encoding="utf-8")
+        page = (course / "feedback" / student / ASSIGNMENT / "attention.html").read_text(encoding="utf-8")
+        results = json.loads((course / "graded" / "students" / student / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
+        assert f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>' in page, student
+        assert "Content-Security-Policy" in page and "<script" not in page
+        for diagnosis in results["diagnoses"]:
+            assert f'data-diagnosis="{diagnosis}"' in page, (student, diagnosis)
+    # nbgrader autograde (the test above) rebuilt autograded/ by its own rules: it copies the
+    # submission's timestamp.txt, and only lilei's submission has one.
+    assert (course / "feedback" / "lilei" / ASSIGNMENT / "timestamp.txt").read_text().startswith("2026-03-01 08:30:00")
 
 
 def free_port() -> int:
@@ -221,3 +321,16 @@ def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path
     assert result.returncode != 0
     assert "已恢复原样" in result.stderr
     assert tree(course / "assignments") == before
+
+
+@pytest.mark.parametrize(("variables", "gradebook"), [
+    ((), "graded/demo-gradebook.db"),                      # the demo class: a gradebook of its own
+    (("OUT=elsewhere",), "elsewhere/demo-gradebook.db"),
+    (("SUBMITTED=submitted",), "gradebook.db"),            # a real class: the course's gradebook
+    (("GRADEBOOK=course.db",), "course.db"),               # said explicitly: that one
+])
+def test_the_demo_class_never_enters_the_course_gradebook(variables: tuple[str, ...], gradebook: str) -> None:
+    result = subprocess.run(["make", "-n", "grade", *variables], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    command = result.stdout.strip().splitlines()[-1]
+    assert command.endswith(f"--gradebook {gradebook}"), command

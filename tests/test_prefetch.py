@@ -17,7 +17,8 @@ from attnkit import worker
 from attnkit.constants import TIMEOUT
 from attnkit.engine import find_jobs
 from attnkit.notebook import CodeCell
-from attnkit.sandbox import Limits, Submission, Zygote
+from attnkit.policy import Limits
+from attnkit.sandbox import Submission, Zygote
 from attnkit.worker import run_chunk
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,6 +5,7 @@ the running session instead of each paying for pytest's configuration and collec
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ import pytest
 
 from attnkit import plugin, worker
 from attnkit.engine import find_jobs
-from attnkit.sandbox import Limits, Zygote
+from attnkit.policy import Limits
+from attnkit.sandbox import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +30,13 @@ STUDENTS = {
     "s4_correct": "",
     "s5_wrong_answers": "trace_split = (1, 2)\nanswer_growth_factor = 2\n",
 }
+
+
+# The OS threads (/proc/self/task) of this process at each of its forks while ``_counting``: Python
+# 3.12 warns "multi-threaded, use of fork() may lead to deadlocks" when there are more than one.
+_forks: list[int] = []
+_counting = [False]
+os.register_at_fork(before=lambda: _forks.append(len(os.listdir("/proc/self/task"))) if _counting[0] else None)
 
 
 def write_class(folder: Path) -> None:
@@ -61,7 +70,13 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
     task_reader, task_writer = context.Pipe(duplex=False)
     result_reader, result_writer = context.Pipe(duplex=False)
     process = context.Process(target=worker.worker_main, args=(task_reader, result_writer, str(ROOT / "autograder"), Limits(), []), daemon=True)
-    process.start()
+    _forks.clear()
+    _counting[0] = True
+    try:
+        process.start()
+    finally:
+        _counting[0] = False
+    assert _forks == [1], f"threads alive when the worker was forked: {_forks}"  # forked as the engine forks, from one thread
     task_reader.close()
     result_writer.close()
     messages: list[dict] = []

@@ -15,7 +15,8 @@ import torch
 
 from attnkit import protocol
 from attnkit.notebook import CodeCell
-from attnkit.sandbox import Limits, Submission, Zygote, batch_frame, held_batch_frame
+from attnkit.policy import Limits
+from attnkit.sandbox import Submission, Zygote, batch_frame, held_batch_frame
 from attnkit.seed import Seed
 
 
@@ -87,7 +88,7 @@ def test_a_sandboxs_folder_is_removed_without_following_links(tmp_path: Path) ->
     """Is an unisolated sandbox's folder removed with what its code left (folders set to mode 0,
     the folder itself too), while a link (in it, in its place, or put where a folder was listed,
     for which Python's chmod raises rather than following) is removed or left, never followed?"""
-    from attnkit.zygote import _remove_tree, remove_folder
+    from attnkit.fork_server import _remove_tree, remove_folder
 
     victim = tmp_path / "victim"
     victim.mkdir()

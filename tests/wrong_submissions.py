@@ -19,19 +19,6 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 '''),
-    "softmax_dim0": ("scaled_attention", '''
-from math import sqrt
-import torch
-
-def scaled_attention(query, key, value, allowed=None):
-    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
-    if allowed is not None:
-        if not allowed.any(dim=-1).all():
-            raise ValueError("empty row")
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = scores.softmax(dim=0)
-    return weights @ value, weights
-'''),
     "scale_after_softmax": ("scaled_attention", '''
 from math import sqrt
 import torch

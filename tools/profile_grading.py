@@ -41,7 +41,8 @@ import torch  # noqa: E402
 from attnkit import plugin, sandbox, worker  # noqa: E402
 from attnkit.assignment import discover  # noqa: E402
 from attnkit.engine import find_jobs  # noqa: E402
-from attnkit.sandbox import Limits, Zygote  # noqa: E402
+from attnkit.policy import Limits  # noqa: E402
+from attnkit.sandbox import Zygote  # noqa: E402
 
 PHASES = (
     (worker.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),

@@ -17,6 +17,23 @@ from attnkit.mistakes import Catalogue, Mistake
 
 from .messages import N_
 
+# scaled_attention with its Softmax over axis {dim}: the variants of softmax_wrong_axis.
+_SOFTMAX_OVER = '''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim={dim})
+    return weights @ value, weights
+'''
+
 MISTAKES: tuple[Mistake, ...] = (
     Mistake(
         id="no_scale",
@@ -75,6 +92,8 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-2)
     return weights @ value, weights
 ''',
+        # Any axis but the last: over the batch (dim=0) or, for (B, h, T_q, T_k), the heads (dim=1).
+        variants=tuple(_SOFTMAX_OVER.format(dim=dim) for dim in (0, 1)),
         zh=N_("Softmax 沿错误的维度计算（对查询归一化）。Softmax 应沿每一行、也就是最后一维（键的维度）计算：固定一个查询，在它能访问的键之间分配权重，每行之和为 1。"),
     ),
     Mistake(
@@ -409,6 +428,7 @@ by_id = CATALOGUE.by_id
 reference_source = CATALOGUE.reference_source
 reference_namespace = CATALOGUE.reference_namespace
 mistake_namespaces = CATALOGUE.mistake_namespaces
+diagnosable_namespaces = CATALOGUE.diagnosable_namespaces
 
 
 @lru_cache(maxsize=1)

@@ -70,4 +70,12 @@ def test_merge_heads(student):
 @pytest.mark.function("split_heads")
 def test_split_heads_rejects_indivisible_width(student):
     """宽度 6 不能被 4 个头整除：split_heads 是否抛出 ValueError？"""
+    # A property point needs a working function: a split_heads that refuses every width (or
+    # splits wrongly) earns nothing here for raising ValueError.
+    try:
+        split = student.split_heads(X, 3)
+    except ValueError as error:
+        fail(_("宽度 6 能被 3 个头整除，split_heads(x, 3) 不应报错，但你的函数抛出了 ValueError：{message}。"
+               "ValueError 只应在宽度不能被头数整除时抛出。").format(message=str(error)[:300]))
+    check_split(split, X, 3)
     expect_value_error(lambda: student.split_heads(X, 4), _("宽度 6 不能被 4 个头整除时，split_heads"))

@@ -26,7 +26,9 @@ _COLLECTING = gc.isenabled()
 gc.disable()
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Set, not defaulted: a TA's OPENBLAS_NUM_THREADS=8 would otherwise leave threads alive at the fork
+# (tests/test_fork_threads.py).
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script starts it in attnkit.launch
     from attnkit import seed
 
@@ -40,7 +42,7 @@ from rich.text import Text
 
 from attnkit import __version__
 from attnkit.assignment import Assignment, discover, solutions_beside
-from attnkit.constants import AUTOGRADER_ROOT, DEFAULT_MEMORY_MB, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
+from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import i18n
 from attnkit.i18n import _, ngettext
 from attnkit.engine import (
@@ -54,7 +56,7 @@ from attnkit.engine import (
 from attnkit.files import atomic_write
 from attnkit.feedback import causes, feedback_html, report_html
 from attnkit.isolation import describe as describe_isolation
-from attnkit.sandbox import Limits
+from attnkit.policy import DEFAULT_MEMORY_MB, Limits
 from attnkit.seed import take as take_seed
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 
@@ -109,10 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
     check.add_argument("--assignment", default=None, help="the assignment (default: the one whose notebook has this file's name)")
 
-    intake = commands.add_parser("collect", parents=[language], help="turn a Canvas or Moodle download (folder or zip) into submitted/<id>/<assignment>/")
+    intake = commands.add_parser("collect", parents=[language], 
+                                    help="turn a Canvas, Moodle or Blackboard download (folder or zip) into submitted/<id>/<assignment>/")
     intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
     intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
     intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: the only one)")
+    intake.add_argument("--lms", choices=["canvas", "moodle", "blackboard"], default=None,
+                        help="the LMS that made the download (default: detected once for the whole download)")
+    intake.add_argument("--timezone", default=None, help="the LMS's time zone for times a zip or Blackboard gives without one (IANA name; default UTC)")
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -229,13 +235,33 @@ def read_skipped(out: Path) -> list[dict[str, str]]:
 
 def summary_table(all_results: list[dict[str, Any]]) -> Table:
     table = Table(title=_("评分结果"))
-    for column in (_("学生"), _("分数"), _("诊断"), _("问题")):
+    late = any(r.get("late") for r in all_results)
+    for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
         table.add_column(column)
     for r in sorted(all_results, key=lambda r: r["student_id"]):
         score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
+        found = r.get("late")
+        late_cells = (f"{found['penalty']:g}", f"{found['total']:g}/{found['max']:g}") if found else ("-", "-")
         # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
-        table.add_row(*(Text(cell) for cell in (r["student_id"], score, ", ".join(r["diagnoses"]) or "-", _("；").join(r["problems"])[:60] or "-")))
+        table.add_row(*(Text(cell) for cell in (r["student_id"], score, *(late_cells if late else ()),
+                                                 ", ".join(r["diagnoses"]) or "-", _("；").join(r["problems"])[:60] or "-")))
     return table
+
+
+def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites: dict[str, Assignment]) -> None:
+    """Each graded submission's late penalty and total after it, as the gradebook has them
+    (``nbgrader export``'s figures), into its results.json and feedback.html."""
+    from attnkit.gradebook import lateness
+
+    db_url = f"sqlite:///{database.resolve()}"
+    for results in graded:
+        found = lateness(db_url, results["student_id"], results["assignment"])
+        if found is None or results.get("late") == found:
+            continue
+        results["late"] = found
+        folder = results_path(out, results).parent
+        atomic_write(folder / "results.json", json.dumps(results, ensure_ascii=False, indent=1))
+        atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
 
 
 def command_grade(args: argparse.Namespace) -> int:
@@ -297,6 +323,8 @@ def command_grade(args: argparse.Namespace) -> int:
         # grades.csv again, now with the manual points and totals `nbgrader export` reports.
         totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in graded])
         atomic_write(args.out / "grades.csv", grades_csv(all_results, suites, totals))
+        add_lateness(args.out, graded, args.gradebook, suites)
+        atomic_write(args.out / "report.html", report_html(all_results, suites, time.perf_counter() - started, skipped, isolation_line(all_results)))
         if not args.quiet:
             manual = sum(1 for t in totals.values() if t["manual"] is not None)
             console.print(_("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；"
@@ -471,12 +499,20 @@ def command_merge(args: argparse.Namespace) -> int:
 def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
     from attnkit.lms import collect as collect_download
+    from attnkit.lms import timezone
 
     assignment = assignment_for(discover(), args.assignment, "")
-    found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem])
+    try:
+        zone = timezone(args.timezone)
+    except ValueError as error:
+        raise GraderError(str(error)) from None
+    found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem], args.lms, zone)
     students = sorted({c.student_id for c in found.placed.values()})
     console.print(_("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(
         notebooks=len(found.placed), students=len(students), folder=args.submitted), markup=False)
+    for candidate in sorted(found.placed.values(), key=lambda c: c.origin):
+        for note in candidate.notes:
+            console.print("  " + _("{student}：{note}").format(student=candidate.student_id, note=note), soft_wrap=True, markup=False)
     for candidate in sorted(found.superseded, key=lambda c: c.origin):
         console.print("  " + _("较早的重交，未采用：{origin}").format(origin=candidate.origin), soft_wrap=True, markup=False)
     for origin, reason in sorted(found.unplaced):
@@ -515,9 +551,26 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.close()
 
 
+def leave_working_directory(args: argparse.Namespace) -> None:
+    """The grader must not depend on the folder it was started in: a TA's shell may sit in one
+    the grader's user cannot even enter (a checkout under a root-only ``mktemp -d``), where
+    pytest, which goes back to its starting folder at the end of a session, would fail. The
+    paths given are made absolute against it, then every command runs from ``/``."""
+    for name, value in vars(args).items():
+        if isinstance(value, Path):
+            setattr(args, name, value.absolute())
+        elif isinstance(value, list) and value and all(isinstance(item, Path) for item in value):
+            setattr(args, name, [item.absolute() for item in value])
+    try:
+        os.chdir("/")
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
+    leave_working_directory(args)
     command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command]
     try:
         if args.command in ("grade", "merge"):

@@ -1,7 +1,7 @@
 """Names and numbers shared by several modules, stated once.
 
 Where the project lives, the markers a failed call carries across the sandbox boundary, the
-default limits, the sizes of text kept from a submission, and the one exception for the grader's
+sizes of text kept from a submission, and the one exception for the grader's
 own failures.
 """
 
@@ -26,8 +26,6 @@ CRASHED = "__crashed__"  # the process running the student's code died
 MISSING = "__missing__"  # the submission does not define the name
 GRADER_MARKERS = (TIMEOUT, CRASHED, MISSING)
 
-DEFAULT_MEMORY_MB = 2048  # per sandbox, beyond the libraries the zygote has loaded
-DEFAULT_MAX_PROCESSES = 64  # per sandbox, with a control group (without one: a single process)
 MAX_MESSAGE = 2_000  # characters kept of one exception message from student code
 
 

@@ -21,6 +21,7 @@ import torch
 
 from attnkit.constants import GRADER_MARKERS
 from attnkit import protocol
+from attnkit.mistakes import mistake_id_of
 from attnkit.proxy import Call, Outcome, run_in_namespace
 
 # Mistakes run in float32 like most tests; these tolerances sit well above float32 rounding
@@ -269,4 +270,5 @@ def diagnose(
             found.append(mistake_id)
             if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes, strict=False)):
                 exact.append(mistake_id)
-    return exact or found
+    # A variant of a mistake (``id/n``) is named by its mistake's id, once.
+    return list(dict.fromkeys(mistake_id_of(key) for key in exact or found))

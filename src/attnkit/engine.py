@@ -19,6 +19,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
 import stat
 import time
@@ -36,7 +37,7 @@ from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.seed import Seed
-from attnkit.sandbox import Limits
+from attnkit.policy import Limits
 from attnkit.worker import Job, worker_main
 
 MAX_ID_LENGTH = 200
@@ -163,13 +164,15 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
     names = i18n.join(suite.name for suite in chosen)
 
     def job(assignment: Assignment, problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (),
-            notes: list[str] | None = None) -> Job:
+            notes: list[str] | None = None, graded_as: str = "") -> Job:
         salt = hashlib.sha256(grader_digest(assignment, i18n.language()).encode())
         for path, sha in zip(notebooks, digests, strict=True):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
             salt.update(problem.encode() + b"\0")
-        return Job(student_id, assignment.name, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []))
+        salt.update(graded_as.encode())
+        return Job(student_id, assignment.name, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems),
+                   list(notes or []), graded_as)
 
     if stat.S_ISLNK(mode):
         for assignment in chosen:
@@ -234,6 +237,13 @@ def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: A
         os.close(assignment_fd)
     folder = submitted / student_id / name
     notes: list[str] = []
+    renamed = [n for n in candidates if is_renamed(n, expected)]
+    graded_as = ""
+    if expected not in candidates and len(renamed) == 1:
+        # "attention (1).ipynb", "Attention.ipynb": the student's copy of this very notebook. It
+        # is graded, and stored in autograded/, under the assignment's name; both are told.
+        graded_as, expected = expected, renamed[0]
+        notes.append(_("提交的文件名是 {original}，已按作业的笔记本名 {name} 评分和保存").format(original=display_name(expected), name=graded_as))
     if expected in candidates:
         chosen = [expected]
         for extra in candidates:
@@ -263,7 +273,17 @@ def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: A
     except Unsafe as error:
         intake.jobs.append(job(assignment, [_("{name}：{problem}").format(name=notebook, problem=error)], notes=notes))
         return
-    intake.jobs.append(job(assignment, [], (str(folder / notebook),), (digest_of(data),), notes))
+    intake.jobs.append(job(assignment, [], (str(folder / notebook),), (digest_of(data),), notes, graded_as))
+
+
+# A browser's second download ("attention (1)"), Canvas's resubmission ("attention-1"), any case.
+_RENAMED = re.compile(r"^(?P<stem>.+?)(?:-\d+| ?\(\d+\))?\.ipynb$", re.IGNORECASE)
+
+
+def is_renamed(name: str, expected: str) -> bool:
+    """Whether ``name`` is the student's renamed copy of the notebook ``expected`` (not ``expected`` itself)."""
+    match = _RENAMED.match(name)
+    return name != expected and match is not None and match["stem"].lower() == Path(expected).stem.lower()
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:

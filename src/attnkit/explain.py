@@ -78,8 +78,15 @@ _EXPLANATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
         N_("masked_fill 的掩码必须是布尔张量（torch.bool）。allowed 本身就是布尔张量；取反用 ~allowed，不要用 1 - allowed。"),
     ),
     (
+        # Before "is not defined": a failed import is why a name is missing, and what to change.
+        re.compile(r"No module named"),
+        N_("评分环境里只安装了 torch、numpy、matplotlib 和 Python 标准库，其他包（例如 einops）无法导入。"
+           "请只用这些库改写；导入失败的单元格里之后的定义也都没有运行。"),
+    ),
+    (
         re.compile(r"is not defined"),
-        N_("用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要先运行（评分时按顺序运行全部单元格）。"),
+        N_("用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要能运行：评分时按顺序运行全部代码单元格，"
+           "但带 skip-grading 标签的演示单元格除外，只定义在这种单元格里的名字在评分时不存在，请把它移到你的答案单元格里。"),
     ),
 )
 

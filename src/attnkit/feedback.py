@@ -137,6 +137,8 @@ def report_html(
         catalogue=catalogue,
         broken=broken,
         not_graded=[r for r in all_results if r.get("not_graded")],
+        # The late columns, when a gradebook was used (results carry "late", see gradebook.lateness).
+        late=any(r.get("late") for r in all_results),
         skipped=skipped or [],
         link=feedback_link,
         seconds=seconds,

@@ -12,14 +12,23 @@ So that every nbgrader command of the course keeps working after ``attnkit grade
    ``generate_feedback`` read it), and the scores saved by ``KitAutoGrades``, nbgrader's
    ``SaveAutoGrades`` with attnkit's hidden-suite score per autograded cell. The free-text
    cells are left for formgrader (or get 0 and "No response." if unchanged, as in nbgrader).
+   Beside the notebook, autograded/ gets what nbgrader autograde copies there: the submission's
+   other files (timestamp.txt, submission_secret.txt, ...) and the source folder's own files, so
+   ``nbgrader generate_feedback`` and ``release_feedback`` find what they read. The notebook's
+   markdown is sanitised (``SafeMarkup``): formgrader renders it in the TA's Jupyter page.
+   The notebook carries attnkit's results (``metadata.attnkit.results``, always ours: a
+   student's value is replaced), from which ``nbgrader generate_feedback`` renders the kit's
+   page (``nbgrader_course.KitFeedbackExporter``).
 3. ``class_totals`` reads back what ``nbgrader export`` will report (manual points and late
-   penalties included), so ``grades.csv`` can carry the same total.
+   penalties included), so ``grades.csv`` can carry the same total; ``lateness`` is the same
+   reading for one submission, shown on the student's page, report.html and the console.
 """
 
 from __future__ import annotations
 
 import datetime
 import fcntl
+import fnmatch
 import os
 import subprocess
 import sys
@@ -38,6 +47,10 @@ from attnkit.notebook import Unsafe, digest_of, read_submitted
 
 # nbgrader autograde's sanitising steps, in its order.
 SANITIZE = ("ClearOutput", "DeduplicateIds", "OverwriteKernelspec", "OverwriteCells", "CheckCellMetadata")
+# nbgrader's CourseDirectory.ignore default: files autograde does not copy.
+IGNORED = (".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback")
+# nbgrader's timestamp.txt format (CourseDirectory.get_existing_timestamp reads it back).
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f UTC"
 
 
 def course_root(database: Path) -> Path:
@@ -119,11 +132,6 @@ def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: s
     return data, ""
 
 
-def kit_scores(results: dict[str, Any]) -> dict[str, float]:
-    """attnkit's score per autograded grade cell."""
-    return {name: float(part["score"]) for name, part in results["parts"].items() if part.get("max_score")}
-
-
 def course_config(root: Path) -> Any:
     """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does."""
     from traitlets.config.loader import Config, PyFileConfigLoader
@@ -134,14 +142,44 @@ def course_config(root: Path) -> Any:
     return PyFileConfigLoader(path.name, path=str(root)).load_config()
 
 
+def copy_other_files(submitted: Path, folder: Path | None, target: Path, source: Path, timestamp: datetime.datetime | None) -> None:
+    """What nbgrader autograde puts beside the notebook in autograded/: the submission's other
+    files (read as intake reads, no link followed), then the source folder's files over them.
+    A submission without timestamp.txt gets the time that was recorded, in nbgrader's format
+    (``release_feedback`` reads the file and fails without it)."""
+    target.mkdir(parents=True, exist_ok=True)
+
+    def ignored(relative: Path) -> bool:
+        return any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in IGNORED)
+
+    if folder is not None:
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder)
+            if path.suffix == ".ipynb" or ignored(relative) or path.is_symlink() or not path.is_file():
+                continue
+            try:
+                data = read_submitted(submitted, path)
+            except Unsafe:
+                continue
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target / relative, data)
+    for path in sorted(source.rglob("*")) if source.is_dir() else []:
+        relative = path.relative_to(source)
+        if path.suffix != ".ipynb" and path.is_file() and not ignored(relative):
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target / relative, path.read_bytes())
+    if not (target / "timestamp.txt").is_file() and timestamp is not None:
+        atomic_write(target / "timestamp.txt", timestamp.strftime(TIMESTAMP_FORMAT))
+
+
 def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes | None, target: Path, config: Any = None) -> None:
     """Save one graded notebook (``name``, its graded bytes) as nbgrader autograde would:
-    sanitised copy + SaveAutoGrades."""
+    sanitised copy + SaveAutoGrades, with attnkit's results in its metadata."""
     import nbformat
     from nbgrader import preprocessors
     from nbgrader.api import Gradebook
 
-    from attnkit.nbgrader_course import KitAutoGrades, set_auto_score
+    from attnkit.nbgrader_course import KitAutoGrades, SafeMarkup, carry_results, kit_scores, set_auto_score
 
     assignment, student, scores = results["assignment"], results["student_id"], kit_scores(results)
     resources = {"nbgrader": {"student": student, "assignment": assignment, "notebook": Path(name).stem, "db_url": db_url}}
@@ -156,6 +194,8 @@ def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes
         nb, resources = saver.preprocess(nb, resources)
         # The course's late-submission policy, as nbgrader autograde applies it after grading.
         nb, resources = preprocessors.AssignLatePenalties(config=config).preprocess(nb, resources)
+        nb, resources = SafeMarkup(config=config).preprocess(nb, resources)
+        carry_results(nb, results)
         target.mkdir(parents=True, exist_ok=True)
         atomic_write(target / name, nbformat.writes(nb))
         return
@@ -203,13 +243,37 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
                 extra = {"timestamp": timestamp} if timestamp is not None else {}
                 gradebook.update_or_create_submission(assignment, student, **extra)
                 notebook_names = [nb.name for nb in gradebook.find_assignment(assignment).notebooks]
+            target = database.parent / "autograded" / student / assignment
+            if submitted is not None:
+                copy_other_files(submitted, folder if real_folder else None, target, root / "solutions" / assignment, timestamp)
             for name in notebook_names:
                 data, why = graded_bytes(submitted, folder, results, f"{name}.ipynb") if real_folder else (None, "")
                 if why:
                     notices.append(why)
-                target = database.parent / "autograded" / student / assignment
                 save_submission(db_url, results, f"{name}.ipynb", data, target, config)
     return notices
+
+
+def lateness(db_url: str, student: str, assignment: str) -> dict[str, Any] | None:
+    """How late one submission is and what that costs, as the gradebook (and so ``nbgrader
+    export``) has it: seconds late, the penalty, the total after it and its maximum. None if the
+    gradebook has no such submission."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url) as gradebook:
+        try:
+            submission = gradebook.find_submission(assignment, student)
+        except MissingEntry:
+            return None
+        penalty = float(submission.late_submission_penalty or 0.0)
+        return {
+            "seconds_late": float(submission.total_seconds_late or 0.0),
+            "penalty": penalty,
+            "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
+            "max": float(submission.max_score),
+            "timestamp": submission.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.timestamp else "",
+            "duedate": submission.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.duedate else "",
+        }
 
 
 def class_totals(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:

@@ -15,7 +15,7 @@ Each sandbox is then one ``clone(2)`` with new user, mount, PID, network and IPC
 (:func:`clone_sandbox`). The zygote maps the sandbox's user to ``nobody`` on the host when it can
 (root), otherwise to the grader's own uid, which owns nothing the sandbox can see
 (:func:`map_sandbox_user`). The sandbox mounts its own /proc and empty writable /tmp and home,
-pivots into the tree, becomes uid 65534 and drops every capability (:func:`enter_root`); only
+pivots into the tree, becomes uid 65534 and drops every capability (``attnkit.lockdown``); only
 then does student code run. Nothing of the host outside the tree exists in its view.
 """
 
@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 
 from attnkit.i18n import _, ngettext
+from attnkit.policy import SCRATCH_SIZE
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -39,7 +40,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 0x400, 0x800, 0x200000
 MNT_DETACH = 0x2
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}.get(platform.machine())
@@ -50,7 +51,6 @@ NOBODY = 65534
 # is untouched; the zygote needs no /tmp of its own once its imports are done).
 STAGE = "/tmp"
 SANDBOX_HOME = "/home/student"
-SCRATCH_SIZE = "64m"  # each of the sandbox's /tmp and home: tmpfs is memory
 DEVICES = ("null", "zero", "random", "urandom")
 # statvfs flags -> mount flags: a read-only remount inside a user namespace must keep the flags
 # the host mount has (the kernel locks them), as bubblewrap does.
@@ -87,15 +87,24 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
 class Mode:
     """How the zygote got its private mount namespace, and what that allows its sandboxes."""
 
-    kind: str  # "root": init user namespace with CAP_SYS_ADMIN; "userns": a user namespace of its own; "none"
-    why: str = ""  # when kind is "none": what the kernel refused
-    sandbox_host_uid: str = "nobody"  # who the sandbox's uid 65534 is on the host: "nobody" or "grader"
+    # "root": init user namespace with CAP_SYS_ADMIN; "userns": a user namespace of its own;
+    # without namespaces (attnkit.nonamespace): "landlock" (Landlock + seccomp, a pool uid as
+    # root) or "pool" (root: a pool uid + seccomp, checked by a probe); "none"
+    kind: str
+    why: str = ""  # what the kernel refused (kind "none"; for the layers without namespaces, why not namespaces)
+    sandbox_host_uid: str = "nobody"  # who the sandbox is on the host: "nobody", "grader" or "pool"
     can_make_cgroups: bool = False
-    visible: list[str] = field(default_factory=list)  # the host folders bound into the sandbox's root
+    visible: list[str] = field(default_factory=list)  # the host folders the sandbox may read
+    landlock_abi: int = 0
+    exposed: list[dict] = field(default_factory=list)  # kind "none" after the pool's probe: what it found
 
     @property
     def isolated(self) -> bool:
         return self.kind != "none"
+
+    @property
+    def namespaced(self) -> bool:
+        return self.kind in ("root", "userns")
 
 
 def _write(path: str, text: str) -> None:
@@ -140,6 +149,40 @@ def _enter_user_namespace() -> str:
     return "nobody" if euid == 0 else "grader"
 
 
+def _user_namespace_can_mount() -> str:
+    """Whether a user namespace of ours may mount, tried in a short-lived child ("" if so, else
+    why not). A user namespace cannot be left once entered: where the kernel grants one but
+    denies mounting inside it (Ubuntu 24.04's AppArmor restriction of unconfined programs), a
+    zygote that entered it would be stuck in a half-built namespace where its own uid is unmapped."""
+    euid, egid = os.geteuid(), os.getegid()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        answer, step = b"", "unshare"
+        try:
+            if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+                answer = f"unshare(CLONE_NEWUSER): {os.strerror(ctypes.get_errno())}".encode()
+            else:
+                step = "the user namespace's uid/gid maps"
+                _write("/proc/self/setgroups", "deny")
+                _write("/proc/self/uid_map", f"0 {euid} 1\n")
+                _write("/proc/self/gid_map", f"0 {egid} 1\n")
+                step = "mount inside the user namespace"
+                mount("none", "/", None, MS_REC | MS_PRIVATE)
+                mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+        except OSError as error:
+            answer = f"{step}: {os.strerror(error.errno or 0)}".encode()
+        finally:
+            os.write(write_end, answer)
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read().decode()
+    os.waitpid(child, 0)
+    return answer
+
+
 def enter_private_namespace() -> Mode:
     """Step 1, in a single-threaded zygote: a private mount namespace (see the module's doc)."""
     if not sys.platform.startswith("linux") or SYS_CLONE is None:
@@ -148,10 +191,13 @@ def enter_private_namespace() -> Mode:
         mode = Mode("root", can_make_cgroups=True)
     else:
         refused_as_root = os.strerror(ctypes.get_errno()) if os.geteuid() == 0 else ""
+        why = f"unshare(CLONE_NEWNS) as root: {refused_as_root}; " if refused_as_root else ""
+        refused = _user_namespace_can_mount()
+        if refused:  # never entered: the zygote stays as it was, and falls back cleanly
+            return Mode("none", f"{why}{refused}")
         try:
             mode = Mode("userns", sandbox_host_uid=_enter_user_namespace())
         except (IsolationError, OSError) as error:
-            why = f"unshare(CLONE_NEWNS) as root: {refused_as_root}; " if refused_as_root else ""
             return Mode("none", f"{why}{error}")
     try:
         mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
@@ -164,7 +210,7 @@ def own_mount_namespace(mode: Mode) -> Mode:
     """In a zygote forked by the seed (``attnkit.seed``): a mount namespace of its own, a copy of
     the seed's private one. Two zygotes sharing one would build their sandboxes' roots on top of
     each other, and one could clone a sandbox while the other's root is still writable."""
-    if not mode.isolated:
+    if not mode.namespaced:
         return mode
     if _libc.unshare(CLONE_NEWNS) != 0:
         return Mode("none", f"unshare(CLONE_NEWNS) in a zygote: {os.strerror(ctypes.get_errno())}")
@@ -294,6 +340,25 @@ def leave_session_keyring() -> bool:
     return _libc.syscall(ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) >= 0
 
 
+def die_with_parent() -> None:
+    """SIGKILL when our parent dies. The kernel clears it whenever a process's user changes, and
+    a fork does not inherit it: each process arms it for itself, after any change of user."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def forbid_new_privileges() -> None:
+    """no_new_privs: no setuid binary, file capability or LSM transition gives us more."""
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def drop_to_nobody(workdir: str) -> None:
+    """As root, outside any namespace: ``workdir`` given to uid 65534, then become it."""
+    os.chown(workdir, NOBODY, NOBODY)
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -315,29 +380,38 @@ def drop_capabilities() -> None:
     _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), empty), "capset")
 
 
-def enter_root(mode: Mode) -> list[str]:
-    """In a fresh sandbox (after :func:`map_sandbox_user`): its own /proc and scratch, the tree as
-    its whole filesystem, uid/gid 65534, no capabilities. Returns what it obtained."""
-    obtained = ["user-namespace", "pid-namespace", "no-network", "no-ipc"]
-    # The tree came with our copy of the zygote's mounts, which the kernel locks for a less
-    # privileged namespace (and will not pivot into): a bind of it is our own mount.
+# -- a sandbox's namespace layer, step by step (in the order ``attnkit.lockdown`` calls them) ------
+def bind_stage() -> None:
+    """The tree came with our copy of the zygote's mounts, which the kernel locks for a less
+    privileged namespace (and will not pivot into): a bind of it is our own mount."""
     mount(STAGE, STAGE, None, MS_BIND | MS_REC)
-    # Our user first: the capabilities stay until dropped below, and what we create on the
-    # scratch folders must belong to a user the namespace knows (the zygote's may be unmapped).
+
+
+def become_sandbox_user() -> None:
+    """uid/gid 65534 in the namespace. Our user first: the capabilities stay until dropped, and
+    what we create on the scratch folders must belong to a user the namespace knows (the
+    zygote's may be unmapped)."""
     try:
         os.setgroups([])
     except OSError:
         pass  # a namespace made without root forbids setgroups; the grader's own groups stay
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
-    obtained.append(f"uid-{mode.sandbox_host_uid}")
+
+
+def mount_private_proc() -> bool:
+    """The PID namespace's own /proc; whether the kernel gave one."""
     try:
         mount("proc", f"{STAGE}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        obtained.append("private-proc")
+        return True
     except IsolationError:
         # The kernel mounts a new /proc in a user namespace only where the host's /proc is not
         # partly covered (as in some containers): then the sandbox simply has no /proc.
-        obtained.append("no-proc")
+        return False
+
+
+def mount_scratch(mode: Mode) -> None:
+    """A fresh tmpfs on the sandbox's /tmp and its home."""
     for scratch, mode_bits in (("/tmp", "1777"), (SANDBOX_HOME, "700")):
         # A Python tree kept under /tmp (a checkout there) would vanish under the fresh scratch:
         # held open first, then bound again on top of it (read-only, as it was).
@@ -347,26 +421,33 @@ def enter_root(mode: Mode) -> list[str]:
             os.makedirs(STAGE + folder, mode=0o755, exist_ok=True)
             mount(f"/proc/self/fd/{descriptor}", STAGE + folder, None, MS_BIND | MS_REC)
             os.close(descriptor)
+
+
+def pivot_into_stage() -> None:
+    """The allowlisted tree as the whole filesystem."""
     _pivot_into(STAGE)
-    obtained.append("allowlisted-root")
+
+
+def forbid_nested_user_namespaces() -> bool:
+    """No user namespaces below ours: student code gets no capabilities anywhere, not even over
+    namespaces of its own. Whether the kernel took it."""
     try:
-        # No user namespaces below ours: student code gets no capabilities anywhere, not even
-        # over namespaces of its own.
         _write("/proc/sys/user/max_user_namespaces", "0")
-        obtained.append("no-nested-namespaces")
+        return True
     except OSError:
-        pass
-    if leave_session_keyring():
-        obtained.append("own-keyring")
-    drop_capabilities()
-    obtained.append("no-capabilities")
-    return obtained
+        return False
 
 
 # -- in words ---------------------------------------------------------------------------------------
 def level(items: list[str]) -> str:
-    """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained."""
-    if "allowlisted-root" in items and "no-capabilities" in items:
+    """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained.
+    Isolated means a layer held: namespaces with the allowlisted root, or Landlock's allowlist,
+    or (root, no Landlock) a pool uid whose probe found nothing hidden in its reach; each of the
+    last two with the seccomp filter installed and no capability left."""
+    held = "no-capabilities" in items and (
+        "allowlisted-root" in items
+        or ("seccomp-filter" in items and ("landlock-files" in items or ("uid-pool" in items and "probe-passed" in items))))
+    if held:
         return "isolated"
     return "unisolated" if items else ""
 
@@ -382,7 +463,21 @@ def describe(all_items: list[list[str]]) -> str:
                         "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
                         count).format(count=count)
     union = {item for items in all_items for item in items}
+    if "allowlisted-root" not in union:
+        return _describe_without_namespaces(union)
     user = _("映射为主机上的 nobody") if "uid-nobody" in union else _("映射为评分者自己的 uid（无 root 时内核只允许这一种映射）")
     memory = _("cgroup 限制整份提交的内存与进程数") if "cgroup-memory-and-pids" in union else _("单进程、按进程限制地址空间（无法使用 cgroup）")
     text = _("已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}").format(user=user, memory=memory)
     return text if "no-proc" not in union else text + _("；没有 /proc（内核不允许在此挂载）")
+
+
+def _describe_without_namespaces(union: set[str]) -> str:
+    abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
+    user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("评分者自己的 uid")
+    if abi:
+        extras = "".join(text for item, text in (("landlock-no-tcp", _("，禁止 TCP")), ("landlock-scoped", _("，信号与抽象 unix 套接字限于沙箱内")))
+                         if item in union)
+        return _("已隔离（无命名空间）：Landlock（ABI {abi}）只允许读取白名单目录、只写私有工作目录{extras}；"
+                 "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；沙箱用户为{user}，无任何特权").format(abi=abi, extras=extras, user=user)
+    return _("已隔离（无命名空间，无 Landlock）：沙箱用户为{user}，探测进程确认它读写不到课程、答案、提交与输出；"
+             "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；无任何特权").format(user=user)

@@ -21,6 +21,9 @@ class Mistake:
     function: str  # the one student function it replaces
     source: str  # self-contained (imports what it uses): it also works pasted into a notebook
     zh: str  # the explanation, a msgid of the assignment's domain (English: its locale/en/…/assignment.po)
+    # Other implementations of the same mistake (e.g. Softmax over each wrong axis, not only one):
+    # each is replayed like ``source`` and, when it reproduces the student's outcomes, named by ``id``.
+    variants: tuple[str, ...] = ()
 
 
 class Catalogue:
@@ -47,6 +50,20 @@ class Catalogue:
         """id -> the reference with that one mistake's function replaced (built once)."""
         return self._mistakes
 
+    def diagnosable_namespaces(self) -> dict[str, dict]:
+        """``mistake_namespaces`` and one namespace per variant, keyed ``id/n`` (see
+        :func:`mistake_id_of`): what diagnosis replays."""
+        return self._diagnosable
+
+    @cached_property
+    def _diagnosable(self) -> dict[str, dict]:
+        source = self.reference_source()
+        found = dict(self._mistakes)
+        for mistake in self.mistakes:
+            for number, variant in enumerate(mistake.variants, start=1):
+                found[f"{mistake.id}/{number}"] = _exec(source, variant)
+        return found
+
     @cached_property
     def _reference(self) -> dict:
         return _exec(self.reference_source())
@@ -62,3 +79,8 @@ def _exec(*sources: str) -> dict:
     for index, source in enumerate(sources):
         exec(compile(source, f"<catalogue {index}>", "exec"), namespace)
     return namespace
+
+
+def mistake_id_of(key: str) -> str:
+    """The mistake id of a :meth:`Catalogue.diagnosable_namespaces` key (a variant's ``id/n``)."""
+    return key.split("/", 1)[0]

@@ -12,6 +12,12 @@ Three things make nbgrader's commands keep working on a course that attnkit grad
   submissions and grade/solution cells were added or removed) we stop first, with how to go on.
   nbgrader itself deletes the release folder when it fails (``--force`` removes it up front), so
   the release is also backed up and put back if the command leaves it missing.
+- ``nbgrader generate_feedback`` writes the kit's page: ``KitFeedbackExporter`` renders the
+  feedback.html of ``make grade``/``make check`` (scores per part, diagnosis, explanations,
+  heatmaps) from the results the autograded notebook carries, with the gradebook's current late
+  penalty and total; ``release_feedback``/``fetch_feedback`` then deliver it unchanged.
+- Student markup never reaches the TA's browser: ``SafeMarkup`` (nbconvert's ``SanitizeHTML``
+  plus links and attachments) cleans every autograded notebook, which formgrader renders.
 - ``KitAutoGrades`` is also what ``attnkit grade --gradebook`` uses (see ``gradebook.py``), so a
   score enters the gradebook by one path only.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +34,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nbconvert.exporters import HTMLExporter
 from nbconvert.exporters.exporter import ResourcesDict
+from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
@@ -47,15 +56,18 @@ AUTOGRADE_PREPROCESSORS = [
     "attnkit.nbgrader_course.KitAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
+    "attnkit.nbgrader_course.SafeMarkup",
 ]
+# Where attnkit's results ride in an autograded notebook (replaced on every save: never a student's).
+RESULTS_KEY = "attnkit"
 
 
 class KitGradingFailed(RuntimeError):
     """``attnkit grade`` could not grade a submission inside ``nbgrader autograde``."""
 
 
-def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict[str, float]:
-    """Grade one student's notebooks with ``attnkit grade`` and return the score per grade cell.
+def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict[str, Any]:
+    """Grade one student's notebooks with ``attnkit grade`` and return its results.json.
 
     A subprocess, not a call: the grader forks sandboxes and must own its process (nbgrader's
     process runs threads and has its own logging set up)."""
@@ -76,8 +88,19 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict
         if run.returncode != 0 or not results_file.is_file():
             raise KitGradingFailed(_("attnkit grade 无法评分 {student}/{assignment}（退出码 {code}）：{output}").format(
                 student=student, assignment=assignment, code=run.returncode, output=run.stderr[-2000:]))
-        results = json.loads(results_file.read_text(encoding="utf-8"))
+        return json.loads(results_file.read_text(encoding="utf-8"))
+
+
+def kit_scores(results: dict[str, Any]) -> dict[str, float]:
+    """attnkit's score per autograded grade cell."""
     return {name: float(part["score"]) for name, part in results["parts"].items() if part.get("max_score")}
+
+
+def carry_results(nb: NotebookNode, results: dict[str, Any] | None) -> None:
+    """Put attnkit's results into the notebook's metadata, replacing whatever the student put there."""
+    nb.metadata.pop(RESULTS_KEY, None)
+    if results is not None:
+        nb.metadata[RESULTS_KEY] = {"results": results}
 
 
 class KitAutoGrades(SaveAutoGrades):
@@ -94,7 +117,9 @@ class KitAutoGrades(SaveAutoGrades):
         info = resources["nbgrader"]
         scores = self.kit_scores
         if scores is None:
-            scores = grade_with_kit(self._submitted_notebooks(info["student"], info["assignment"]), info["student"], info["assignment"])
+            results = grade_with_kit(self._submitted_notebooks(info["student"], info["assignment"]), info["student"], info["assignment"])
+            scores = kit_scores(results)
+            carry_results(nb, results)
         self._scores = scores
         self._seen: set[str] = set()
         nb, resources = super().preprocess(nb, resources)
@@ -136,6 +161,67 @@ def set_auto_score(grade: Any, score: float) -> None:
     """As SaveAutoGrades: a TA's earlier manual score keeps the cell under review."""
     grade.auto_score = score
     grade.needs_manual_grade = grade.manual_score is not None
+
+
+# -- safe pages and the kit's feedback ----------------------------------------------------------------
+# Raster images only: an SVG (or HTML) attachment can carry script.
+SAFE_ATTACHMENTS = {"image/png", "image/jpeg", "image/gif"}
+BLANK_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="  # 1×1
+# A markdown link or image whose target is a script URL: ``[x](javascript:...)``, ``](data:text/html...)``.
+_SCRIPT_URL = re.compile(r"\]\(\s*<?\s*(?:javascript|vbscript|data)\s*:", re.IGNORECASE)
+
+
+class SafeMarkup(SanitizeHTML):
+    """nbconvert's ``SanitizeHTML`` (bleach: raw HTML in markdown and raw cells is escaped, so
+    ``<script>`` and ``onerror=`` are text), plus what it leaves: markdown links to script URLs
+    are defused and attachments other than raster images dropped."""
+
+    def preprocess_cell(self, cell: NotebookNode, resources: ResourcesDict, index: int) -> tuple[NotebookNode, ResourcesDict]:
+        cell, resources = super().preprocess_cell(cell, resources, index)
+        if cell.cell_type in ("markdown", "raw"):
+            cell.source = _SCRIPT_URL.sub("](#", cell.source)
+            attachments = cell.get("attachments") or {}
+            for name in list(attachments):
+                kept = {kind: data for kind, data in attachments[name].items() if kind in SAFE_ATTACHMENTS}
+                # A blank pixel, not nothing: nbconvert refuses a notebook whose markdown names a missing attachment.
+                attachments[name] = kept or {"image/png": BLANK_PNG}
+        return cell, resources
+
+
+def kit_page(results: dict[str, Any], db_url: str | None) -> str:
+    """The kit's feedback page for these results, with the gradebook's lateness (if any)."""
+    from attnkit.assignment import discover
+    from attnkit.cli import bounded_feedback
+    from attnkit.gradebook import lateness
+
+    suites = discover()
+    results = dict(results)
+    if db_url:
+        late = lateness(db_url, results["student_id"], results["assignment"])
+        if late is not None:
+            results["late"] = late
+    return bounded_feedback(results, suites[results["assignment"]])
+
+
+class KitFeedbackExporter(HTMLExporter):
+    """``nbgrader generate_feedback``'s exporter: the kit's page for a notebook attnkit graded
+    (it carries the results), nbgrader's own feedback page for any other."""
+
+    def from_notebook_node(self, nb: NotebookNode, resources: dict[str, Any] | None = None, **kw: Any) -> tuple[str, dict[str, Any]]:
+        carried = nb.metadata.get(RESULTS_KEY, {}).get("results")
+        if not isinstance(carried, dict) or carried.get("assignment") not in _assignment_names():
+            return super().from_notebook_node(nb, resources, **kw)
+        resources = self._init_resources(resources)
+        info = resources.get("nbgrader", {})
+        # The page is about the student nbgrader is writing feedback for, whatever the notebook says.
+        carried = {**carried, "student_id": info.get("student", carried.get("student_id", ""))}
+        return kit_page(carried, info.get("db_url")), resources
+
+
+def _assignment_names() -> set[str]:
+    from attnkit.assignment import discover
+
+    return set(discover())
 
 
 # -- generate_assignment guard ---------------------------------------------------------------------
@@ -253,6 +339,7 @@ def backup_release(release: Path, source: Path) -> None:
 def configure(c: Any, root: str) -> None:
     """Called from the course's nbgrader_config.py with its config object ``c``."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.GenerateFeedback.exporter_class = "attnkit.nbgrader_course.KitFeedbackExporter"
     argv = list(sys.argv[1:])
     command = next((arg for arg in argv if not arg.startswith("-")), "")
     if command in ("generate_assignment", "assign"):

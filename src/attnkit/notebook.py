@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,10 @@ from typing import Any
 
 from attnkit.i18n import _
 
+# The cap on what is graded: the notebook without its outputs and attachments. A student's file
+# may be larger (one embedded image makes 20 MB), up to MAX_SUBMITTED_BYTES, the cap on reading it.
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_SUBMITTED_BYTES = 64 * 1024 * 1024
 # Cell tag for instructor demo cells (figures, experiments) whose results nothing later uses.
 # Skipping them is most of a notebook's run time; a student who tags their own code only skips it.
 SKIP_TAG = "skip-grading"
@@ -93,7 +97,7 @@ def _open_below(root: Path, path: Path) -> tuple[int, int]:
         raise
 
 
-def read_submitted(root: Path, path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
+def read_submitted(root: Path, path: Path, limit: int = MAX_SUBMITTED_BYTES) -> bytes:
     """The bytes of ``path`` (below the submissions folder ``root``) if it is a regular file of at
     most ``limit`` bytes reached through real folders only; otherwise :class:`Unsafe` saying why."""
     folder, handle = _open_below(root, path)
@@ -152,13 +156,31 @@ def _text(source: object) -> str:
     return source if isinstance(source, str) else ""
 
 
+# Inline markdown a heading may use, replaced by the text a student sees in Jupyter: the page
+# quotes the title as plain text, so "`scaled_attention`" must read "scaled_attention".
+_INLINE_MARKDOWN = (
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # [text](url), ![alt](src)
+    (re.compile(r"`+([^`]*)`+"), r"\1"),  # `code`, ``code``
+    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),  # **bold**, __bold__
+    (re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])"), r"\1"),  # *italic*
+)
+
+
+def plain_heading(text: str) -> str:
+    """A heading's text without inline markdown (code spans, emphasis, links)."""
+    for pattern, replacement in _INLINE_MARKDOWN:
+        text = pattern.sub(replacement, text)
+    return text.strip()
+
+
 def _heading(markdown: str) -> str:
-    """The last markdown heading (``#`` .. ``######``) of a cell, without its hashes, or ""."""
+    """The last markdown heading (``#`` .. ``######``) of a cell, without its hashes and inline
+    markdown, or ""."""
     found = ""
     for line in markdown.splitlines():
         stripped = line.strip()
         if stripped.startswith("#") and stripped.lstrip("#").startswith(" "):
-            found = stripped.lstrip("#").strip()[:120]
+            found = plain_heading(stripped.lstrip("#").strip())[:120]
     return found
 
 
@@ -177,7 +199,7 @@ def read_notebook(path: Path) -> Notebook:
 def parse_notebook(raw: bytes, path: Path) -> Notebook:
     """Parse a notebook's bytes; never raises for bad content, reports it instead."""
     notebook = Notebook(path)
-    if len(raw) > MAX_NOTEBOOK_BYTES:
+    if len(raw) > MAX_SUBMITTED_BYTES:
         notebook.problem = _("文件过大（{size} MB），无法评分").format(size=len(raw) // 1024 // 1024)
         return notebook
     try:
@@ -190,6 +212,14 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
     except (UnicodeDecodeError, ValueError) as error:
         notebook.problem = _("不是有效的 Jupyter 笔记本（JSON 解析失败：{error}）").format(error=str(error)[:200])
         return notebook
+    del raw
+    if isinstance(data, dict) and data.get("nbformat") == 3:
+        converted = _from_v3(data)
+        if isinstance(converted, str):
+            notebook.problem = converted
+            return notebook
+        data = converted
+        notebook.notes.append(_("笔记本是旧的 nbformat 3 格式，已转换为 nbformat 4 后评分"))
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list):
         notebook.problem = _("笔记本里没有单元格列表（cells），可能不是 Jupyter 笔记本")
@@ -212,11 +242,30 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
         is_check = bool(nbgrader.get("grade")) and not nbgrader.get("solution")
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check, SKIP_TAG in tags, section))
+    # What is graded is the cells' text: outputs and attachments (an embedded image) do not count.
+    graded = sum(len(_text(cell.get("source")).encode("utf-8", "surrogatepass")) for cell in cells if isinstance(cell, dict))
+    if graded > MAX_NOTEBOOK_BYTES:
+        notebook.problem = _("笔记本的代码和文字过多（去掉输出后 {size} MB，上限 {limit} MB），无法评分").format(
+            size=graded // 1024 // 1024, limit=MAX_NOTEBOOK_BYTES // 1024 // 1024)
+        notebook.cells = []
+        return notebook
     if not any(cell.source.strip() for cell in notebook.cells):
         notebook.problem = _("笔记本中没有任何代码")
     elif not seen_ids - {""}:
         notebook.notes.append(_("单元格的 nbgrader 元数据已丢失；按顺序运行了全部代码单元格"))
     return notebook
+
+
+def _from_v3(data: dict) -> dict | str:
+    """An nbformat 3 notebook (cells in ``worksheets``) as nbformat 4, or why it cannot be converted.
+
+    nbformat is imported only here: its import costs ~0.9 s, which a v4 notebook never pays."""
+    import nbformat
+
+    try:
+        return dict(nbformat.convert(nbformat.from_dict(data), 4))
+    except Exception as error:  # nbformat's converters raise anything on a malformed v3 notebook
+        return _("nbformat 3 笔记本无法转换：{error}").format(error=str(error)[:200])
 
 
 def grade_cells(notebook: Path) -> list[dict[str, Any]]:

@@ -225,6 +225,20 @@ def substitution_note(functions: dict[str, str], passed: bool, assignment: Assig
     return text
 
 
+def only_failed_functions(ids: list[str], assignment: Assignment, failed: dict[str, str]) -> list[str]:
+    """The diagnoses whose mistake is in a function that failed a test: a function that passes all
+    its own tests (run before every test that depends on it) is never told it has a mistake, even
+    when a caller's failure happens to look like one of its mistakes."""
+    function_of = {mistake.id: mistake.function for mistake in getattr(assignment.catalogue(), "MISTAKES", ())}
+    return [id_ for id_ in ids if function_of.get(id_) is None or function_of[id_] in failed]
+
+
+def _diagnosable(catalogue: Any) -> dict[str, dict]:
+    """The mistakes diagnosis replays: with their variants when the catalogue has them."""
+    variants = getattr(catalogue, "diagnosable_namespaces", None)
+    return variants() if variants is not None else catalogue.mistake_namespaces()
+
+
 def title_of(item: pytest.Item) -> str:
     """The test's title: the first line of its docstring, translated in the assignment's own
     message domain (``locale/`` beside the test file), or its name."""
@@ -492,12 +506,26 @@ class GradingPlugin:
             swap = {name: failed[name] for name in dependencies_of(pyfuncitem) if name in failed}
             if not swap:
                 raise
-        reference = assignment_of(pyfuncitem).catalogue().reference_namespace()
         proxy.calls = []
-        proxy.substitutes = {name: reference[name] for name in swap}
+        proxy.substitutes = self.scoped_reference(pyfuncitem, swap)
         self.swapped[pyfuncitem.nodeid] = swap
-        pyfuncitem.obj(**arguments)
+        try:
+            pyfuncitem.obj(**arguments)
+        except Exception as error:
+            fail_out_of_scope(proxy.substitutes, error)
+            raise
+        fail_out_of_scope(proxy.substitutes)
         return True
+
+    def scoped_reference(self, item: pytest.Function, swap: dict[str, str]) -> dict[str, Any]:
+        """The reference functions swapped in for ``swap``'s names, each answering only the calls
+        this test makes of it on the source notebook (``attnkit.scope``; the provider's plan).
+        A provider without plans (the development backend, trusted code) gets them unscoped."""
+        from attnkit import scope
+
+        reference = assignment_of(item).catalogue().reference_namespace()
+        scope_of = getattr(self.provider, "scope_of", None)
+        return scope.scoped(reference, swap, scope_of(test_key(item)) if scope_of is not None else None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> TestReport | None:
@@ -524,8 +552,10 @@ class GradingPlugin:
         assignment = assignment_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
         proxy = item.funcargs.get("student")
+        if swapped and message is not None:
+            message, error = swapped_failure(message, error)
         output = message or ""
-        if message is not None and isinstance(proxy, Student) and not isinstance(error, StudentRaised):
+        if message is not None and isinstance(proxy, Student) and not isinstance(error, StudentRaised) and not swapped:
             # A wrong value, not an exception: still show what the student's code warned about.
             warned = list(dict.fromkeys(w for call in proxy.calls for w in call.outcome.warnings))[:3]
             if warned:
@@ -549,7 +579,7 @@ class GradingPlugin:
             for name in functions_of(item):
                 failed.setdefault(name, result.grade_id)
         if message is not None and diagnose and isinstance(proxy, Student):
-            result.diagnoses = self.diagnose(proxy, assignment)
+            result.diagnoses = only_failed_functions(self.diagnose(proxy, assignment), assignment, self.failed_functions.get(submission_id, {}))
         if isinstance(proxy, Student):
             proxy.substitutes = {}
         self.results.setdefault(submission_id, []).append(result)
@@ -559,7 +589,7 @@ class GradingPlugin:
 
         catalogue = assignment.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(proxy.calls, catalogue.reference_namespace(), catalogue.mistake_namespaces(), probes, self._probe_once(proxy))
+        return diagnose(proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy))
 
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:
@@ -576,6 +606,37 @@ class GradingPlugin:
             return cache[key]
 
         return run
+
+
+def swapped_failure(message: str, error: BaseException | None) -> tuple[str, BaseException | None]:
+    """What a failed swapped re-run may say: none of the student code's own text. In that run the
+    code held the reference's answers, so whatever it raised, warned or returned (a message, a
+    shape, a number a check quotes) could carry them onto the page; scrubbing numbers out of free
+    text would miss other encodings. Only the grader's own texts stay (timeouts, crashes, an
+    out-of-scope call); anything else becomes one fixed sentence, and the error its class only."""
+    if isinstance(error, (StudentTimeout, SandboxCrashed)) or (isinstance(error, AssertionError) and _is_scope_failure(message)):
+        return message, error
+    if isinstance(error, StudentRaised):
+        return _("代入参考实现重新运行时，你的代码抛出了异常（其内容不显示）。"), None
+    return _("代入参考实现重新运行时，这一项仍未通过（具体数值不显示）。"), None
+
+
+def _is_scope_failure(message: str) -> bool:
+    from attnkit import scope
+
+    head = _(scope.OUT_OF_SCOPE).split("{name}")[0]
+    return message.startswith(head)
+
+
+def fail_out_of_scope(substitutes: dict[str, Any], error: BaseException | None = None) -> None:
+    """A swapped re-run whose student code called a swapped-in reference outside its scope fails
+    for that reason, whatever that code made of the refusal (caught it, or raised something of
+    its own instead: ``error``)."""
+    from attnkit import scope
+
+    refused = scope.refusals(substitutes)
+    if refused:
+        raise AssertionError(scope.out_of_scope_message(refused)) from error
 
 
 @pytest.fixture(scope="session")

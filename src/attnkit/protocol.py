@@ -96,9 +96,25 @@ def _numpy_bytes(item: torch.Tensor) -> bytes | None:
         return None
 
 
+def memory_order(item: torch.Tensor) -> list[int] | None:
+    """For a permuted view of dense memory (what ``transpose`` and ``permute`` return, e.g. the
+    heads of split_heads), the dimensions in memory order; None for any other tensor. The frame
+    carries the layout so the receiver gets the same kind of view: a function's own tests see the
+    non-contiguous inputs its callers really give it."""
+    if item.dim() < 2 or torch.Tensor.is_contiguous(item) or item.layout is not torch.strided:
+        return None
+    order = sorted(range(item.dim()), key=lambda dim: -item.stride(dim))
+    if order == list(range(item.dim())) or not item.permute(order).is_contiguous():
+        return None
+    return order
+
+
 def _walk_tensor(item: torch.Tensor, blobs: list[bytes]) -> dict:
     # Before any copy: an expanded view of one element can claim 10**12 of them.
     _within_limit(torch.Tensor.numel(item))
+    order = memory_order(item)
+    if order is not None:
+        item = item.permute(order)
     tensor, data = item, _numpy_bytes(item)
     if data is None:
         tensor = _plain_tensor(item)
@@ -107,7 +123,10 @@ def _walk_tensor(item: torch.Tensor, blobs: list[bytes]) -> dict:
         _within_limit(tensor.numel())
         data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
     blobs.append(data)
-    return {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
+    node = {"__tensor__": len(blobs) - 1, "dtype": DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape)}
+    if order is not None:
+        node["order"] = order
+    return node
 
 
 def _walk(item: Any, depth: int, blobs: list[bytes]) -> Any:
@@ -215,6 +234,16 @@ def _decode(frame: bytes) -> Any:
         raise ProtocolError("unknown node")
 
     def _tensor(node: dict) -> torch.Tensor:
+        tensor = _dense(node)
+        if "order" not in node:
+            return tensor
+        order = _field(node, "order", list)
+        if sorted(order) != list(range(tensor.dim())) or not all(type(dim) is int for dim in order):
+            raise ProtocolError("bad tensor order")
+        # Back to the sender's view of that memory: the inverse of the permutation it applied.
+        return tensor.permute([order.index(dim) for dim in range(tensor.dim())])
+
+    def _dense(node: dict) -> torch.Tensor:
         index = _field(node, "__tensor__", int)
         dtype = DTYPES.get(_field(node, "dtype", str))
         shape = _field(node, "shape", list)

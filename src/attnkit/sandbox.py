@@ -20,29 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnkit.constants import CRASHED, DEFAULT_MEMORY_MB, TIMEOUT
-from attnkit import i18n
-from attnkit.i18n import N_, _
+from attnkit.constants import CRASHED, TIMEOUT
+from attnkit import confinement, i18n
+from attnkit.i18n import _
 from attnkit import protocol
 from attnkit.notebook import CodeCell
+from attnkit.policy import Limits
 from attnkit.proxy import Outcome, call_request, variable_request
 from attnkit.seed import start_zygote_process, wait_for_exit
-
-
-@dataclass
-class Limits:
-    cell_seconds: float = 10.0
-    call_seconds: float = 10.0
-    notebook_seconds: float = 60.0
-    # All calls of one submission together: a function that sleeps just under call_seconds on
-    # every call would otherwise cost (number of calls) x call_seconds.
-    submission_seconds: float = 120.0
-    memory_mb: int = DEFAULT_MEMORY_MB
-    cpu_seconds: int = 120
-    restarts: int = 3
-    # The TA vouches for these notebooks (--no-isolation; a learner's own notebook): a plain
-    # process may run them where the OS gives no isolated sandbox.
-    trusted: bool = False
 
 
 @dataclass
@@ -60,14 +45,6 @@ class CellRun:
 
 class IsolationUnavailable(RuntimeError):
     """The OS gives this grader no isolated sandbox, and the notebooks were not declared trusted."""
-
-
-ISOLATION_FIX = N_(
-    "请以 root 运行评分，或允许非特权用户命名空间（user namespaces）"
-    "（Debian/Ubuntu：sysctl kernel.unprivileged_userns_clone=1；Ubuntu 24.04："
-    "sysctl kernel.apparmor_restrict_unprivileged_userns=0；各处：user.max_user_namespaces > 0）；"
-    "或者，仅对你信任的笔记本，加上 --no-isolation"
-)
 
 
 class Zygote:
@@ -148,12 +125,15 @@ class Zygote:
             self.pid = ready["pid"]
         self._ready = True
         isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
-        self.isolated = isolation.get("kind") in ("root", "userns")
+        self.isolated = isolation.get("kind") in ("root", "userns", "landlock", "pool")
         self.isolation = isolation
         if not self.isolated and not self._trusted:
             self.close()
-            self._failure = IsolationUnavailable(_("本机无法建立隔离的沙箱（{why}）；{fix}").format(
-                why=isolation.get("why") or _("原因不明"), fix=_(ISOLATION_FIX)))
+            # The cause in our words (a container's seccomp profile, an AppArmor restriction) and
+            # what works there: see attnkit.confinement.
+            exposed = isolation.get("exposed") if isinstance(isolation.get("exposed"), list) else []
+            self._failure = IsolationUnavailable(confinement.exposure_refusal(exposed) if exposed
+                                                 else confinement.refusal(str(isolation.get("why") or "")))
             raise self._failure
 
     def _ready_message(self) -> dict | None:
@@ -279,6 +259,9 @@ class Submission:
     # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
     _swaps: dict[frozenset, socket.socket] = field(default_factory=dict)
     _swap_refused: bool = False
+    # The substituted names whose calls this sandbox (or a fork of it) has run, if any: until it
+    # is replaced it answers nothing else (``_forget_swaps``).
+    _swapped_by: frozenset | None = None
     # The digest of the plan the sandbox was forked holding (``Zygote.hold_plan``), or "".
     plan: str = ""
 
@@ -447,6 +430,11 @@ class Submission:
             self._given_up = True
             return
         self.restarts += 1
+        self._reboot()
+
+    def _reboot(self) -> None:
+        """A fresh sandbox with every cell that worked before re-run (or give up)."""
+        self._swapped_by = None
         try:
             self._boot()
             survived = {run.index for run in self.runs if run.error_type not in (TIMEOUT, CRASHED)}
@@ -456,6 +444,21 @@ class Submission:
         except (TimeoutError, SandboxDied):
             self._given_up = True
             self.close()
+
+    def _forget_swaps(self, swap: frozenset | None) -> None:
+        """Before a request for ``swap`` (None: a plain call or read), replace a sandbox that has
+        run other swapped calls. A swap fork shares its sandbox's scratch folders, descriptors,
+        shared memory and namespaces, and its code held the reference's answers: whatever it left
+        there must reach neither the sandbox's own answers (a heatmap, a later test) nor a fork
+        for other names. A sandbox freshly forked from the zygote, with the same cells re-run, has
+        none of it (its own tmpfs, mount and IPC namespaces; unisolated, its own workdir). The
+        cells' second run is the grader's cost, not the submission's time budget."""
+        if self._swapped_by is None or self._swapped_by == swap:
+            return
+        used = self.seconds_used
+        self.close()
+        self._reboot()
+        self.seconds_used = used
 
     # -- Backend -------------------------------------------------------------------------------
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
@@ -542,6 +545,12 @@ class Submission:
         if refused is not None:
             return refused
         try:
+            self._forget_swaps(swap)
+            refused = self._refusal()
+            if refused is not None:
+                return refused
+            if swap is not None:
+                self._swapped_by = swap  # from the fork's start (or the names bound in place)
             if swap is not None and self._open_swap(swap):
                 message = {**message, "op": "call"}
                 message.pop("substitutes", None)

@@ -6,7 +6,7 @@ runs on the CPU the grader's single-threaded start leaves idle; one set of impor
 worker instead of one per worker. A worker asks for a zygote by sending the seed one end of a
 fresh socketpair (``Zygote(seed=...)``); the seed forks a child that takes that socket, receives
 the worker's configuration on it and goes on exactly as a zygote started on its own would
-(``attnkit.zygote.serve_seed``). A worker for which the seed cannot answer starts its own zygote.
+(``attnkit.seed_server.serve_seed``). A worker for which the seed cannot answer starts its own zygote.
 
 This module stays light (no torch, no attnkit module that imports it): it runs first.
 """

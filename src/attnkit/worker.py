@@ -26,7 +26,9 @@ from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_notebook, read_submitted
 from attnkit import protocol
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
-from attnkit.sandbox import Limits, SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
+from attnkit.policy import Limits
+from attnkit.scope import record_inner_calls
+from attnkit.sandbox import SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Job:
     digests: list[str] = field(default_factory=list)  # sha256 of each notebook's bytes at intake
     problems: list[str] = field(default_factory=list)  # found at intake (student-facing, in the run's language)
     notes: list[str] = field(default_factory=list)
+    # The assignment's notebook name when the student's file had another ("attention (1).ipynb"
+    # -> "attention.ipynb"): what results.json's notebooks[].stored_as says autograded/ holds.
+    graded_as: str = ""
 
     @property
     def key(self) -> str:
@@ -86,14 +91,22 @@ class Plan:
     # the short frame that asks a sandbox forked holding it for the plan's requests.
     digest: str = ""
     held_batch: bytes = b""
+    # Test key -> API name -> the arguments (``scope.wire_of_call``) of every call of that
+    # function while the test ran on the source notebook, its own and those between the
+    # notebook's functions: all that a swapped-in reference answers in that test (``scope``).
+    inner: dict[str, dict[str, list[bytes]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, asked: dict[str, list[dict]]) -> Plan:
+    def of(cls, asked: dict[str, list[dict]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
         tests = {key: [(protocol.encode(request), request) for request in requests] for key, requests in asked.items()}
         requests = [request for entries in tests.values() for _wire, request in entries]
         batch = batch_frame(requests)
         digest = frame_digest(batch)
-        return cls(tests, requests, batch, digest, held_batch_frame(digest))
+        return cls(tests, requests, batch, digest, held_batch_frame(digest), inner or {})
+
+    def scope_of(self, key: str) -> dict[str, list[bytes]]:
+        """What a swapped-in reference may answer in test ``key`` (nothing, for a test not planned)."""
+        return self.inner.get(key, {})
 
 
 # Per assignment, for this worker's life: the suites do not change during a run.
@@ -129,10 +142,13 @@ class SandboxProvider:
         self.api = api
         self.finished = finished
         self.open_now: dict[str, Opened] = {}
+        self.opened_any = False  # a submission's sandbox was asked for (its code may have run)
         self.fatal = ""  # set when grading itself cannot go on
         self.assignment = assignment
         self.plan: Plan | None = _plans.get(assignment.name) if assignment is not None else None
         self.planning: dict[str, list[dict]] = {}
+        self.planning_inner: dict[str, dict[str, list[bytes]]] = {}
+        self._inner_calls: list[tuple[str, bytes]] = []  # filled while planning (scope.record_inner_calls)
         self._more = more
 
     def more(self) -> list[str]:
@@ -152,6 +168,16 @@ class SandboxProvider:
         """After each test: on the source notebook, the requests it made become its plan."""
         if submission_id == PLANNING and not proxy.substitutes:
             self.planning[key] = [request_of(call) for call in proxy.calls]
+            inner: dict[str, list[bytes]] = {}
+            for name, wire in self._inner_calls:
+                inner.setdefault(name, []).append(wire)
+            self.planning_inner[key] = inner
+        self._inner_calls.clear()
+
+    def scope_of(self, key: str) -> dict[str, list[bytes]]:
+        """The calls a swapped-in reference may answer in test ``key`` (``scope``): the plan's,
+        or none where the assignment could not be planned (its reference then answers nothing)."""
+        return self.plan.scope_of(key) if self.plan is not None else {}
 
     def _open_planning(self) -> Student:
         """The source notebook's code cells run here, as a sandbox would run a submission's
@@ -162,7 +188,10 @@ class SandboxProvider:
         cells = [cell.source for cell in read_notebook(source).cells if not (cell.is_check or cell.skip)]
         # The notebook's own printing is not the TA's business.
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return Student(LocalBackend.from_cells(cells, str(source)), api=self.api)
+            backend = LocalBackend.from_cells(cells, str(source))
+        self._inner_calls.clear()
+        record_inner_calls(backend.namespace, self.api, self._inner_calls)
+        return Student(backend, api=self.api)
 
     def _prefetch(self, student: Student, session: Submission) -> None:
         """The plan's requests answered by this submission's sandbox, handed to its tests."""
@@ -181,6 +210,7 @@ class SandboxProvider:
         if submission_id == PLANNING:
             return self._open_planning()
         started = time.perf_counter()
+        self.opened_any = True
         job = self.jobs[submission_id]
         self.started(submission_id)
         cells: list[CodeCell] = []
@@ -236,7 +266,7 @@ class SandboxProvider:
     def close(self, submission_id: str) -> None:
         if submission_id == PLANNING:
             if self.assignment is not None:
-                self.plan = _plans[self.assignment.name] = Plan.of(self.planning)
+                self.plan = _plans[self.assignment.name] = Plan.of(self.planning, self.planning_inner)
             return
         opened = self.open_now.pop(submission_id)
         try:
@@ -298,7 +328,8 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
             "problems": opened.problems,
             "notes": opened.notes,
             # What the gradebook may copy to autograded/: these names with exactly these bytes.
-            "notebooks": [{"name": display_name(Path(path).name), "sha256": digest}
+            "notebooks": [{"name": display_name(Path(path).name), "sha256": digest,
+                           "stored_as": opened.job.graded_as or display_name(Path(path).name)}
                           for path, digest in zip(opened.job.notebooks, opened.job.digests, strict=False)],
             "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
@@ -317,12 +348,46 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
         # Per-test costs we do not use: log capture on every logger, a gc.collect() per session.
         "-p", "no:logging", "-p", "no:unraisableexception", "-p", "no:threadexception",
     ]
-    code = pytest.main(args, plugins=[plugin_module, plugin])
+    problems = SuiteProblems()
+    try:
+        code = pytest.main(args, plugins=[plugin_module, plugin, problems])
+    except BaseException as error:
+        # Whatever broke on the way out (pytest's own teardown, say), a reason to stop that the
+        # session already found is the run's cause, not this.
+        if provider.fatal or plugin.fatal:
+            raise GraderError(provider.fatal or plugin.fatal) from error
+        raise
     plugin.results.pop(PLANNING, None)
     if provider.fatal or plugin.fatal:
         raise GraderError(provider.fatal or plugin.fatal)
+    problems.raise_for_grader(assignment, code, opened=bool(provider.opened_any))
     if code not in (0, 1):  # 0: all passed, 1: some failed; anything else: the session broke
         raise RuntimeError(_("隐藏测试的 pytest 会话异常结束（退出码 {code}）").format(code=int(code)))
+
+
+class SuiteProblems:
+    """A pytest plugin that notes what a session's own failures were: a hidden suite that does
+    not collect (a syntax error, a failed import, an unreadable file) is the grader's fault, and
+    stops the run with its cause instead of marking every student "not graded"."""
+
+    def __init__(self) -> None:
+        self.collection: list[str] = []
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            text = str(getattr(report, "longreprtext", "") or report.longrepr or "")
+            self.collection.append(f"{report.nodeid or '.'}: {text.strip().splitlines()[-1] if text.strip() else ''}"[:500])
+
+    def raise_for_grader(self, assignment: Assignment, code: int, opened: bool) -> None:
+        """GraderError when the session failed for a reason of the suite's: it did not collect,
+        or it ended abnormally before any submission was opened (student code cannot have
+        caused it)."""
+        if self.collection:
+            raise GraderError(_("作业 {assignment} 的隐藏测试无法收集：{reason}").format(
+                assignment=assignment.name, reason=_("；").join(self.collection[:3])))
+        if code not in (0, 1) and not opened:
+            raise GraderError(_("作业 {assignment} 的隐藏测试会话在评任何提交之前就异常结束（pytest 退出码 {code}）").format(
+                assignment=assignment.name, code=int(code)))
 
 
 def _expendable() -> None:

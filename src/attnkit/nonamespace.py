@@ -1,0 +1,188 @@
+"""The sandbox layer that needs no namespaces, for where the OS refuses them.
+
+Tried, in the zygote, whenever ``isolation.enter_private_namespace`` was refused and before any
+refusal (see :func:`choose`):
+
+- ``landlock``: Landlock keeps the sandbox's files to an allowlist (the Python trees read-only,
+  a private work folder read-write) and, on newer kernels, denies TCP and scopes signals and
+  abstract unix sockets to the sandbox; the seccomp filter closes the rest; as root the sandbox
+  also runs under a uid of the zygote's own block (``uid_pool``).
+- ``pool`` (root, no Landlock: an old kernel, or a profile that denies its syscalls): the pool
+  uid and the seccomp filter, and before any cell runs a probe under that uid that nothing
+  hidden (suites, solutions, submissions, outputs, gradebook) is readable or writable by it.
+  The probe's findings refuse the run, naming each path and the chmod that fixes it.
+
+Whatever the layer, the sandbox installs the seccomp filter last (:func:`enter`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+
+from attnkit import landlock, seccomp_filter, uid_pool
+from attnkit.isolation import Mode, allowlist, leave_session_keyring
+
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+MAX_PATHS_CHECKED = 200_000  # the probe's walk of the hidden trees stops there (and says so)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass
+class Exposure:
+    """A hidden path the sandbox's uid could read or write, and the command that closes it."""
+
+    path: str
+    access: str  # "read", "write", "read, write"
+    fix: str
+
+
+@dataclass
+class Layer:
+    """What the zygote holds for its sandboxes of this layer."""
+
+    read_only: list[str] = field(default_factory=list)
+    block: uid_pool.UidBlock | None = None
+
+
+def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
+    """In the zygote, after its imports, when ``mode`` holds no namespaces: the best layer the
+    OS gives (``mode`` unchanged, kind "none", when there is none; ``why`` then tells all)."""
+    layer = Layer(read_only=allowlist(hide))
+    seccomp_filter.compiled()  # built here once; each sandbox only loads it
+    root = os.geteuid() == 0
+    if root:
+        try:
+            layer.block = uid_pool.claim()
+        except OSError as error:
+            return Mode("none", f"{mode.why}; uid pool: {error}"), layer
+    sandbox_user = "pool" if root else "grader"
+    if layer.block is not None:
+        unreadable = unreadable_trees(layer.block.uid(0), layer.read_only)
+        if unreadable:  # e.g. a pyenv under /root (mode 700): the pool uid could not even start Python
+            return Mode("none", f"{mode.why}; the sandbox's uid {layer.block.uid(0)} cannot read the Python trees: "
+                                f"{', '.join(unreadable)} (install Python outside root's home, or chmod o+x each folder above them)"), layer
+    abi = landlock.abi_version()
+    if abi >= 1:
+        return Mode("landlock", mode.why, sandbox_host_uid=sandbox_user, visible=layer.read_only, landlock_abi=abi), layer
+    if not root:
+        return Mode("none", f"{mode.why}; landlock: not available"), layer
+    exposed = probe(layer.block.uid(0), hide, layer.read_only)  # type: ignore[union-attr]
+    if exposed:
+        return Mode("none", f"{mode.why}; landlock: not available", exposed=[e.__dict__ for e in exposed]), layer
+    return Mode("pool", mode.why, sandbox_host_uid="pool", visible=layer.read_only), layer
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _hidden_paths(hide: list[str], allowed: list[str]) -> list[str]:
+    """Every path under the hidden trees, listed as root; the sandbox's own read-only trees (a
+    virtualenv kept inside the project) are left out: it must read those."""
+    allowed_real = [os.path.realpath(a) for a in allowed]
+    found: list[str] = []
+    for top in hide:
+        if not os.path.lexists(top):
+            continue
+        found.append(top)
+        for folder, subfolders, files in os.walk(top):
+            subfolders[:] = [s for s in subfolders if not any(_inside(os.path.realpath(os.path.join(folder, s)), a) for a in allowed_real)]
+            found += [os.path.join(folder, name) for name in subfolders + files]
+            if len(found) > MAX_PATHS_CHECKED:
+                return found
+    return found
+
+
+def _fix(path: str, holds_allowed: bool) -> str:
+    if holds_allowed:  # the sandbox must still pass through it to its own read-only trees
+        return f"chmod o-rw,g-rw {path}"
+    return f"chmod -R o-rwx,g-rwx {path}"
+
+
+def _access_as(uid: int, paths: list[str], checks: tuple[tuple[str, int], ...]) -> list[str]:
+    """In a child that becomes ``uid`` (as a sandbox would, with no groups): "<rights>\t<path>" for
+    each path it has any of ``checks`` on ("error\t<why>" if it could not become ``uid``)."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        lines = []
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for path in paths:
+                rights = [word for word, bit in checks if os.access(path, bit, follow_symlinks=False)]
+                if rights:
+                    lines.append(f"{','.join(rights)}\t{path}")
+        except OSError as error:
+            lines = [f"error\t{error}"]
+        finally:
+            os.write(write_end, "\n".join(lines).encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        lines = pipe.read().decode().splitlines()
+    os.waitpid(child, 0)
+    return lines
+
+
+def unreadable_trees(uid: int, folders: list[str]) -> list[str]:
+    """The sandbox's read-only trees that ``uid`` cannot enter and read."""
+    readable = {line.split("\t", 1)[1] for line in _access_as(uid, folders, (("rx", os.R_OK | os.X_OK),)) if line.startswith("rx\t")}
+    return [folder for folder in folders if folder not in readable]
+
+
+def probe(uid: int, hide: list[str], allowed: list[str]) -> list[Exposure]:
+    """Which hidden paths ``uid`` could read or write. Only the outermost of each exposed tree is
+    named: one chmod -R fixes it."""
+    lines = _access_as(uid, _hidden_paths(hide, allowed), (("read", os.R_OK), ("write", os.W_OK)))
+    allowed_real = [os.path.realpath(a) for a in allowed]
+    exposed: list[Exposure] = []
+    for line in lines:
+        access, path = line.split("\t", 1)
+        if access == "error":
+            return [Exposure(path="?", access="", fix=path)]
+        holds_allowed = any(_inside(a, os.path.realpath(path)) for a in allowed_real)
+        if any(_inside(path, e.path) and e.fix.startswith("chmod -R") for e in exposed):
+            continue  # an exposed folder above it is named already
+        exposed.append(Exposure(path, access.replace(",", ", "), _fix(path, holds_allowed)))
+    return exposed
+
+
+def _drop_bounding_set() -> None:
+    for capability in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the last capability this kernel knows
+
+
+def enter(mode: Mode, workdir: str, uid: int | None) -> list[str]:
+    """In a fresh sandbox of this layer (forked, single-threaded): become the pool uid (as root),
+    then Landlock where the mode has it. The seccomp filter comes last, from ``finish``."""
+    obtained: list[str] = []
+    if leave_session_keyring():
+        obtained.append("own-keyring")
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+        os.chmod(workdir, 0o700)
+        _drop_bounding_set()
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # all ids non-zero: the kernel clears every capability
+        obtained += ["uid-pool", "no-capabilities"]
+    elif os.geteuid() != 0:
+        obtained.append("no-capabilities")  # the grader's own uid, which holds none
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    if mode.kind == "pool":
+        obtained.append("probe-passed")  # by the zygote, before it answered ready (choose)
+    if mode.kind == "landlock":
+        obtained += landlock.restrict_self(landlock.Allowlist(read_only=tuple(mode.visible), read_write=(workdir,)), mode.landlock_abi)
+    return obtained
+
+
+def finish() -> list[str]:
+    """The sandbox's last lock-down step, whatever its layer: the seccomp filter."""
+    return seccomp_filter.install()

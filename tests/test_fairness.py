@@ -1,0 +1,137 @@
+"""Fairness, round 2 (issue 26; issue 23's property points): realistic mistakes of our own, none
+catalogued, graded through a real pytest session of the hidden suite. Each must lose only its own
+function's points, earn no property point without a working function, and never be told another
+function's mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnkit import plugin as plugin_module
+from attnkit.plugin import GradingPlugin
+
+from contract import CH19  # noqa: E402
+from fair_submissions import FAIRNESS  # noqa: E402
+from test_autograder import SourceProvider  # noqa: E402
+
+catalogue = CH19.catalogue()
+REFERENCE = catalogue.reference_source()
+FUNCTION_OF_MISTAKE = {mistake.id: mistake.function for mistake in catalogue.MISTAKES}
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    sources = {"reference": REFERENCE}
+    sources.update({name: REFERENCE + "\n" + source for name, (_, source) in FAIRNESS.items()})
+    plugin = GradingPlugin(SourceProvider(sources))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", str(CH19.folder)], plugins=[plugin_module, plugin])
+    finally:
+        torch.set_num_threads(threads)
+    assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"the hidden suite did not run: {code!r}"
+    return plugin.results
+
+
+def score(graded: list) -> float:
+    return sum(result.score for result in graded)
+
+
+def summary(graded: list) -> str:
+    return "\n".join(f"{r.nodeid}: {r.status} {r.diagnoses} {r.output[:200]}" for r in graded if r.status != "passed")
+
+
+def test_there_are_at_least_ten_new_cases():
+    assert len(FAIRNESS) >= 10
+
+
+@pytest.mark.parametrize("name", list(FAIRNESS))
+def test_each_case_loses_only_its_own_functions_points(results, name):
+    function, _ = FAIRNESS[name]
+    graded = results[name]
+    assert score(graded) < 100, summary(graded)
+    for result in graded:
+        if result.status != "passed":
+            assert function in result.functions, f"{result.nodeid} grades {result.functions}, not {function}:\n" + summary(graded)
+
+
+@pytest.mark.parametrize("name", list(FAIRNESS))
+def test_no_case_is_told_another_functions_mistake(results, name):
+    """A diagnosis names a mistake of one function; never on a submission whose that function is right."""
+    function, _ = FAIRNESS[name]
+    named = {d for r in results[name] for d in r.diagnoses}
+    wrong = {d for d in named if FUNCTION_OF_MISTAKE.get(d) != function}
+    assert not wrong, summary(results[name])
+
+
+def test_a_split_heads_that_always_raises_earns_no_property_point(results):
+    graded = {r.nodeid.rsplit("::", 1)[-1]: r for r in results["split_always_raises"]}
+    assert graded["test_split_heads_rejects_indivisible_width"].score == 0, summary(results["split_always_raises"])
+    # The reference still earns it.
+    assert all(r.status == "passed" for r in results["reference"])
+
+
+def test_a_missing_module_says_what_grading_has_installed():
+    from attnkit.explain import explain
+
+    text = explain("ModuleNotFoundError", "No module named 'einops'")
+    assert all(name in text for name in ("torch", "numpy", "matplotlib", "标准库"))
+
+
+def test_a_missing_name_explains_skipped_cells_truthfully():
+    """Grading does not run skip-grading cells: the NameError explanation must not claim it runs all."""
+    from attnkit.explain import explain
+
+    text = explain("NameError", "name 'helper' is not defined")
+    assert "skip-grading" in text and "评分时按顺序运行全部单元格）" not in text
+
+
+def test_section_titles_lose_their_markdown(tmp_path):
+    import json
+
+    from attnkit.notebook import parse_notebook
+
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": "### 练习 4.1：`scaled_attention` 与 **掩码**"},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "x = 1"},
+    ]
+    raw = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    notebook = parse_notebook(raw, tmp_path / "a.ipynb")
+    assert notebook.cells[-1].section == "练习 4.1：scaled_attention 与 掩码"
+
+
+def test_the_page_does_not_call_pythons_errors_pytorchs():
+    from attnkit import feedback
+
+    template = (Path(feedback.__file__).parent / "templates" / "feedback.html.j2").read_text(encoding="utf-8")
+    assert "PyTorch 的原始信息" not in template
+
+
+PROPERTY_FILES = ("test_ch19_3_empty_row.py", "test_ch19_5_future.py")
+
+
+@pytest.mark.parametrize("name", ["numpy_float64", "float32_scale"])
+def test_precision_never_costs_the_property_tests(results, name):
+    """The empty-row and future tests of scaled_attention are judged at concept level."""
+    own = [r for r in results[name] if r.nodeid.split("::")[0].endswith(PROPERTY_FILES) and r.functions == ["scaled_attention"]]
+    assert own and all(r.status == "passed" for r in own), summary(results[name])
+
+
+def test_a_precision_failure_says_so_instead_of_printing_equal_rows(results):
+    failed = [r for r in results["float32_scale"] if r.status != "passed"]
+    assert failed, summary(results["float32_scale"])
+    assert all("精度问题：检查 float32 的中间结果" in r.output and "这一行应为" not in r.output for r in failed), summary(results["float32_scale"])
+
+
+def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectations_precision():
+    """A float64 answer compared with a float32 expectation: float32's tolerance, not float64's."""
+    from attnkit.checks import assert_close
+
+    exact = torch.tensor([1 / 3, 2 / 3], dtype=torch.float64)
+    assert_close(exact, exact.to(torch.float32), "x")  # off by float32 rounding only
+    with pytest.raises(AssertionError, match="精度问题"):
+        assert_close(exact + 1e-4, exact, "x")

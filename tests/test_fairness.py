@@ -135,3 +135,29 @@ def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectatio
     assert_close(exact, exact.to(torch.float32), "x")  # off by float32 rounding only
     with pytest.raises(AssertionError, match="精度问题"):
         assert_close(exact + 1e-4, exact, "x")
+
+
+def page(graded: list) -> str:
+    """The student's feedback page for one graded submission, as the CLI renders it."""
+    from attnkit.feedback import feedback_html
+    from attnkit.scoring import results_json
+
+    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [result.to_dict() for result in graded]}
+    return feedback_html(results_json(record, CH19), CH19)
+
+
+def test_the_page_names_a_precision_problem_as_one(results):
+    text = page(results["float32_scale"])
+    assert "精度问题：检查 float32 的中间结果" in text and "这一行应为" not in text
+
+
+def test_the_page_shows_a_diagnosis_once_per_part(results):
+    """scale_by_dim1 fails several tests of one part with one diagnosis: shown once in that part."""
+    graded = results["scale_by_dim1"]
+    parts = {r.grade_id for r in graded if r.diagnoses}
+    assert parts
+    text = page(graded)
+    explanation = CH19.mistakes["scale_by_fixed_number"]["text"]
+    summary_part, parts_part = text.split("各部分得分", 1)
+    assert summary_part.count(explanation) == 1, "once in the diagnosis summary at the top"
+    assert parts_part.count(explanation) == len(parts), "once per part, under its first test"

@@ -161,3 +161,36 @@ def test_the_page_shows_a_diagnosis_once_per_part(results):
     summary_part, parts_part = text.split("各部分得分", 1)
     assert summary_part.count(explanation) == 1, "once in the diagnosis summary at the top"
     assert parts_part.count(explanation) == len(parts), "once per part, under its first test"
+
+
+def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
+    """A helper defined only in a skip-grading demo cell is missing at grading time: the page says
+    why (skip-grading cells do not run), never that every cell runs."""
+    import json
+    import subprocess
+    import sys
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    helper = {"cell_type": "code", "metadata": {"tags": ["skip-grading"]}, "execution_count": None, "outputs": [],
+              "source": "import math\ndef scale_of(query):\n    return math.sqrt(query.shape[-1])\n"}
+    answer = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
+        "def scaled_attention(query, key, value, allowed=None):\n"
+        "    scores = query @ key.transpose(-2, -1) / scale_of(query)\n"
+        "    if allowed is not None:\n"
+        "        if not allowed.any(dim=-1).all():\n"
+        "            raise ValueError('empty row')\n"
+        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+        "    weights = scores.softmax(dim=-1)\n"
+        "    return weights @ value, weights\n")}
+    notebook["cells"] += [helper, answer]
+    target = tmp_path / "in" / "lisi" / CH19.name
+    target.mkdir(parents=True)
+    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
+    attnkit = Path(sys.executable).with_name("attnkit")
+    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    text = (tmp_path / "out" / "students" / "lisi" / CH19.name / "feedback.html").read_text(encoding="utf-8")
+    assert "NameError" in text and "skip-grading" in text, text[-3000:]
+    assert "评分时按顺序运行全部单元格）" not in text
+    assert "PyTorch 的原始信息" not in text

@@ -135,3 +135,62 @@ def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectatio
     assert_close(exact, exact.to(torch.float32), "x")  # off by float32 rounding only
     with pytest.raises(AssertionError, match="精度问题"):
         assert_close(exact + 1e-4, exact, "x")
+
+
+def page(graded: list) -> str:
+    """The student's feedback page for one graded submission, as the CLI renders it."""
+    from attnkit.feedback import feedback_html
+    from attnkit.scoring import results_json
+
+    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [result.to_dict() for result in graded]}
+    return feedback_html(results_json(record, CH19), CH19)
+
+
+def test_the_page_names_a_precision_problem_as_one(results):
+    text = page(results["float32_scale"])
+    assert "精度问题：检查 float32 的中间结果" in text and "这一行应为" not in text
+
+
+def test_the_page_shows_a_diagnosis_once_per_part(results):
+    """scale_by_dim1 fails several tests of one part with one diagnosis: shown once in that part."""
+    graded = results["scale_by_dim1"]
+    parts = {r.grade_id for r in graded if r.diagnoses}
+    assert parts
+    text = page(graded)
+    explanation = CH19.mistakes["scale_by_fixed_number"]["text"]
+    summary_part, parts_part = text.split("各部分得分", 1)
+    assert summary_part.count(explanation) == 1, "once in the diagnosis summary at the top"
+    assert parts_part.count(explanation) == len(parts), "once per part, under its first test"
+
+
+def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
+    """A helper defined only in a skip-grading demo cell is missing at grading time: the page says
+    why (skip-grading cells do not run), never that every cell runs."""
+    import json
+    import subprocess
+    import sys
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    helper = {"cell_type": "code", "metadata": {"tags": ["skip-grading"]}, "execution_count": None, "outputs": [],
+              "source": "import math\ndef scale_of(query):\n    return math.sqrt(query.shape[-1])\n"}
+    answer = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
+        "def scaled_attention(query, key, value, allowed=None):\n"
+        "    scores = query @ key.transpose(-2, -1) / scale_of(query)\n"
+        "    if allowed is not None:\n"
+        "        if not allowed.any(dim=-1).all():\n"
+        "            raise ValueError('empty row')\n"
+        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+        "    weights = scores.softmax(dim=-1)\n"
+        "    return weights @ value, weights\n")}
+    notebook["cells"] += [helper, answer]
+    target = tmp_path / "in" / "lisi" / CH19.name
+    target.mkdir(parents=True)
+    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
+    attnkit = Path(sys.executable).with_name("attnkit")
+    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    text = (tmp_path / "out" / "students" / "lisi" / CH19.name / "feedback.html").read_text(encoding="utf-8")
+    assert "NameError" in text and "skip-grading" in text, text[-3000:]
+    assert "评分时按顺序运行全部单元格）" not in text
+    assert "PyTorch 的原始信息" not in text

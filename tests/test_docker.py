@@ -166,7 +166,11 @@ def test_grading_a_hostile_class_in_docker_default(docker: Docker, tmp_path: Pat
             "run", "--rm", "--network", "none", "--user", "0:0",
             "-v", f"{ROOT}:{ROOT}:ro", "-v", f"{prefix}:{prefix}:ro", "-v", f"{work}:{work}",
             "-e", "HOME=/root", "-e", "LANG=C.UTF-8", "-w", "/",
-            IMAGE, str(python), "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
+            # The grader's Python lives under /root here (pyenv's), which Debian's image keeps 0700: the
+            # sandbox's pool uid could not read it, and the grader refuses, saying to install Python
+            # outside root's home or to open it (as a course's image, with Python in /usr, needs no such step).
+            IMAGE, "/bin/sh", "-c", 'chmod 755 /root && exec "$@"', "sh", str(python), "-m", "attnkit.cli", "grade",
+            "--submitted", str(submitted), "--out", str(out),
             "--jobs", "2", "--quiet", "--force", *LIMITS,
             check=False, timeout=900,
         )

@@ -117,9 +117,9 @@ def test_solution_gets_full_marks(autograder_root: Path) -> None:
 def test_solution_gets_full_marks_isolated_in_docker_default(autograder_root: Path, landlock: bool) -> None:
     """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
     capabilities (tests/settings.py), without ATTNKIT_NO_ISOLATION. The solution scores full marks in
-    a sandbox the result calls isolated. Until the no-namespace layer of issue 22 is in the checkout,
-    the grader refuses there with sysctl advice (never given in a container once the layer exists):
-    that case xfails, saying so."""
+    a sandbox the result calls isolated. Never sysctl advice in a container. Where the grader's own
+    Python is unreadable by the sandbox's pool uid (pyenv's under /root), the refusal says so and
+    the case is skipped."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         pytest.skip("loads a seccomp filter without no_new_privs: needs root on Linux")
     pytest.importorskip("pyseccomp")
@@ -127,8 +127,13 @@ def test_solution_gets_full_marks_isolated_in_docker_default(autograder_root: Pa
 
     assert "ATTNKIT_NO_ISOLATION" not in environment(autograder_root)
     done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=lambda command: docker_default(command, landlock=landlock))
-    if done.returncode == 2 and "sysctl" in done.stderr and not (autograder_root / "results" / "results.json").exists():
-        pytest.xfail("the no-namespace sandbox layer (issue 22) is not in this checkout: " + done.stderr.strip()[-300:])
+    assert "sysctl" not in done.stderr, done.stderr[-3000:]  # never advice for the host inside a container
+    if done.returncode == 2 and "cannot read the Python trees" in done.stderr:
+        # This machine's grader runs on pyenv's Python under /root (mode 700): the sandbox's pool uid
+        # cannot start it, and the grader refuses, naming why and the fix. Gradescope's images keep
+        # Python in /usr (setup.sh), where the layer isolates.
+        assert not (autograder_root / "results" / "results.json").exists() or "install Python outside root's home" in done.stdout + done.stderr
+        pytest.skip("the grader's Python is under root's 0700 home here; the refusal says so: " + done.stderr.strip()[-300:])
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((autograder_root / "results" / "results.json").read_text(encoding="utf-8"))
     assert results["score"] == results["max_score"] > 0

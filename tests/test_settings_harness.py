@@ -148,10 +148,13 @@ def test_outside_the_harness_the_probe_sees_the_opposite(ta_user: pwd.struct_pas
     assert as_ta["userns_then_mount"]["mount"] == "ok" and as_ta["userns_then_mount"]["pivot_root"] != EPERM
 
 
-def test_grading_in_docker_default_today(tmp_path: Path) -> None:
-    """What `attnkit grade` does today as root under Docker's default profile: it refuses (exit 2)
-    before any cell runs, with advice that misleads there (it names root and a sysctl, never
-    seccomp). This documents issue 22's starting point; the no-namespace layer changes it."""
+def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
+    """`attnkit grade` as root under Docker's default profile with Landlock denied (Docker 20.10's
+    profile). Before the no-namespace layer it refused with advice that misleads there (root and a
+    sysctl, never seccomp). Now it grades on a pool uid checked by its probe, or, where that uid
+    cannot even read the grader's Python (pyenv's under /root, mode 700, as on this project's
+    machine), refuses before any cell runs, naming the container's seccomp profile, the unreadable
+    trees and what works there; never a sysctl."""
     submitted, out = tmp_path / "submitted", tmp_path / "out"
     write(load(SOLUTION), submitted / "bystander" / ASSIGNMENT)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
@@ -159,6 +162,13 @@ def test_grading_in_docker_default_today(tmp_path: Path) -> None:
     command = docker_default(grade, landlock=False)
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, cwd=ROOT)
     print(done.stderr[-2000:], file=sys.stderr)
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert "unshare(CLONE_NEWUSER)" in done.stderr and "sysctl" in done.stderr, done.stderr[-3000:]
-    assert not list(out.rglob("results.json"))
+    assert "sysctl" not in done.stderr, done.stderr[-3000:]
+    if "cannot read the Python trees" in done.stderr:
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "seccomp" in done.stderr and "attnkit-docker.json" in done.stderr and "install Python outside root's home" in done.stderr
+        assert not list(out.rglob("results.json"))
+    else:
+        assert done.returncode == 0, done.stderr[-3000:]
+        record = json.loads(next(out.rglob("results.json")).read_text())
+        assert record["score"] == 100 and record["isolation"] == "isolated", record["sandbox"]
+        assert "uid-pool" in record["sandbox"]["isolation"] and "probe-passed" in record["sandbox"]["isolation"]

@@ -158,7 +158,7 @@ def exchange_run() -> dict:
             fetched[role] = pages[0]
         exported = instructor(course, nbgrader, "export", "--to", str(course / "export.csv"))
         assert exported.returncode == 0
-        yield {"course": course, "users": users, "fetched": fetched, "base": base, "console": graded_run.stdout}
+        yield {"course": course, "users": users, "fetched": fetched, "base": base, "console": graded_run.stdout + graded_run.stderr}
     finally:
         for user in created:
             subprocess.run(["userdel", "--remove", user], capture_output=True)

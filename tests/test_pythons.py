@@ -42,7 +42,7 @@ def interpreter(version: str) -> str | None:
 
 def grade_on_a_fresh_clone(python: str, folder: Path) -> dict[str, object]:
     """Clone the committed HEAD into ``folder``, run `make grade PYTHON=python` there, and return
-    what the class was given: grades.csv and each student's tests (node id, status, score)."""
+    what the class was given: grades.csv and each student's tests (name, status, score, max score)."""
     clone = folder / "attnkit"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
     # Nothing of this test run's environment may leak into the clone's own venv.
@@ -61,7 +61,7 @@ def grade_on_a_fresh_clone(python: str, folder: Path) -> dict[str, object]:
     tests = {}
     for results in sorted(graded.glob("students/*/*/results.json")):
         record = json.loads(results.read_text(encoding="utf-8"))
-        tests[str(results.relative_to(graded))] = [(t["nodeid"], t["status"], t["score"]) for t in record["tests"]]
+        tests[str(results.relative_to(graded))] = [(t["name"], t["status"], t["score"], t["max_score"]) for t in record["tests"]]
     return {"python": wanted, "grades": rows, "tests": tests}
 
 

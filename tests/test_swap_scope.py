@@ -115,7 +115,7 @@ def multi_head_attention(*args, **kwargs):
     return _honest_multi_head(*args, **kwargs)
 '''
 
-STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE}
+STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE, "correct": "pass"}
 SWAPPED_NOTE = "这一项用参考的 scaled_attention 代替了你的实现"
 OUT_OF_SCOPE = "参考实现只回答这一项自己的输入"
 
@@ -173,6 +173,78 @@ def test_nothing_a_swap_fork_writes_reaches_the_sandbox(graded):
     panels = results.get("evidence", {}).get("panels") or []
     assert panels, "the heatmaps are asked for (scaled_attention's parts failed)"
     assert all(panel.get("student") is None for panel in panels), panels
+
+
+def test_the_swapped_re_runs_wait_so_one_sandbox_serves_the_whole_submission(graded):
+    """The re-runs with the reference swapped in come after every plain call (the tests' own, the
+    diagnosis probes, the page's heatmaps): does a submission whose swapped tests all swap the
+    same name keep one sandbox throughout, with its results still in the session's order?"""
+    results, _page = graded["honest"]
+    assert swapped_tests(results), "the multi-head and future tests are re-run with the reference"
+    assert results["sandbox"]["replaced_after_swaps"] == 0, results["sandbox"]
+    in_order = [(test["grade_id"], test["name"]) for test in graded["correct"][0]["tests"]]  # nothing waited there
+    assert [(test["grade_id"], test["name"]) for test in results["tests"]] == in_order
+
+
+# The fork's writes, in files and a shared mapping; the sandbox's own reader, asked after.
+CROSSING = """
+import mmap, os
+_shared = mmap.mmap(-1, 4096)
+_places = ["/tmp/attnkit-crossed", os.path.expanduser("~/attnkit-crossed"), os.path.abspath("attnkit-crossed")]
+
+
+def helper(x):
+    raise NotImplementedError()
+
+
+def writer(x):
+    text = f"CROSSED {helper(x)}"
+    for place in _places:
+        try:
+            with open(place, "w") as handle:
+                handle.write(text)
+        except OSError:
+            pass
+    _shared.seek(0)
+    _shared.write(text.encode().ljust(200))
+    return text
+
+
+def reader():
+    found = [_shared[:200].decode(errors="replace").strip()]
+    for place in _places:
+        try:
+            with open(place) as handle:
+                found.append(handle.read())
+        except OSError:
+            pass
+    return [text for text in found if text.startswith("CROSSED")]
+"""
+
+
+def test_a_plain_call_after_swapped_calls_finds_nothing_the_fork_left() -> None:
+    """Whatever order the plugin asks in: after calls with the reference swapped in (their fork
+    writes the reference's answer to /tmp, home, its folder and a shared mapping), does the next
+    plain call run in a replaced sandbox that finds none of it, and is the replacement counted?"""
+    from attnkit.notebook import CodeCell
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
+
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, CROSSING)], Limits())
+    try:
+        session.start()
+        assert session.call("reader", (), {}).value == []
+        swapped = session.call_with("writer", (21,), {}, {"helper": lambda x: x * 2})
+        assert swapped.value == "CROSSED 42", swapped
+        assert session.replaced_after_swaps == 0
+        after = session.call("reader", (), {})
+        assert after.error_type is None and after.value == [], after
+        assert session.replaced_after_swaps == 1
+        assert session.call_with("writer", (1,), {}, {"helper": lambda x: x + 1}).value == "CROSSED 2"
+    finally:
+        session.close()
+        zygote.close()
 
 
 def test_a_huge_callback_is_refused_and_fails_its_test(graded):

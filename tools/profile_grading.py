@@ -47,7 +47,7 @@ from attnkit.sandbox import Zygote  # noqa: E402
 PHASES = (
     (worker.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),
     (sandbox.Submission, "_batch", "  of which the batches (send, receive, decode)"),
-    (plugin.GradingPlugin, "pytest_pyfunc_call", "tests (their checks, swapped re-runs, single requests)"),
+    (plugin.GradingPlugin, "_within_test", "tests (their checks, swapped re-runs, single requests)"),
     (plugin.GradingPlugin, "record", "record (diagnosis included)"),
     (plugin.GradingPlugin, "diagnose", "  of which diagnosis"),
     (worker.SandboxProvider, "close", "close: the record, evidence, usage"),

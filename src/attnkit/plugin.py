@@ -317,6 +317,23 @@ def failure_message(error: BaseException) -> str:
     return _("无法检查你的返回值（{type}：{error}）。请核对返回值的类型与结构。").format(type=type(error).__name__, error=error)
 
 
+class _Skipped:
+    """What ``GradingPlugin._within_test`` returns for a test that skipped itself."""
+
+
+_SKIPPED = _Skipped()
+
+
+@dataclass
+class _Deferred:
+    """A failed test waiting for its re-run with references swapped in: its plain run's failure,
+    and the calls that run made (its diagnosis, should the re-run not happen)."""
+
+    item: pytest.Function
+    error: BaseException
+    calls: list[Any]
+
+
 class GradingPlugin:
     """Collects per-submission results; registered once per pytest session."""
 
@@ -328,8 +345,18 @@ class GradingPlugin:
         self.fatal = ""  # the suite and its source notebook disagree: grading stops
         # Per submission: student function -> grade_id of the first of its own tests it failed.
         self.failed_functions: dict[str, dict[str, str]] = {}
+        # Per submission: student function -> the position (in the session's order) of that test,
+        # so a test recorded out of order (``_Deferred``) still names the first one.
+        self._failed_at: dict[str, dict[str, int]] = {}
         # nodeid[submission] -> the dependencies swapped for the reference in that test's run.
         self.swapped: dict[str, dict[str, str]] = {}
+        # The plugin's own loop: each test's position in the session's order (by ``test_key``),
+        # the current submission's swapped re-runs still to run, and its diagnoses before they
+        # were narrowed to the functions failed so far (narrowed again once every test is in).
+        self._positions: dict[str, int] = {}
+        self._deferred: list[_Deferred] = []
+        self._unnarrowed: list[tuple[int, TestResult, list[str], Assignment]] = []
+        self._recorded_at: dict[int, int] = {}  # id(result) -> its test's position
         # Whether this session collected each test once, for its first submission only, and the
         # state of its suite's files (``_suite_state``) when it was collected.
         self.template = False
@@ -396,6 +423,7 @@ class GradingPlugin:
             return None
         if self.suite_state is not None:
             _PLAIN_SUITES.add(self.suite_state)
+        self._positions = {test_key(item): position for position, item in enumerate(session.items)}
         if self.template:
             runs = self._template_runs(session.items)
         else:
@@ -410,10 +438,12 @@ class GradingPlugin:
         try:
             for current, item in runs:
                 if current is None:  # the submissions so far are done: close before asking for more
+                    self._run_deferred(submission_id, opened)
                     self._close(submission_id, opened)
                     submission_id, opened = None, None
                     continue
                 if current != submission_id:
+                    self._run_deferred(submission_id, opened)
                     self._close(submission_id, opened)
                     submission_id, opened = current, None
                     try:
@@ -424,7 +454,10 @@ class GradingPlugin:
                     self.record(item, current, failure_message(opened), diagnose=False, error=opened)
                     continue
                 self._run(item, opened, current)
+            self._run_deferred(submission_id, opened)
         finally:
+            self._deferred.clear()
+            self._unnarrowed.clear()
             self._close(submission_id, opened)
             if collecting:
                 gc.enable()
@@ -452,22 +485,82 @@ class GradingPlugin:
 
     def _run(self, item: pytest.Function, proxy: Student, submission_id: str) -> None:
         """One test on one submission, as ``pytest_runtest_call``, ``pytest_pyfunc_call`` and
-        ``pytest_runtest_makereport`` below do it in pytest's loop."""
+        ``pytest_runtest_makereport`` below do it in pytest's loop, except that a re-run with the
+        reference swapped in waits (``_Deferred``) until the submission's other tests are done."""
         item.funcargs = {"student": proxy}
-        error: BaseException | None = None
+        error = self._within_test(item, functools.partial(self._plain_call, item))
+        if error is _SKIPPED:
+            return  # no result, as in pytest's loop (its own report)
+        assert not isinstance(error, _Skipped)
+        if error is not None and self._may_swap(item, error, submission_id):
+            self._deferred.append(_Deferred(item, error, list(proxy.calls)))
+            return
+        self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
+
+    def _within_test(self, item: pytest.Function, body: Callable[[], object]) -> BaseException | _Skipped | None:
+        """Run ``body`` inside the test's hooks; the failure it raised, ``_SKIPPED``, or None."""
         hooks = self.pytest_runtest_call(item)
         next(hooks)
         try:
-            self.pytest_pyfunc_call(item)
+            body()
         except pytest.skip.Exception:
-            return  # no result, as in pytest's loop (its own report)
+            return _SKIPPED
         except (KeyboardInterrupt, pytest.exit.Exception):
             raise
         except BaseException as failure:  # noqa: BLE001 - a failed test (pytest.fail included)
-            error = failure
+            return failure
         finally:
             next(hooks, None)
-        self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
+        return None
+
+    def _may_swap(self, item: pytest.Function, error: BaseException, submission_id: str) -> bool:
+        """Whether the failed ``item`` may be re-run with references swapped in: a dependency
+        has failed its own tests, or one of its tests is itself waiting for such a re-run."""
+        if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)) or not isinstance(error, Exception):
+            return False
+        failed = self.failed_functions.get(submission_id, {})
+        waiting = {name for deferred in self._deferred for name in functions_of(deferred.item)}
+        return any(name in failed or name in waiting for name in dependencies_of(item))
+
+    def _run_deferred(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
+        """The submission's swapped re-runs, in the session's order, once its plain runs are all
+        done. Every call that does not swap then comes before any that does, so the sandbox
+        rarely has to be replaced after one (``Submission._forget_swaps``): all tests of a
+        function come before the tests that depend on it, so each re-run still sees its
+        dependencies' final results. The results are then put back in the session's order, and
+        each one's diagnoses narrowed to the functions failed up to it, as if run in turn."""
+        deferred, self._deferred = self._deferred, []
+        unnarrowed, self._unnarrowed = self._unnarrowed, []
+        recorded_at, self._recorded_at = self._recorded_at, {}
+        if submission_id is None or not isinstance(opened, Student) or not deferred:
+            return
+        before_swaps = getattr(self.provider, "before_swaps", None)
+        for waiting in deferred:
+            item = waiting.item
+            failed = self.failed_functions.get(submission_id, {})
+            swap = {name: failed[name] for name in dependencies_of(item) if name in failed}
+            if swap and before_swaps is not None:
+                # The provider's own plain calls (a feedback page's evidence) go before the first
+                # swapped one too: for the parts that failed or may yet fail.
+                failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
+                before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
+                before_swaps = None
+            if not swap:  # the dependency it waited for passed after all: its own failure stands
+                opened.calls = waiting.calls
+                self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
+                continue
+            item.funcargs = {"student": opened}
+            error = self._within_test(item, functools.partial(self._swapped_call, item, swap))
+            if error is _SKIPPED:
+                continue
+            assert not isinstance(error, _Skipped)
+            self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
+        recorded_at.update(self._recorded_at)
+        self._recorded_at = {}
+        results = self.results.get(submission_id, [])
+        results.sort(key=lambda result: recorded_at.get(id(result), len(recorded_at)))
+        for position, result, diagnoses, assignment in unnarrowed:
+            result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
@@ -494,9 +587,8 @@ class GradingPlugin:
         proxy = pyfuncitem.funcargs.get("student")
         if not isinstance(proxy, Student):
             return None
-        arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
         try:
-            pyfuncitem.obj(**arguments)
+            self._plain_call(pyfuncitem)
             return True
         except (AssertionError, Exception) as error:
             if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
@@ -506,16 +598,25 @@ class GradingPlugin:
             swap = {name: failed[name] for name in dependencies_of(pyfuncitem) if name in failed}
             if not swap:
                 raise
+        self._swapped_call(pyfuncitem, swap)
+        return True
+
+    @staticmethod
+    def _plain_call(item: pytest.Function) -> None:
+        item.obj(**{name: item.funcargs[name] for name in item._fixtureinfo.argnames})
+
+    def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None:
+        """The test again, with the reference (scoped to the test's own inputs) for ``swap``."""
+        proxy = item.funcargs["student"]
         proxy.calls = []
-        proxy.substitutes = self.scoped_reference(pyfuncitem, swap)
-        self.swapped[pyfuncitem.nodeid] = swap
+        proxy.substitutes = self.scoped_reference(item, swap)
+        self.swapped[item.nodeid] = swap
         try:
-            pyfuncitem.obj(**arguments)
+            self._plain_call(item)
         except Exception as error:
             fail_out_of_scope(proxy.substitutes, error)
             raise
         fail_out_of_scope(proxy.substitutes)
-        return True
 
     def scoped_reference(self, item: pytest.Function, swap: dict[str, str]) -> dict[str, Any]:
         """The reference functions swapped in for ``swap``'s names, each answering only the calls
@@ -574,15 +675,28 @@ class GradingPlugin:
             functions=list(functions_of(item)),
             error=error_info(error) if error is not None else {},
         )
+        position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
         if message is not None:
             failed = self.failed_functions.setdefault(submission_id, {})
+            failed_at = self._failed_at.setdefault(submission_id, {})
             for name in functions_of(item):
-                failed.setdefault(name, result.grade_id)
+                if position < failed_at.get(name, position + 1):
+                    failed[name], failed_at[name] = result.grade_id, position
         if message is not None and diagnose and isinstance(proxy, Student):
-            result.diagnoses = only_failed_functions(self.diagnose(proxy, assignment), assignment, self.failed_functions.get(submission_id, {}))
+            diagnoses = self.diagnose(proxy, assignment)
+            result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
+            if self._deferred and diagnoses:  # a test before it may yet fail: narrowed again then
+                self._unnarrowed.append((position, result, diagnoses, assignment))
+        self._recorded_at[id(result)] = position
         if isinstance(proxy, Student):
             proxy.substitutes = {}
         self.results.setdefault(submission_id, []).append(result)
+
+    def _failed_by(self, submission_id: str, position: int) -> dict[str, str]:
+        """The submission's failed functions whose first failed test is at ``position`` or before."""
+        failed_at = self._failed_at.get(submission_id, {})
+        return {name: grade_id for name, grade_id in self.failed_functions.get(submission_id, {}).items()
+                if failed_at.get(name, position) <= position}
 
     def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]:
         from attnkit.diagnosis import diagnose

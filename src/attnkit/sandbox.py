@@ -251,6 +251,7 @@ class Submission:
     isolation: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     restarts: int = 0
+    replaced_after_swaps: int = 0  # sandboxes replaced before a request after another's swapped calls
     seconds_used: float = 0.0  # wall-clock spent in the sandbox, cells and calls together
     _channel: socket.socket | None = None
     _pid: int | None = None
@@ -456,6 +457,7 @@ class Submission:
         if self._swapped_by is None or self._swapped_by == swap:
             return
         used = self.seconds_used
+        self.replaced_after_swaps += 1
         self.close()
         self._reboot()
         self.seconds_used = used
@@ -622,7 +624,8 @@ class Submission:
 
     def describe(self) -> dict[str, Any]:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
-        description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts}
+        description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts,
+                                       "replaced_after_swaps": self.replaced_after_swaps}
         if self._channel is not None and not self._given_up:
             description.update(usage_of(self._pid, self.zygote.pid))
         return description

@@ -73,6 +73,8 @@ class Opened:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    # The evidence panels, when computed before the submission's swapped re-runs (``before_swaps``).
+    early_evidence: dict[str, Any] | None = None
 
 
 # The pseudo-submission whose tests, run on the assignment's own source notebook, tell what each
@@ -263,10 +265,24 @@ class SandboxProvider:
         self.open_now[submission_id] = opened
         return opened.student
 
+    def before_swaps(self, submission_id: str, failing: set[str]) -> None:
+        """Before the submission's first swapped re-run (``GradingPlugin._run_deferred``): the
+        evidence panels now, while its sandbox has run no swapped call, should a part in
+        ``failing`` (failed, or waiting for its re-run) call for them. A swapped call's sandbox
+        must be replaced before it answers a plain one again (``Submission._forget_swaps``)."""
+        opened = self.open_now.get(submission_id)
+        if opened is None or opened.session is None or self.assignment is None:
+            return
+        if self.assignment.hook("evidence") is None or not failing & set(self.assignment.heatmap_parts):
+            return
+        opened.early_evidence = evidence(self.assignment, opened.student, [{"status": "failed", "grade_id": grade_id} for grade_id in failing])
+
     def close(self, submission_id: str) -> None:
         if submission_id == PLANNING:
             if self.assignment is not None:
                 self.plan = _plans[self.assignment.name] = Plan.of(self.planning, self.planning_inner)
+                if self.plan.requests:  # before the first sandbox is forked: every one then holds it
+                    self.zygote.hold_plan(self.plan.batch, self.plan.digest)
             return
         opened = self.open_now.pop(submission_id)
         try:
@@ -284,12 +300,15 @@ def cell_record(run: Any, session: Submission) -> dict[str, Any]:
     return record
 
 
-def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any]]) -> dict[str, Any]:
+def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any]], early: dict[str, Any] | None = None) -> dict[str, Any]:
     """The assignment's ``evidence`` hook's panels for the feedback page, when a failed part is
-    one its evidence can explain (empty otherwise). Its calls are not evidence for diagnosis."""
+    one its evidence can explain (empty otherwise). Its calls are not evidence for diagnosis.
+    ``early``: the panels as computed before the swapped re-runs (``SandboxProvider.before_swaps``)."""
     hook = assignment.hook("evidence")
     if hook is None or not any(t["status"] != "passed" and t["grade_id"] in assignment.heatmap_parts for t in tests):
         return {}
+    if early is not None:
+        return early
     calls_before = len(student.calls)
     try:
         return hook(student, assignment.catalogue().reference_namespace())
@@ -320,6 +339,8 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
 
     def finished(opened: Opened) -> None:
         tests = [result.to_dict() for result in plugin.results.pop(opened.job.key, [])]
+        # Before the sandbox's description: the heatmaps' calls may still replace it.
+        panels = evidence(assignment, opened.student, tests, opened.early_evidence) if opened.session else {}
         record = {
             "student_id": opened.job.student_id,
             "assignment": opened.job.assignment,
@@ -333,7 +354,7 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
                           for path, digest in zip(opened.job.notebooks, opened.job.digests, strict=False)],
             "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
             "sandbox": opened.session.describe() if opened.session else {},
-            "evidence": evidence(assignment, opened.student, tests) if opened.session else {},
+            "evidence": panels,
             "seconds": time.perf_counter() - opened.started,
         }
         emit(record)

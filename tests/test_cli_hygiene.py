@@ -70,8 +70,11 @@ def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: st
                 continue
             if parent == process.pid and "--seed" in words:
                 seeds.add(pid)
-            elif parent in seeds or (parent in arguments and "attnkit.zygote" not in arguments[parent][0]):
-                zygotes[pid] = parent  # a worker's own zygote would count here; a sandbox's parent is a zygote
+            # A worker's own zygote would count here; a sandbox's parent is a zygote. A parent
+            # whose command line reads empty has exited (a zombie: a zygote ending before the
+            # sandbox it is taking down) and tells nothing.
+            elif parent in seeds or (parent in arguments and arguments[parent][0] and "attnkit.zygote" not in arguments[parent][0]):
+                zygotes[pid] = parent
         time.sleep(0.02)
     _, stderr = process.communicate()
     assert process.returncode == 0, stderr[-2000:]
@@ -172,4 +175,9 @@ def test_a_killed_runs_leftovers_are_repaired(tmp_path: Path) -> None:
     run = attnkit("grade", "--submitted", str(submitted), "--out", str(out))
     assert run.returncode == 0 and "0 份需要评分" in run.stderr
     assert not list(out.rglob("*.tmp"))
+    assert (folder / "feedback.html").read_text(encoding="utf-8") == page
+    # Written unsynced, a page can also be left empty by a crash: repaired the same way.
+    (folder / "feedback.html").write_text("")
+    run = attnkit("grade", "--submitted", str(submitted), "--out", str(out))
+    assert run.returncode == 0 and "0 份需要评分" in run.stderr
     assert (folder / "feedback.html").read_text(encoding="utf-8") == page

@@ -514,7 +514,9 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
                   for i in range(500)],
     }
     results = results_json(record, CH19)
-    assert len(json.dumps(results, ensure_ascii=False, indent=1).encode()) <= MAX_RESULTS_BYTES
+    from attnkit.files import readable_json
+
+    assert len(readable_json(results).encode()) <= MAX_RESULTS_BYTES  # results.json as written
     assert results["score"] == 150 and results["max_score"] == 300
     assert TRUNCATED_NOTE in results["notes"]
     page = bounded_feedback(results, CH19)

@@ -53,7 +53,7 @@ from attnkit.engine import (
     results_path,
     shard_of,
 )
-from attnkit.files import atomic_write
+from attnkit.files import atomic_write, readable_json, sync_folder
 from attnkit.feedback import causes, feedback_html, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.policy import DEFAULT_MEMORY_MB, Limits
@@ -138,8 +138,10 @@ def write_record(out: Path, record: dict[str, Any], suites: dict[str, Assignment
     assignment = suites[record["assignment"]]
     results = results_json(record, assignment)
     folder = results_path(out, record).parent
-    atomic_write(folder / "results.json", json.dumps(results, ensure_ascii=False, indent=1))
-    atomic_write(folder / "feedback.html", bounded_feedback(results, assignment))
+    # Not synced one by one (``sync_folder`` when the run ends); the page first, results.json,
+    # which marks the submission graded (``is_current``), last.
+    atomic_write(folder / "feedback.html", bounded_feedback(results, assignment), durable=False)
+    atomic_write(folder / "results.json", readable_json(results), durable=False)
     return results
 
 
@@ -260,7 +262,7 @@ def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites
             continue
         results["late"] = found
         folder = results_path(out, results).parent
-        atomic_write(folder / "results.json", json.dumps(results, ensure_ascii=False, indent=1))
+        atomic_write(folder / "results.json", readable_json(results))
         atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
 
 
@@ -309,7 +311,10 @@ def command_grade(args: argparse.Namespace) -> int:
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder),
                             *([args.gradebook] if args.gradebook else []))
-        grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
+        try:
+            grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
+        finally:
+            sync_folder(args.out)  # the students' files, written unsynced, all on disk now
     all_results = collect(args.out, jobs)
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
@@ -408,13 +413,15 @@ def command_check(args: argparse.Namespace) -> int:
 
 def repair_outputs(out: Path, suites: dict[str, Assignment]) -> None:
     """Finish what a killed run left: its half-written temporaries go, and a results.json whose
-    feedback.html was not written yet gets its page (the submission itself is not regraded).
+    feedback.html was not written yet gets its page (the submission itself is not regraded), as
+    does one whose page a crash left empty (a run syncs its students' files only at its end).
 
     Safe only because this run holds OUT's lock: no other attnkit is writing there."""
     for temporary in out.rglob(".*.tmp"):
         temporary.unlink(missing_ok=True)
     for path in (out / STUDENTS_FOLDER).glob("*/*/results.json"):
-        if not (path.parent / "feedback.html").is_file():
+        page = path.parent / "feedback.html"
+        if not page.is_file() or page.stat().st_size == 0:
             try:
                 results = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from attnkit.assignment import Assignment
+from attnkit.files import readable_json
 from attnkit.i18n import N_, _
 from attnkit.isolation import level as isolation_level
 
@@ -46,7 +46,7 @@ def _student_texts(results: dict[str, Any]) -> list[tuple[Any, Any]]:
 def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str, Any]:
     """Cut the longest texts (in place) until the JSON encoding is at most ``max_bytes``."""
     def size() -> int:
-        return len(json.dumps(results, ensure_ascii=False, indent=1).encode())
+        return len(readable_json(results).encode())  # as results.json is written
 
     cut = False
     while size() > max_bytes:

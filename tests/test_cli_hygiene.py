@@ -176,7 +176,7 @@ def test_a_killed_runs_leftovers_are_repaired(tmp_path: Path) -> None:
     assert run.returncode == 0 and "0 份需要评分" in run.stderr
     assert not list(out.rglob("*.tmp"))
     assert (folder / "feedback.html").read_text(encoding="utf-8") == page
-    # Written unsynced, a page can also be left empty by a crash: repaired the same way.
+    # A page left empty is repaired the same way.
     (folder / "feedback.html").write_text("")
     run = attnkit("grade", "--submitted", str(submitted), "--out", str(out))
     assert run.returncode == 0 and "0 份需要评分" in run.stderr

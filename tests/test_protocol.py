@@ -158,38 +158,3 @@ def test_a_huge_tensor_is_refused_both_ways() -> None:
     forged = struct.pack("!II", len(body), count) + body + bytes(count)
     with pytest.raises(protocol.ProtocolError, match="too large"):
         protocol.decode(forged)
-
-
-def _pairs_for_same_frame() -> list[tuple[object, object]]:
-    """Values next to near-copies that differ the ways a test's inputs can: one bit of a float,
-    the sign of a zero, NaN, dtype, shape, layout, container type, key order, bool vs int."""
-    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7
-    flipped = base.clone()
-    flipped.view(torch.int32)[1, 2] ^= 1  # the last bit of one element
-    nan = base.clone()
-    nan[0, 0] = float("nan")
-    zero, negative_zero = torch.zeros(2, 2), -torch.zeros(2, 2)
-    mask = torch.ones(3, 3, dtype=torch.bool).tril()
-    return [
-        (base, base.clone()), (base, flipped), (nan, nan.clone()), (zero, negative_zero),
-        (base, base.double()), (base, base.reshape(4, 3)), (base.t(), base.t().clone()),
-        (base.t(), base.t().contiguous()), (base[:, ::2], base[:, ::2].clone()),
-        (mask, mask.clone()), (mask, ~mask), (torch.tensor(3), torch.tensor(3.0)),
-        ([base, 1], [base.clone(), 1]), ([base, 1], (base, 1)), ((1, 2), (1, 2, 3)),
-        ({"a": 1, "b": 2}, {"b": 2, "a": 1}), ({"a": 1}, {"a": True}), ({"a": 1}, {"b": 1}),
-        (0.0, -0.0), (float("nan"), float("nan")), (1.5, 1.5), (2**70, 2**70 + 1), (True, 1),
-        ("x" * (protocol.MAX_STRING + 5), "x" * (protocol.MAX_STRING + 9)), ("a", "b"), (None, None),
-        ({"op": "call", "name": "f", "args": [base, mask], "kwargs": {"allowed": None}},
-         {"op": "call", "name": "f", "args": [base.clone(), mask.clone()], "kwargs": {"allowed": None}}),
-        ({"op": "call", "name": "f", "args": [base], "kwargs": {}}, {"op": "call", "name": "f", "args": [flipped], "kwargs": {}}),
-    ]
-
-
-@pytest.mark.parametrize("pair", range(len(_pairs_for_same_frame())))
-def test_same_frame_says_what_comparing_the_encodings_would(pair: int) -> None:
-    """The prefetched answers' quick comparison: wherever it answers at all, is its answer the one
-    that comparing the two frames byte for byte gives?"""
-    value, other = _pairs_for_same_frame()[pair]
-    same = protocol.same_frame(value, other)
-    if same is not None:
-        assert same == (protocol.encode(value) == protocol.encode(other)), (value, other)

@@ -53,7 +53,7 @@ from attnkit.engine import (
     results_path,
     shard_of,
 )
-from attnkit.files import atomic_write, readable_json, sync_folder
+from attnkit.files import atomic_write, readable_json
 from attnkit.feedback import causes, feedback_html, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.policy import DEFAULT_MEMORY_MB, Limits
@@ -138,10 +138,8 @@ def write_record(out: Path, record: dict[str, Any], suites: dict[str, Assignment
     assignment = suites[record["assignment"]]
     results = results_json(record, assignment)
     folder = results_path(out, record).parent
-    # Not synced one by one (``sync_folder`` when the run ends); the page first, results.json,
-    # which marks the submission graded (``is_current``), last.
-    atomic_write(folder / "feedback.html", bounded_feedback(results, assignment), durable=False)
-    atomic_write(folder / "results.json", readable_json(results), durable=False)
+    atomic_write(folder / "results.json", readable_json(results))
+    atomic_write(folder / "feedback.html", bounded_feedback(results, assignment))
     return results
 
 
@@ -311,10 +309,7 @@ def command_grade(args: argparse.Namespace) -> int:
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder),
                             *([args.gradebook] if args.gradebook else []))
-        try:
-            grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
-        finally:
-            sync_folder(args.out)  # the students' files, written unsynced, all on disk now
+        grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
     all_results = collect(args.out, jobs)
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
@@ -414,7 +409,7 @@ def command_check(args: argparse.Namespace) -> int:
 def repair_outputs(out: Path, suites: dict[str, Assignment]) -> None:
     """Finish what a killed run left: its half-written temporaries go, and a results.json whose
     feedback.html was not written yet gets its page (the submission itself is not regraded), as
-    does one whose page a crash left empty (a run syncs its students' files only at its end).
+    does one whose page reads empty.
 
     Safe only because this run holds OUT's lock: no other attnkit is writing there."""
     for temporary in out.rglob(".*.tmp"):

@@ -3,7 +3,6 @@ half of one) and reproducibly (a zip of unchanged files is byte-identical)."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import zipfile
@@ -14,35 +13,14 @@ from collections.abc import Iterable
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can carry: no real time
 
 
-def atomic_write(path: Path, text: str | bytes, durable: bool = True) -> None:
-    """``text`` as ``path``'s new content, in one rename. ``durable``: on disk before the rename
-    (an fsync, milliseconds each); a class's per-student files are not, one by one, but all at
-    once when the run ends (:func:`sync_folder`)."""
+def atomic_write(path: Path, text: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(temporary, "wb") as handle:
         handle.write(text.encode("utf-8") if isinstance(text, str) else text)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(temporary, path)
-
-
-def sync_folder(folder: Path) -> None:
-    """Everything written so far on ``folder``'s file system, on disk (``syncfs``; else ``sync``)."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        os.sync()
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syncfs(descriptor) != 0:
-            os.sync()
-    except (OSError, AttributeError):
-        os.sync()
-    finally:
-        os.close(descriptor)
 
 
 def readable_json(value: Any) -> str:

@@ -168,62 +168,6 @@ def _walk(item: Any, depth: int, blobs: list[bytes]) -> Any:
     raise Unsupported(_("不支持的值类型 {type}").format(type=kind.__name__))
 
 
-# Bitwise comparison of tensors through integer views of the same width (NaN equal to itself,
-# -0.0 not equal to 0.0: exactly as their bytes compare).
-_BITS_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_SCALARS = frozenset((str, int, bool, type(None)))
-
-
-def same_frame(value: Any, other: Any) -> bool | None:
-    """Whether ``encode(value) == encode(other)``, where that is cheap to tell without encoding
-    either (plain CPU tensors, containers and scalars of the exact built-in types): True or
-    False; None where it is not (anything else, or a float whose sign or NaN needs its bytes).
-    A request the grader compares with the plan's (``Student._prefetched``) is a few tensors
-    whose encoding would cost far more than this comparison."""
-    kind = type(value)
-    if kind is not type(other):
-        return None
-    if kind is torch.Tensor:
-        if value.dtype is not other.dtype or value.shape != other.shape:
-            return False
-        if value.stride() != other.stride() or value.layout is not torch.strided or not value.is_cpu or not other.is_cpu \
-                or value.dtype not in DTYPE_NAMES or value.is_complex() or value.is_neg() or other.is_neg() \
-                or value.is_conj() or other.is_conj():
-            return None
-        bits = _BITS_OF.get(_ITEMSIZE[value.dtype])
-        if bits is None or value.dtype is torch.bool:
-            return bool(torch.equal(value.detach(), other.detach()))
-        return bool(torch.equal(value.detach().view(bits), other.detach().view(bits)))
-    if kind in _SCALARS:
-        if value == other:
-            return True
-        # Cut or carried as a float, two different ones may still encode alike.
-        long = kind is str and min(len(value), len(other)) > MAX_STRING
-        huge = kind is int and max(abs(value), abs(other)) >= 2**63
-        return None if long or huge else False
-    if kind is float:
-        return value == other and math.copysign(1.0, value) == math.copysign(1.0, other) or None
-    if kind is list or kind is tuple:
-        if len(value) != len(other):
-            return False
-        return _all_same(zip(value, other, strict=True))
-    if kind is dict:
-        if list(value) != list(other):
-            return None if set(value) == set(other) else False
-        return _all_same((value[key], other[key]) for key in value)
-    return None
-
-
-def _all_same(pairs: Any) -> bool | None:
-    unknown = False
-    for item, other in pairs:
-        same = same_frame(item, other)
-        if same is False:
-            return False
-        unknown = unknown or same is None
-    return None if unknown else True
-
-
 def encode(value: Any) -> bytes:
     """Serialise ``value`` into one frame (header + tensor blobs)."""
     blobs: list[bytes] = []

@@ -126,10 +126,8 @@ class Student:
     # makes one of its requests again, with the very same inputs, gets that outcome instead of a
     # round trip to the sandbox; anything else (inputs built from the student's own results, a
     # swapped re-run, diagnosis probes) is asked as usual.
-    # Each answer with the request as the plan holds it (compared first, ``protocol.same_frame``)
-    # and its encoding (compared where that cannot tell).
-    prefetched: dict[str, list[tuple[bytes, Outcome, dict | None]]] = field(default_factory=dict)
-    ahead: list[tuple[bytes, Outcome, dict | None]] = field(default_factory=list)
+    prefetched: dict[str, list[tuple[bytes, Outcome]]] = field(default_factory=dict)
+    ahead: list[tuple[bytes, Outcome]] = field(default_factory=list)
 
     def begin_test(self, key: str | None) -> None:
         """The test ``key`` starts (None: no test is running): its prefetched answers apply."""
@@ -138,14 +136,9 @@ class Student:
     def _prefetched(self, request: dict) -> Outcome | None:
         if not self.ahead or self.substitutes:
             return None
-        wire: bytes | None = None
-        for position, (asked, outcome, planned) in enumerate(self.ahead):
-            same = protocol.same_frame(request, planned) if planned is not None else None
-            if same is None:
-                if wire is None:
-                    wire = protocol.encode(request)
-                same = asked == wire
-            if same:
+        wire = protocol.encode(request)
+        for position, (asked, outcome) in enumerate(self.ahead):
+            if asked == wire:
                 del self.ahead[: position + 1]
                 return outcome
         return None

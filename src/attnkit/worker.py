@@ -205,8 +205,8 @@ class SandboxProvider:
         held = session.plan == self.plan.digest
         outcomes = iter(session.prefetch(self.plan.requests, self.plan.held_batch if held else self.plan.batch))
         for key, entries in self.plan.tests.items():
-            for (wire, request), outcome in zip(entries, outcomes, strict=False):
-                student.prefetched.setdefault(key, []).append((wire, outcome, request))
+            for (wire, _request), outcome in zip(entries, outcomes, strict=False):
+                student.prefetched.setdefault(key, []).append((wire, outcome))
 
     def open(self, submission_id: str) -> Student:
         if submission_id == PLANNING:

@@ -194,3 +194,43 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     assert "NameError" in text and "skip-grading" in text, text[-3000:]
     assert "评分时按顺序运行全部单元格）" not in text
     assert "PyTorch 的原始信息" not in text
+
+
+def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_path):
+    """An experiment cell near the end defines scaled_attention again (a scale forgotten): is that
+    last definition the one graded, as Jupyter's "Run All" leaves it, and do results.json and the
+    page say where both definitions are and which one counts? The model answer gets no such note."""
+    import json
+    import subprocess
+    import sys
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    heading = {"cell_type": "markdown", "metadata": {}, "source": "## 我的实验"}
+    experiment = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
+        "def scaled_attention(query, key, value, allowed=None):\n"
+        "    scores = query @ key.transpose(-2, -1)\n"
+        "    if allowed is not None:\n"
+        "        if not allowed.any(dim=-1).all():\n"
+        "            raise ValueError('empty row')\n"
+        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+        "    weights = scores.softmax(dim=-1)\n"
+        "    return weights @ value, weights\n")}
+    submitted = tmp_path / "in"
+    for student, cells in (("zhaoliu", [heading, experiment]), ("model", [])):
+        target = submitted / student / CH19.name
+        target.mkdir(parents=True)
+        (target / CH19.notebook).write_text(json.dumps({**notebook, "cells": notebook["cells"] + cells}), encoding="utf-8")
+    attnkit = Path(sys.executable).with_name("attnkit")
+    run = subprocess.run([str(attnkit), "grade", "--submitted", str(submitted), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    folder = tmp_path / "out" / "students"
+    results = json.loads((folder / "zhaoliu" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    notes = [note for note in results["notes"] if "scaled_attention 在 2 个单元格里都有定义" in note]
+    assert len(notes) == 1 and "「我的实验」一节" in notes[0] and "被评分的是最后一个（「我的实验」一节）" in notes[0], results["notes"]
+    graded = [t for t in results["tests"] if t["grade_id"] == "check_scaled_attention"]
+    assert graded and any(t["status"] == "failed" for t in graded), "the unscaled later definition is the one graded"
+    page = (folder / "zhaoliu" / CH19.name / "feedback.html").read_text(encoding="utf-8")
+    assert "「我的实验」一节" in page and "都有定义" in page
+    model = json.loads((folder / "model" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    assert not any("都有定义" in note for note in model["notes"]) and model["score"] == model["max_score"]

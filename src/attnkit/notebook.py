@@ -12,6 +12,7 @@ block us), and it must be a regular file no larger than the cap, checked on the 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -136,6 +137,48 @@ class CodeCell:
     is_check: bool = False  # a visible nbgrader test cell: the hidden suite replaces it
     skip: bool = False  # tagged by the instructor as a demo (a plot, an experiment) grading needs not run
     section: str = ""  # the nearest markdown heading above the cell: how a student finds it
+
+
+def defined_names(source: str) -> set[str]:
+    """The names a cell binds at its top level (``def``, ``class`` and plain assignments), read
+    without running it; none for a cell Python cannot parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def redefinitions(cells: list[CodeCell], names: tuple[str, ...]) -> dict[str, list[CodeCell]]:
+    """Each of ``names`` (the answer functions) bound in more than one of the cells grading runs,
+    with those cells in order. Grading runs them top to bottom, as Jupyter's "Run All" does, so
+    the last of them is the definition graded."""
+    # A line at column 0 that starts binding one of them: cheap to find, and a cell without one
+    # binds none of them at its top level. Only names found in two cells are parsed for.
+    if not names:
+        return {}
+    alternatives = "|".join(map(re.escape, names))
+    pattern = re.compile(rf"^(?:(?:async\s+)?def\s+|class\s+)?({alternatives})\b", re.MULTILINE)
+    candidates: dict[str, list[CodeCell]] = {}
+    for cell in cells:
+        if cell.is_check or cell.skip:
+            continue
+        for name in {match.group(1) for match in pattern.finditer(cell.source)}:
+            candidates.setdefault(name, []).append(cell)
+    found: dict[str, list[CodeCell]] = {}
+    for name, where in candidates.items():
+        if len(where) > 1:
+            bound = [cell for cell in where if name in defined_names(cell.source)]
+            if len(bound) > 1:
+                found[name] = bound
+    return found
 
 
 @dataclass

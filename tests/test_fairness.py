@@ -234,3 +234,35 @@ def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_pat
     assert "「我的实验」一节" in page and "都有定义" in page
     model = json.loads((folder / "model" / CH19.name / "results.json").read_text(encoding="utf-8"))
     assert not any("都有定义" in note for note in model["notes"]) and model["score"] == model["max_score"]
+
+
+@pytest.mark.parametrize("case", ["full_width_paren", "skipped_definition"])
+def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, case):
+    """scaled_attention's answer cell has a full-width parenthesis (a SyntaxError), or the only
+    definition sits in a skip-grading cell: does each failed test's message point at that cell
+    (its section, and the error or the tag) instead of only saying the name is missing?"""
+    import json
+    import subprocess
+    import sys
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    answer = next(i for i, cell in enumerate(notebook["cells"])
+                  if cell["cell_type"] == "code" and "def scaled_attention" in "".join(cell["source"]))
+    source = "".join(notebook["cells"][answer]["source"])
+    if case == "full_width_paren":
+        notebook["cells"][answer]["source"] = source.replace("def scaled_attention(", "def scaled_attention（", 1)
+    else:
+        notebook["cells"][answer]["metadata"] = {**notebook["cells"][answer].get("metadata", {}), "tags": ["skip-grading"]}
+    target = tmp_path / "in" / "wangwu" / CH19.name
+    target.mkdir(parents=True)
+    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
+    attnkit = Path(sys.executable).with_name("attnkit")
+    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "students" / "wangwu" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    own = [t for t in results["tests"] if t["grade_id"] == "check_scaled_attention"]
+    assert own and all(t["status"] == "failed" for t in own)
+    expected = "运行出错（SyntaxError" if case == "full_width_paren" else "带有 skip-grading 标签"
+    assert all("定义它的单元格（「练习 4.1：scaled_attention」一节）" in t["output"] and expected in t["output"] for t in own), \
+        [t["output"][:400] for t in own]

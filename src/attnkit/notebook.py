@@ -156,6 +156,21 @@ def defined_names(source: str) -> set[str]:
     return names
 
 
+def defines(source: str, name: str) -> bool:
+    """Whether a cell means to bind ``name`` at its top level: a line at column 0 starting
+    ``def name``, ``class name`` or ``name =``. Read as text, so a cell Python cannot parse (the
+    usual reason the name is then missing) still counts."""
+    word = re.escape(name)
+    return re.search(rf"^(?:(?:async\s+)?def\s+{word}(?!\w)|class\s+{word}(?!\w)|{word}\s*(?::|=(?!=)))", source, re.MULTILINE) is not None
+
+
+def place_of(cell: CodeCell) -> str:
+    """How a student finds a cell on the page: its section, else its number."""
+    if cell.section:
+        return _("「{section}」一节").format(section=cell.section)
+    return _("第 {number} 个单元格").format(number=cell.index % 10_000 + 1)
+
+
 def redefinitions(cells: list[CodeCell], names: tuple[str, ...]) -> dict[str, list[CodeCell]]:
     """Each of ``names`` (the answer functions) bound in more than one of the cells grading runs,
     with those cells in order. Grading runs them top to bottom, as Jupyter's "Run All" does, so

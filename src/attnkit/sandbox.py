@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnkit.constants import CRASHED, TIMEOUT
+from attnkit.constants import CRASHED, MISSING, TIMEOUT
 from attnkit import confinement, i18n
 from attnkit.i18n import _
 from attnkit import protocol
-from attnkit.notebook import CodeCell
+from attnkit.notebook import CodeCell, defines, place_of
 from attnkit.policy import Limits
 from attnkit.proxy import Outcome, call_request, variable_request
 from attnkit.seed import start_zygote_process, wait_for_exit
@@ -561,7 +561,7 @@ class Submission:
             reply = self._request(message, self.limits.call_seconds, substitutes, swap)
         except (TimeoutError, SandboxDied) as error:
             return self._call_failed(name, hung=isinstance(error, TimeoutError))
-        return self._outcome(reply)
+        return self._outcome(reply, name)
 
     def _refusal(self) -> Outcome | None:
         """Why no more calls run, if none will: given up, or over the submission's time budget
@@ -581,15 +581,37 @@ class Submission:
             return Outcome(error_type=TIMEOUT, message=_("{name} 超过 {seconds} 秒没有返回").format(name=name, seconds=f"{self.limits.call_seconds:g}"))
         return Outcome(error_type=CRASHED, message=_("调用 {name} 时进程意外退出").format(name=name))
 
-    def _outcome(self, reply: dict) -> Outcome:
+    def _outcome(self, reply: dict, name: str = "") -> Outcome:
         error_type = reply.get("error_type")
+        message = str(reply.get("message") or "")
+        if error_type == MISSING and name:
+            message += self._why_missing(name)
         return Outcome(
             value=reply.get("value"),
             error_type=str(error_type) if error_type is not None else None,
-            message=str(reply.get("message") or ""),
+            message=message,
             where=self._locate(reply.get("where")),
             warnings=[str(item)[:600] for item in reply.get("warnings", [])][:5] if isinstance(reply.get("warnings"), list) else [],
         )
+
+    def _why_missing(self, name: str) -> str:
+        """Where the student meant to define ``name``, if grading did not run it there: the cell
+        that defines it failed (a syntax error, an exception before the ``def``), did not run, or
+        is a skip-grading demo. Empty when no cell defines it (a misspelt name)."""
+        runs = {run.index: run for run in self.runs}
+        for cell in reversed(self.cells):  # the last definition is the one that would count
+            if cell.is_check or not defines(cell.source, name):
+                continue
+            place = place_of(cell)
+            if cell.skip:
+                return _("：定义它的单元格（{place}）带有 skip-grading 标签，评分时不运行这种演示单元格，请把定义移到你的答案单元格里").format(place=place)
+            run = runs.get(cell.index)
+            if run is not None and not run.ok:
+                return _("：定义它的单元格（{place}）运行出错（{error}），所以它没有被定义，先修正那个单元格").format(
+                    place=place, error=f"{run.error_type}：{run.message}"[:300] if run.message else run.error_type)
+            if run is None:
+                return _("：定义它的单元格（{place}）没有运行（前面的单元格用完了时间，或运行环境崩溃）").format(place=place)
+        return ""
 
     def prefetch(self, requests: list[dict], frame: bytes | None = None) -> list[Outcome]:
         """Outcomes of ``requests`` (the ``call`` and ``get`` messages that :meth:`call` and
@@ -603,7 +625,7 @@ class Submission:
         left = self.limits.submission_seconds - self.seconds_used
         replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds,
                                        frame=frame, budget=left)
-        outcomes = [self._outcome(reply) for reply in replies]
+        outcomes = [self._outcome(reply, str(request.get("name", ""))) for reply, request in zip(replies, requests, strict=False)]
         if failure in (TimeoutError, SandboxDied) and len(outcomes) < len(requests):
             name = str(requests[len(outcomes)].get("name", ""))
             outcomes.append(self._call_failed(name, hung=failure is TimeoutError))

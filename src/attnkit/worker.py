@@ -23,7 +23,7 @@ from collections.abc import Callable
 from attnkit.assignment import Assignment, discover
 from attnkit.constants import CRASHED, GraderError
 from attnkit.i18n import _
-from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, read_notebook, read_submitted, redefinitions
+from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, place_of, read_notebook, read_submitted, redefinitions
 from attnkit import protocol
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
 from attnkit.policy import Limits
@@ -306,17 +306,11 @@ def redefinition_notes(cells: list[CodeCell], api: tuple[str, ...]) -> list[str]
     definition is graded (the last, as with Jupyter's "Run All") and where the others are."""
     notes = []
     for name, where in redefinitions(cells, api).items():
-        places = _("、").join(_place(cell) for cell in where)
+        places = _("、").join(place_of(cell) for cell in where)
         notes.append(_("{name} 在 {count} 个单元格里都有定义（{places}）：评分时和 Jupyter 的“全部运行”一样按顺序运行单元格，"
                        "后面的定义覆盖前面的，被评分的是最后一个（{last}）。如果后面那个只是实验时的改写，请把它删掉或改个名字").format(
-            name=name, count=len(where), places=places, last=_place(where[-1])))
+            name=name, count=len(where), places=places, last=place_of(where[-1])))
     return notes
-
-
-def _place(cell: CodeCell) -> str:
-    if cell.section:
-        return _("「{section}」一节").format(section=cell.section)
-    return _("第 {number} 个单元格").format(number=cell.index % 10_000 + 1)
 
 
 def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any]], early: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ block us), and it must be a regular file no larger than the cap, checked on the 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -156,12 +157,23 @@ def defined_names(source: str) -> set[str]:
     return names
 
 
+@functools.lru_cache(maxsize=64)
+def _binding(names: tuple[str, ...]) -> re.Pattern[str]:
+    """A line at column 0 that starts binding one of ``names``: ``def name``, ``class name`` or
+    ``name =`` (the name in the group that matched)."""
+    alternatives = "|".join(map(re.escape, names))
+    return re.compile(rf"^(?:(?:async\s+)?def\s+(?P<function>{alternatives})(?!\w)|class\s+(?P<cls>{alternatives})(?!\w)"
+                      rf"|(?P<variable>{alternatives})\s*(?::|=(?!=)))", re.MULTILINE)
+
+
+def _bound(match: re.Match[str]) -> str:
+    return match.group("function") or match.group("cls") or match.group("variable")
+
+
 def defines(source: str, name: str) -> bool:
-    """Whether a cell means to bind ``name`` at its top level: a line at column 0 starting
-    ``def name``, ``class name`` or ``name =``. Read as text, so a cell Python cannot parse (the
-    usual reason the name is then missing) still counts."""
-    word = re.escape(name)
-    return re.search(rf"^(?:(?:async\s+)?def\s+{word}(?!\w)|class\s+{word}(?!\w)|{word}\s*(?::|=(?!=)))", source, re.MULTILINE) is not None
+    """Whether a cell means to bind ``name`` at its top level (``_binding``). Read as text, so a
+    cell Python cannot parse (the usual reason the name is then missing) still counts."""
+    return _binding((name,)).search(source) is not None
 
 
 def place_of(cell: CodeCell) -> str:
@@ -175,17 +187,16 @@ def redefinitions(cells: list[CodeCell], names: tuple[str, ...]) -> dict[str, li
     """Each of ``names`` (the answer functions) bound in more than one of the cells grading runs,
     with those cells in order. Grading runs them top to bottom, as Jupyter's "Run All" does, so
     the last of them is the definition graded."""
-    # A line at column 0 that starts binding one of them: cheap to find, and a cell without one
-    # binds none of them at its top level. Only names found in two cells are parsed for.
+    # A cell without a ``_binding`` line binds none of them at its top level: cheap to find, and
+    # only names found in two cells are parsed for.
     if not names:
         return {}
-    alternatives = "|".join(map(re.escape, names))
-    pattern = re.compile(rf"^(?:(?:async\s+)?def\s+|class\s+)?({alternatives})\b", re.MULTILINE)
+    pattern = _binding(tuple(names))
     candidates: dict[str, list[CodeCell]] = {}
     for cell in cells:
         if cell.is_check or cell.skip:
             continue
-        for name in {match.group(1) for match in pattern.finditer(cell.source)}:
+        for name in {_bound(match) for match in pattern.finditer(cell.source)}:
             candidates.setdefault(name, []).append(cell)
     found: dict[str, list[CodeCell]] = {}
     for name, where in candidates.items():

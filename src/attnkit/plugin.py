@@ -531,14 +531,13 @@ class GradingPlugin:
         each one's diagnoses narrowed to the functions failed up to it, as if run in turn."""
         deferred, self._deferred = self._deferred, []
         unnarrowed, self._unnarrowed = self._unnarrowed, []
-        recorded_at, self._recorded_at = self._recorded_at, {}
         if submission_id is None or not isinstance(opened, Student) or not deferred:
+            self._recorded_at = {}
             return
         before_swaps = getattr(self.provider, "before_swaps", None)
         for waiting in deferred:
             item = waiting.item
-            failed = self.failed_functions.get(submission_id, {})
-            swap = {name: failed[name] for name in dependencies_of(item) if name in failed}
+            swap = self._swap_for(item, submission_id)
             if swap and before_swaps is not None:
                 # The provider's own plain calls (a feedback page's evidence) go before the first
                 # swapped one too: for the parts that failed or may yet fail.
@@ -555,10 +554,8 @@ class GradingPlugin:
                 continue
             assert not isinstance(error, _Skipped)
             self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
-        recorded_at.update(self._recorded_at)
-        self._recorded_at = {}
-        results = self.results.get(submission_id, [])
-        results.sort(key=lambda result: recorded_at.get(id(result), len(recorded_at)))
+        recorded_at, self._recorded_at = self._recorded_at, {}
+        self.results.get(submission_id, []).sort(key=lambda result: recorded_at[id(result)])
         for position, result, diagnoses, assignment in unnarrowed:
             result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
 
@@ -593,13 +590,16 @@ class GradingPlugin:
         except (AssertionError, Exception) as error:
             if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)):
                 raise
-            submission_id = str(getattr(proxy, "submission_id", ""))
-            failed = self.failed_functions.get(submission_id, {})
-            swap = {name: failed[name] for name in dependencies_of(pyfuncitem) if name in failed}
+            swap = self._swap_for(pyfuncitem, str(getattr(proxy, "submission_id", "")))
             if not swap:
                 raise
         self._swapped_call(pyfuncitem, swap)
         return True
+
+    def _swap_for(self, item: pytest.Item, submission_id: str) -> dict[str, str]:
+        """The item's dependencies that failed their own tests (name -> that test's grade id)."""
+        failed = self.failed_functions.get(submission_id, {})
+        return {name: failed[name] for name in dependencies_of(item) if name in failed}
 
     @staticmethod
     def _plain_call(item: pytest.Function) -> None:
@@ -687,7 +687,8 @@ class GradingPlugin:
             result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
             if self._deferred and diagnoses:  # a test before it may yet fail: narrowed again then
                 self._unnarrowed.append((position, result, diagnoses, assignment))
-        self._recorded_at[id(result)] = position
+        if self._positions:  # the plugin's own loop, which may record out of order
+            self._recorded_at[id(result)] = position
         if isinstance(proxy, Student):
             proxy.substitutes = {}
         self.results.setdefault(submission_id, []).append(result)

@@ -252,6 +252,7 @@ class Submission:
     problems: list[str] = field(default_factory=list)
     restarts: int = 0
     replaced_after_swaps: int = 0  # sandboxes replaced before a request after another's swapped calls
+    _missing_because: dict[str, str] = field(default_factory=dict)  # name -> ``_why_missing``
     seconds_used: float = 0.0  # wall-clock spent in the sandbox, cells and calls together
     _channel: socket.socket | None = None
     _pid: int | None = None
@@ -585,7 +586,10 @@ class Submission:
         error_type = reply.get("error_type")
         message = str(reply.get("message") or "")
         if error_type == MISSING and name:
-            message += self._why_missing(name)
+            # Asked once per name: every planned call of a missing function comes back MISSING.
+            if name not in self._missing_because:
+                self._missing_because[name] = self._why_missing(name)
+            message += self._missing_because[name]
         return Outcome(
             value=reply.get("value"),
             error_type=str(error_type) if error_type is not None else None,

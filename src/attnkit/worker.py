@@ -274,9 +274,9 @@ class SandboxProvider:
         opened = self.open_now.get(submission_id)
         if opened is None or opened.session is None or self.assignment is None:
             return
-        if self.assignment.hook("evidence") is None or not failing & set(self.assignment.heatmap_parts):
-            return
-        opened.early_evidence = evidence(self.assignment, opened.student, [{"status": "failed", "grade_id": grade_id} for grade_id in failing])
+        tests = [{"status": "failed", "grade_id": grade_id} for grade_id in failing]
+        if evidence_needed(self.assignment, tests):
+            opened.early_evidence = evidence(self.assignment, opened.student, tests)
 
     def close(self, submission_id: str) -> None:
         if submission_id == PLANNING:
@@ -313,12 +313,17 @@ def redefinition_notes(cells: list[CodeCell], api: tuple[str, ...]) -> list[str]
     return notes
 
 
+def evidence_needed(assignment: Assignment, tests: list[dict[str, Any]]) -> bool:
+    """Whether a failed part is one the assignment's ``evidence`` hook can explain."""
+    return assignment.hook("evidence") is not None and any(t["status"] != "passed" and t["grade_id"] in assignment.heatmap_parts for t in tests)
+
+
 def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any]], early: dict[str, Any] | None = None) -> dict[str, Any]:
     """The assignment's ``evidence`` hook's panels for the feedback page, when a failed part is
     one its evidence can explain (empty otherwise). Its calls are not evidence for diagnosis.
     ``early``: the panels as computed before the swapped re-runs (``SandboxProvider.before_swaps``)."""
     hook = assignment.hook("evidence")
-    if hook is None or not any(t["status"] != "passed" and t["grade_id"] in assignment.heatmap_parts for t in tests):
+    if hook is None or not evidence_needed(assignment, tests):
         return {}
     if early is not None:
         return early

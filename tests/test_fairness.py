@@ -163,12 +163,27 @@ def test_the_page_shows_a_diagnosis_once_per_part(results):
     assert parts_part.count(explanation) == len(parts), "once per part, under its first test"
 
 
+def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
+    """Each student's notebook graded by the real ``attnkit grade``; the students' output folder."""
+    import json
+    import subprocess
+    import sys
+
+    for student, notebook in notebooks.items():
+        target = tmp_path / "in" / student / CH19.name
+        target.mkdir(parents=True)
+        (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
+    attnkit = Path(sys.executable).with_name("attnkit")
+    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    return tmp_path / "out" / "students"
+
+
 def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     """A helper defined only in a skip-grading demo cell is missing at grading time: the page says
     why (skip-grading cells do not run), never that every cell runs."""
     import json
-    import subprocess
-    import sys
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
     helper = {"cell_type": "code", "metadata": {"tags": ["skip-grading"]}, "execution_count": None, "outputs": [],
@@ -183,14 +198,7 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
         "    weights = scores.softmax(dim=-1)\n"
         "    return weights @ value, weights\n")}
     notebook["cells"] += [helper, answer]
-    target = tmp_path / "in" / "lisi" / CH19.name
-    target.mkdir(parents=True)
-    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
-    attnkit = Path(sys.executable).with_name("attnkit")
-    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode in (0, 1), run.stderr[-2000:]
-    text = (tmp_path / "out" / "students" / "lisi" / CH19.name / "feedback.html").read_text(encoding="utf-8")
+    text = (grade_notebooks(tmp_path, {"lisi": notebook}) / "lisi" / CH19.name / "feedback.html").read_text(encoding="utf-8")
     assert "NameError" in text and "skip-grading" in text, text[-3000:]
     assert "评分时按顺序运行全部单元格）" not in text
     assert "PyTorch 的原始信息" not in text
@@ -201,8 +209,6 @@ def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_pat
     last definition the one graded, as Jupyter's "Run All" leaves it, and do results.json and the
     page say where both definitions are and which one counts? The model answer gets no such note."""
     import json
-    import subprocess
-    import sys
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
     heading = {"cell_type": "markdown", "metadata": {}, "source": "## 我的实验"}
@@ -215,16 +221,7 @@ def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_pat
         "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
         "    weights = scores.softmax(dim=-1)\n"
         "    return weights @ value, weights\n")}
-    submitted = tmp_path / "in"
-    for student, cells in (("zhaoliu", [heading, experiment]), ("model", [])):
-        target = submitted / student / CH19.name
-        target.mkdir(parents=True)
-        (target / CH19.notebook).write_text(json.dumps({**notebook, "cells": notebook["cells"] + cells}), encoding="utf-8")
-    attnkit = Path(sys.executable).with_name("attnkit")
-    run = subprocess.run([str(attnkit), "grade", "--submitted", str(submitted), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode in (0, 1), run.stderr[-2000:]
-    folder = tmp_path / "out" / "students"
+    folder = grade_notebooks(tmp_path, {"zhaoliu": {**notebook, "cells": notebook["cells"] + [heading, experiment]}, "model": notebook})
     results = json.loads((folder / "zhaoliu" / CH19.name / "results.json").read_text(encoding="utf-8"))
     notes = [note for note in results["notes"] if "scaled_attention 在 2 个单元格里都有定义" in note]
     assert len(notes) == 1 and "「我的实验」一节" in notes[0] and "被评分的是最后一个（「我的实验」一节）" in notes[0], results["notes"]
@@ -242,8 +239,6 @@ def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, ca
     definition sits in a skip-grading cell: does each failed test's message point at that cell
     (its section, and the error or the tag) instead of only saying the name is missing?"""
     import json
-    import subprocess
-    import sys
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
     answer = next(i for i, cell in enumerate(notebook["cells"])
@@ -253,14 +248,8 @@ def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, ca
         notebook["cells"][answer]["source"] = source.replace("def scaled_attention(", "def scaled_attention（", 1)
     else:
         notebook["cells"][answer]["metadata"] = {**notebook["cells"][answer].get("metadata", {}), "tags": ["skip-grading"]}
-    target = tmp_path / "in" / "wangwu" / CH19.name
-    target.mkdir(parents=True)
-    (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
-    attnkit = Path(sys.executable).with_name("attnkit")
-    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode in (0, 1), run.stderr[-2000:]
-    results = json.loads((tmp_path / "out" / "students" / "wangwu" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    folder = grade_notebooks(tmp_path, {"wangwu": notebook})
+    results = json.loads((folder / "wangwu" / CH19.name / "results.json").read_text(encoding="utf-8"))
     own = [t for t in results["tests"] if t["grade_id"] == "check_scaled_attention"]
     assert own and all(t["status"] == "failed" for t in own)
     expected = "运行出错（SyntaxError" if case == "full_width_paren" else "带有 skip-grading 标签"

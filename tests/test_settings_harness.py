@@ -28,7 +28,9 @@ if not sys.platform.startswith("linux") or os.geteuid() != 0 or sys.maxsize < 2*
     pytest.skip("loads seccomp filters and creates a user: needs root on 64-bit Linux (CI runs as root)", allow_module_level=True)
 pytest.importorskip("pyseccomp")
 
-USER = "attnkit-ta"  # the same TA as tests/test_isolation.py's
+if os.geteuid() == 0:  # as tests/test_isolation_layers.py takes it: the same TA as test_isolation's
+    from test_isolation import ta_user  # noqa: F401 - the fixture
+
 SYSCALLS = {"x86_64": {"clone": 56, "clone3": 435, "pivot_root": 155, "setns": 308, "landlock_create_ruleset": 444},
             "aarch64": {"clone": 220, "clone3": 435, "pivot_root": 41, "setns": 268, "landlock_create_ruleset": 444}}
 
@@ -89,15 +91,6 @@ PROBE = textwrap.dedent(
     print(json.dumps(report))
     """
 )
-
-
-@pytest.fixture(scope="module")
-def ta_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-        return pwd.getpwnam(USER)
 
 
 def probe(prefix_of, python: str = sys.executable) -> dict:

@@ -1,7 +1,8 @@
 """Grade cell check_masks: causal_allowed and padding_allowed, alone and combined.
 
 The combined check feeds the student's masks (joined with &) to the *reference* attention, so a
-mistake in scaled_attention costs nothing here."""
+mistake in scaled_attention costs nothing here. It pays only when each mask alone already means
+what it should (``assert_mask_alone``): one mask doing both jobs earns nothing."""
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 
 from . import reference
 from attnkit.checks import assert_bool_equal, assert_close, assert_tensor, broadcast_shape, fail, fmt_shape
+from .attention_checks import assert_mask_alone
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_masks")
@@ -50,6 +52,7 @@ def test_padding_allowed(student):
 def test_causal_and_padding_combined(student):
     """把你的因果掩码与填充掩码用 & 组合后做注意力（长度 4 与 2 的两个序列）：结果是否正确？"""
     lengths = torch.tensor([4, 2])
+    shape = (2, 2, 4, 4)  # (B, h, T_q, T_k): what attention broadcasts the combined mask to
     causal = assert_tensor(student.causal_allowed(4), "causal_allowed(4)")
     padding = assert_tensor(student.padding_allowed(lengths, 4), _("padding_allowed(长度 [4, 2], 4)"))
     for name, mask in (("causal_allowed(4)", causal), (_("padding_allowed(长度 [4, 2], 4)"), padding)):
@@ -58,7 +61,7 @@ def test_causal_and_padding_combined(student):
     try:
         # Shapes first, values after: two thin masks ((n, 1) and (1, n)) would broadcast to n * n
         # elements on the trusted side if `&` came before this check.
-        if broadcast_shape(causal.shape, padding.shape, (2, 2, 4, 4)) != (2, 2, 4, 4):
+        if broadcast_shape(causal.shape, padding.shape, shape) != shape:
             raise RuntimeError("does not fit")
         combined = causal & padding
     except RuntimeError:
@@ -74,3 +77,8 @@ def test_causal_and_padding_combined(student):
              "而正确的组合下每个查询至少能访问自己所在序列的第一个位置。"))
     expected = F.scaled_dot_product_attention(query, key, value, attn_mask=expected_mask)
     assert_close(output, expected, _("用组合掩码算出的注意力输出"))
+    # The combination is right; it pays only if each mask also does its own job (issue 23): a
+    # padding mask that also blocks the future would otherwise pass beside an all-True causal
+    # mask, or pass itself while padding_allowed fails its own test for carrying the causal part.
+    assert_mask_alone(causal, expected_causal(4), shape, _("causal_allowed(4) 单独广播到 (批次 2, 头数 2, 4 个查询, 4 把键) 后"))
+    assert_mask_alone(padding, expected_padding(lengths, 4), shape, _("padding_allowed(长度 [4, 2], 4) 单独广播到 (批次 2, 头数 2, 4 个查询, 4 把键) 后"))

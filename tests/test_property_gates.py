@@ -114,10 +114,24 @@ def causal_allowed(size):
 
 GATE_TEXT = "这项检查只在因果掩码与填充掩码各自都正确时给分"
 
+# Right at every size but 5, the size the multi-head future test asks for: causal_allowed's own
+# test must see the sizes the function really receives, so its mistake is charged to it, and the
+# future test is re-run with the reference mask instead of costing multi_head_attention.
+WRONG_AT_FIVE = '''
+import torch
+
+def causal_allowed(size):
+    allowed = torch.ones(size, size, dtype=torch.bool).tril()  # (size, size)
+    if size == 5:
+        allowed[4, 0] = False
+    return allowed
+'''
+
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    sources = {"reference": REFERENCE, "equivalent_layout": REFERENCE + "\n" + EQUIVALENT_LAYOUT}
+    sources = {"reference": REFERENCE, "equivalent_layout": REFERENCE + "\n" + EQUIVALENT_LAYOUT,
+               "wrong_at_five": REFERENCE + "\n" + WRONG_AT_FIVE}
     sources.update({name: REFERENCE + "\n" + source for name, (_, source) in STUBS.items()})
     plugin = GradingPlugin(SourceProvider(sources))
     threads = torch.get_num_threads()
@@ -166,6 +180,18 @@ def test_a_mask_of_an_equivalent_layout_keeps_the_combined_point(results):
     assert failed == {"test_causal_allowed"}, summary(results["equivalent_layout"])
     assert graded["test_causal_and_padding_combined"].score == graded["test_causal_and_padding_combined"].max_score
     assert all(r.status == "passed" and r.score == r.max_score for r in results["reference"]), summary(results["reference"])
+
+
+def test_a_mask_wrong_only_where_a_dependent_uses_it_is_charged_to_the_mask(results):
+    """causal_allowed wrong only at size 5 (the multi-head future test's): does it fail its own
+    test, while every multi_head_attention test still pays in full (its future test re-run with
+    the reference mask)?"""
+    graded = results["wrong_at_five"]
+    own = by_test(graded)["test_causal_allowed"]
+    assert own.status == "failed" and own.score == 0, (own.status, own.output[:300])
+    assert "causal_allowed(5)" in own.output, own.output[:300]
+    heads = [r for r in graded if "multi_head_attention" in r.functions]
+    assert heads and all(r.score == r.max_score for r in heads), summary(heads)
 
 
 def with_stub(notebook: dict, name: str) -> dict:

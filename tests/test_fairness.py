@@ -80,6 +80,14 @@ def test_a_catalogued_case_is_named_by_its_exact_id(results, name):
     assert all(r.diagnoses == [EXACT_IDS[name]] for r in failed), summary(results[name])
 
 
+@pytest.mark.parametrize("name", list(FAIRNESS))
+def test_no_case_gets_a_wrong_id(results, name):
+    """A wrong name is worse than none, even one of the right function's (a fixed √2 for a scale by
+    dim 1's size): each case is named by its own id or not at all."""
+    named = {d for r in results[name] for d in r.diagnoses}
+    assert named == ({EXACT_IDS[name]} if name in EXACT_IDS else set()), summary(results[name])
+
+
 def test_a_split_heads_that_always_raises_earns_no_property_point(results):
     graded = {r.nodeid.rsplit("::", 1)[-1]: r for r in results["split_always_raises"]}
     assert graded["test_split_heads_rejects_indivisible_width"].score == 0, summary(results["split_always_raises"])

@@ -46,7 +46,8 @@ def summary(graded: list) -> str:
 
 
 def test_there_are_at_least_ten_new_cases():
-    assert len(FAIRNESS) >= 10
+    """Ten or more that the catalogue still does not know (those it learned to name are EXACT_IDS)."""
+    assert len(set(FAIRNESS) - set(EXACT_IDS)) >= 10
 
 
 @pytest.mark.parametrize("name", list(FAIRNESS))

@@ -342,6 +342,33 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     weights = scores.softmax(-1)
     return merge_heads(weights @ v) @ w_o, weights
 '''),
+    # The size of dim 1 as the scale, through size() and a power (issue 26).
+    "dim1_size_power": ("scale_by_dim1", '''
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = torch.matmul(query, key.transpose(-1, -2)) / key.size(1) ** 0.5
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+'''),
+    # The empty-row check over the queries' axis, written as "some column is all blocked".
+    "empty_column_check": ("empty_check_on_keys", '''
+from math import sqrt
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if (~allowed).all(dim=-2).any():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+'''),
     "one_projection_reused": ("shared_projection", '''
 def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
     source = x if context is None else context
@@ -581,7 +608,7 @@ def test_feedback_never_shows_test_source(autograder_results):
 
 NEW_IDS = (
     "causal_true_means_blocked", "additive_mask_wrong_sign", "scale_by_dv", "scale_by_fixed_number",
-    "multi_head_scale_by_model_width", "shared_projection",
+    "multi_head_scale_by_model_width", "shared_projection", "scale_by_dim1", "empty_check_on_keys",
 )
 
 

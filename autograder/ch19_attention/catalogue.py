@@ -421,6 +421,48 @@ def split_heads(x, num_heads):
 ''',
         zh=N_("拆头前没有检查宽度能否被头数整除。D 不能被 h 整除时每个头分不到相同的维数，应明确抛出 ValueError 说明原因，而不是让 reshape 报出难懂的错误（或悄悄丢掉特征）。"),
     ),
+    Mistake(
+        id="scale_by_dim1",
+        section=N_("第 3 节"),
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh=N_("你的代码用张量第 1 维的大小（例如 query.size(1)）来缩放分数。对 (B, h, T, d_k) 的输入这是头数 h，对 (B, T, d_k) 的输入是序列长度 T，都不是键的维数。分数是 d_k 个乘积之和，方差为 d_k，应除以 √d_k，即最后一维 query.shape[-1] 的平方根；只有第 1 维恰好等于 d_k 时结果才碰巧正确。"),
+    ),
+    Mistake(
+        id="empty_check_on_keys",
+        section=N_("第 5 节"),
+        function="scaled_attention",
+        source='''\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-2).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+''',
+        zh=N_("你检查空行时沿错了维度（例如 allowed.any(dim=-2)）：这检查的是每个键是否至少有一个查询能访问，而不是每个查询是否至少有一个可访问的键。于是某个查询整行都被屏蔽时没有报错（整行都是 -∞，Softmax 的归一化没有定义，结果是 NaN），而填充掩码屏蔽了某个 PAD 键（整列为 False）时却报了错。应沿最后一维检查每一行：allowed.any(dim=-1).all()。"),
+    ),
 )
 
 CATALOGUE = Catalogue(Path(__file__).with_name("reference.py"), MISTAKES)
@@ -453,8 +495,18 @@ def probes() -> dict[str, list[tuple[tuple, dict]]]:
     context = torch.randn(2, 4, width, generator=g, dtype=torch.float64)
     weights = [torch.randn(width, width, generator=g, dtype=torch.float64) / width**0.5 for _ in range(4)]
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    # Drawn last, so the inputs above stay as they were. Three heads and a key no query may see (a
+    # PAD column; every row still keeps a key): dim 1's size (3) is then neither 2 nor d_k, and a
+    # check for empty rows made over the keys raises where the reference does not.
+    query3 = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64)  # (B, h=3, T_q, d_k)
+    key3 = torch.randn(2, 3, 6, 5, generator=g, dtype=torch.float64)  # (B, h, T_k, d_k)
+    value3 = torch.randn(2, 3, 6, 3, generator=g, dtype=torch.float64)  # (B, h, T_k, d_v)
+    padded = allowed.clone()  # (T_q, T_k)
+    padded[:, -1] = False
     return {
-        "scaled_attention": [((query, key, value), {}), ((query, key, value, allowed), {})],
+        "scaled_attention": [
+            ((query, key, value), {}), ((query, key, value, allowed), {}), ((query3, key3, value3, padded), {}),
+        ],
         "causal_allowed": [((3,), {}), ((5,), {})],
         "padding_allowed": [((torch.tensor([3, 5, 1]), 5), {})],
         "split_heads": [((torch.arange(2 * 5 * 6, dtype=torch.float32).reshape(2, 5, 6), 2), {})],

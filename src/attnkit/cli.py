@@ -310,7 +310,7 @@ def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, 
     packed = write_lms_feedback(out, submitted, all_results)
     if not quiet:
         for path, count in sorted(packed.archives.items()):
-            console.print(_("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README“Canvas、Moodle 的反馈”）").format(
+            console.print(_("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(
                 path=path, count=count), soft_wrap=True, markup=False)
     for where, reason in packed.left_out:
         console.print(_("未放入学习平台的反馈压缩包：{where}：{reason}").format(where=where, reason=reason), soft_wrap=True, markup=False)

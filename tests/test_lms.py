@@ -236,3 +236,20 @@ def test_no_record_can_send_a_page_to_a_classmates_slot(tmp_path: Path) -> None:
     for name, data in entries.items():
         assert data.decode() == f"page of {canvas_reads(name)[0]}", name
     assert sorted(where for where, _reason in packed.left_out) == [f"1002/{ASSIGNMENT}", f"1005/{ASSIGNMENT}"]
+
+
+def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: Path) -> None:
+    """1002's page as headless Chromium builds it: the notice names Canvas and the submission time,
+    and takes nothing off the score (Canvas applies its own policy)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
+    page = graded["out"] / "students" / "1002" / ASSIGNMENT / "feedback.html"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    notice = re.search(r'<div class="problem late" id="late" data-late-source="lms">(.*?)</div>', dom)
+    assert notice, dom[:2000]
+    results = json.loads((page.parent / "results.json").read_text(encoding="utf-8"))
+    assert "Canvas 把这份提交标记为迟交" in notice[1] and results["lms_late"]["submitted_utc"] in notice[1]
+    assert f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>' in dom

@@ -229,13 +229,17 @@ def test_no_record_can_send_a_page_to_a_classmates_slot(tmp_path: Path) -> None:
     record(submitted / "1004" / ASSIGNMENT, lms="canvas", student_id="1004", name="1001", late=True, lms_file_id="5004")
     # Non-ASCII digits are digits to Python's \d, not to Canvas: no slot.
     record(submitted / "1005" / ASSIGNMENT, lms="canvas", student_id="1005", name="eve", late=False, lms_file_id="٥٠٠٥")
-    results = [{"student_id": s, "assignment": ASSIGNMENT} for s in ("1001", "1002", "1003", "1004", "1005")]
+    # Blackboard has no bulk upload: counted for the TA, in no zip.
+    record(submitted / "1006" / ASSIGNMENT, lms="blackboard", student_id="1006", name="", late=None)
+    results = [{"student_id": s, "assignment": ASSIGNMENT} for s in ("1001", "1002", "1003", "1004", "1005", "1006")]
     packed = write_lms_feedback(tmp_path / "out", submitted, results)
     entries = zip_entries(tmp_path / "out" / CANVAS_ZIP)
     assert {canvas_reads(name) for name in entries} == {("1001", "5001"), ("1003", "5003"), ("1004", "5004")}
     for name, data in entries.items():
         assert data.decode() == f"page of {canvas_reads(name)[0]}", name
     assert sorted(where for where, _reason in packed.left_out) == [f"1002/{ASSIGNMENT}", f"1005/{ASSIGNMENT}"]
+    assert packed.by_hand == {"Blackboard": [f"1006/{ASSIGNMENT}"]}
+    assert not (tmp_path / "out" / MOODLE_ZIP).exists()
 
 
 def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: Path) -> None:

@@ -314,6 +314,9 @@ def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, 
                 path=path, count=count), soft_wrap=True, markup=False)
     for where, reason in packed.left_out:
         console.print(_("未放入学习平台的反馈压缩包：{where}：{reason}").format(where=where, reason=reason), soft_wrap=True, markup=False)
+    for lms, students in sorted(packed.by_hand.items()):
+        console.print(_("{lms} 没有批量上传反馈文件的功能：{count} 名学生的 feedback.html 请在它的评分页面逐一附上（在 {folder} 里）").format(
+            lms=lms, count=len(students), folder=out / STUDENTS_FOLDER), soft_wrap=True, markup=False)
     return packed
 
 

@@ -51,6 +51,7 @@ class Packed:
 
     archives: dict[Path, int] = field(default_factory=dict)
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (student/assignment, reason)
+    by_hand: dict[str, list[str]] = field(default_factory=dict)  # an LMS without bulk upload -> its students
 
 
 def read_record(submitted: Path, student: str, assignment: str) -> dict[str, Any] | str | None:
@@ -109,8 +110,8 @@ def canvas_file_id(record: dict[str, Any]) -> str:
     origin = record.get("origin") if isinstance(record.get("origin"), str) else ""
     for candidate in (PurePosixPath(origin).name, origin.rsplit(":", 1)[-1]):
         claimed = claim(PurePosixPath(candidate), "canvas") if CANVAS.match(candidate) else None
-        if claimed and claimed.student_id == record.get("student_id") and claimed.order:
-            return str(claimed.order[0])
+        if claimed and claimed.student_id == record.get("student_id"):
+            return claimed.file_id  # as written: "٥٠٠٥" stays non-ASCII and is refused
     return ""
 
 
@@ -153,6 +154,9 @@ def write_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, A
             continue
         if results.get("not_graded"):
             packed.left_out.append((where, _("未评分，没有反馈页面")))
+            continue
+        if record.get("lms") not in UPLOADS:
+            packed.by_hand.setdefault(lms_title(str(record.get("lms") or "?")), []).append(where)
             continue
         found = slot(record, student)
         if isinstance(found, str):

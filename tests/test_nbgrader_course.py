@@ -335,3 +335,39 @@ def test_the_demo_class_never_enters_the_course_gradebook(variables: tuple[str, 
     assert result.returncode == 0, result.stderr
     command = result.stdout.strip().splitlines()[-1]
     assert command.endswith(f"--gradebook {gradebook}"), command
+
+
+# -- a renamed upload in nbgrader's view ------------------------------------------------------------
+RENAMED = {"browser_copy": "attention (1).ipynb", "other_case": "Attention.ipynb"}
+
+
+@pytest.fixture(scope="module")
+def renamed_course(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A course whose students uploaded the notebook under another name, graded with the gradebook."""
+    course = tmp_path_factory.mktemp("renamed")
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    shutil.copytree(ROOT / "assignments", course / "assignments")
+    for student, name in RENAMED.items():
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        shutil.copy(ROOT / "examples" / "submitted" / "lilei" / ASSIGNMENT / "attention.ipynb", folder / name)
+    grade(course)
+    return course
+
+
+@pytest.mark.parametrize("student", sorted(RENAMED))
+def test_a_renamed_notebook_is_in_autograded_under_the_assignments_name(renamed_course: Path, student: str) -> None:
+    """autograded/ holds the graded bytes as attention.ipynb (results.json's stored_as), so that
+    nbgrader's generate_feedback finds it and writes the kit's page for this student."""
+    results = json.loads((renamed_course / "graded" / "students" / student / ASSIGNMENT / "results.json").read_text(encoding="utf-8"))
+    assert results["notebooks"][0]["stored_as"] == "attention.ipynb" and results["notebooks"][0]["name"] == RENAMED[student]
+    stored = renamed_course / "autograded" / student / ASSIGNMENT / "attention.ipynb"
+    assert stored.is_file(), sorted(p.name for p in stored.parent.iterdir()) if stored.parent.is_dir() else "no autograded folder"
+    assert json.loads(stored.read_text(encoding="utf-8"))["metadata"]["attnkit"]["results"]["score"] == results["score"]
+    result = nbgrader(renamed_course, "generate_feedback", ASSIGNMENT, "--student", student, "--force")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    page = (renamed_course / "feedback" / student / ASSIGNMENT / "attention.html").read_text(encoding="utf-8")
+    assert f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>' in page
+    for diagnosis in results["diagnoses"]:
+        assert f'data-diagnosis="{diagnosis}"' in page, diagnosis

@@ -16,7 +16,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
 # The imports below (torch above all) make some 200,000 objects and next to no garbage: the
@@ -54,11 +54,14 @@ from attnkit.engine import (
     shard_of,
 )
 from attnkit.files import atomic_write, readable_json
-from attnkit.feedback import causes, feedback_html, report_html
+from attnkit.feedback import causes, feedback_html, late_notice, report_html
 from attnkit.isolation import describe as describe_isolation
 from attnkit.policy import DEFAULT_MEMORY_MB, Limits
 from attnkit.seed import take as take_seed
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
+
+if TYPE_CHECKING:
+    from attnkit.lms_feedback import Packed
 
 gc.freeze()
 if _COLLECTING:
@@ -119,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     intake.add_argument("--lms", choices=["canvas", "moodle", "blackboard"], default=None,
                         help="the LMS that made the download (default: detected once for the whole download)")
     intake.add_argument("--timezone", default=None, help="the LMS's time zone for times a zip or Blackboard gives without one (IANA name; default UTC)")
+
+    feedback = commands.add_parser("lms-feedback", parents=[language],
+                                   help="the LMS bulk-feedback zips of a graded class that `attnkit collect` placed (grade writes them too)")
+    feedback.add_argument("--submitted", type=Path, required=True, help="the submitted/ folder `attnkit collect` filled")
+    feedback.add_argument("--out", type=Path, required=True, help="the graded output (of `attnkit grade` or `attnkit merge`)")
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -233,19 +241,34 @@ def read_skipped(out: Path) -> list[dict[str, str]]:
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
+def late_cells(r: dict[str, Any]) -> tuple[str, str]:
+    """The console's late penalty and total after it, as report.html shows them (``late_notice``
+    says which source is shown: the gradebook's figures, or the LMS's flag without a penalty)."""
+    found, notice = r.get("late"), late_notice(r)
+    total = f"{found['total']:g}/{found['max']:g}" if found else "-"
+    if notice and notice["source"] == "lms":
+        return _("{lms} 标记迟交").format(lms=notice["lms"]), total
+    return (f"{found['penalty']:g}", total) if found else ("-", "-")
+
+
 def summary_table(all_results: list[dict[str, Any]]) -> Table:
     table = Table(title=_("评分结果"))
-    late = any(r.get("late") for r in all_results)
+    late = any(r.get("late") or r.get("lms_late") for r in all_results)
     for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
         table.add_column(column)
     for r in sorted(all_results, key=lambda r: r["student_id"]):
         score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
-        found = r.get("late")
-        late_cells = (f"{found['penalty']:g}", f"{found['total']:g}/{found['max']:g}") if found else ("-", "-")
         # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
-        table.add_row(*(Text(cell) for cell in (r["student_id"], score, *(late_cells if late else ()),
+        table.add_row(*(Text(cell) for cell in (r["student_id"], score, *(late_cells(r) if late else ()),
                                                  ", ".join(r["diagnoses"]) or "-", _("；").join(r["problems"])[:60] or "-")))
     return table
+
+
+def rewrite_results(out: Path, results: dict[str, Any], suites: dict[str, Assignment]) -> None:
+    """results.json and feedback.html again, after the class-level steps added to ``results``."""
+    folder = results_path(out, results).parent
+    atomic_write(folder / "results.json", readable_json(results))
+    atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
 
 
 def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites: dict[str, Assignment]) -> None:
@@ -259,9 +282,42 @@ def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites
         if found is None or results.get("late") == found:
             continue
         results["late"] = found
-        folder = results_path(out, results).parent
-        atomic_write(folder / "results.json", readable_json(results))
-        atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
+        rewrite_results(out, results, suites)
+
+
+def add_lms_lateness(out: Path, all_results: list[dict[str, Any]], submitted: Path, suites: dict[str, Assignment]) -> None:
+    """The LMS's late flag of each submission ``attnkit collect`` placed (its lms.json), as
+    ``lms_late`` into results.json and feedback.html; read every run, so a re-collect that
+    changed only the flag is shown without regrading. Which lateness is shown: ``late_notice``."""
+    from attnkit.lms_feedback import lms_lateness, lms_record
+
+    for results in all_results:
+        found = lms_lateness(lms_record(submitted, results["student_id"], results["assignment"]))
+        if results.get("lms_late") == found:
+            continue
+        if found is None:
+            results.pop("lms_late", None)
+        else:
+            results["lms_late"] = found
+        if results["assignment"] in suites:
+            rewrite_results(out, results, suites)
+
+
+def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, Any]], quiet: bool) -> Packed:
+    """Write the LMS bulk-feedback zips (``lms_feedback``) and say where they are and who is not in them."""
+    from attnkit.lms_feedback import write_lms_feedback
+
+    packed = write_lms_feedback(out, submitted, all_results)
+    if not quiet:
+        for path, count in sorted(packed.archives.items()):
+            console.print(_("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(
+                path=path, count=count), soft_wrap=True, markup=False)
+    for where, reason in packed.left_out:
+        console.print(_("未放入学习平台的反馈压缩包：{where}：{reason}").format(where=where, reason=reason), soft_wrap=True, markup=False)
+    for lms, students in sorted(packed.by_hand.items()):
+        console.print(_("{lms} 没有批量上传反馈文件的功能：{count} 名学生的 feedback.html 请在它的评分页面逐一附上（在 {folder} 里）").format(
+            lms=lms, count=len(students), folder=out / STUDENTS_FOLDER), soft_wrap=True, markup=False)
+    return packed
 
 
 def command_grade(args: argparse.Namespace) -> int:
@@ -311,6 +367,7 @@ def command_grade(args: argparse.Namespace) -> int:
                             *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
     all_results = collect(args.out, jobs)
+    add_lms_lateness(args.out, all_results, args.submitted, suites)
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
@@ -330,6 +387,8 @@ def command_grade(args: argparse.Namespace) -> int:
             console.print(_("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；"
                             "grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
                 gradebook=args.gradebook, count=len(totals), manual=manual), soft_wrap=True, markup=False)
+    if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
+        report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
     # Always printed, --quiet or not: these need the TA's attention.
     for r in not_graded:
         console.print(_("未评分：{student}/{assignment}：{reason}").format(
@@ -498,6 +557,21 @@ def command_merge(args: argparse.Namespace) -> int:
     return 1 if skipped or any(r.get("not_graded") for r in all_results.values()) else 0
 
 
+def command_lms_feedback(args: argparse.Namespace) -> int:
+    """The bulk-feedback zips of an output folder (after `merge`, or again after a TA's change)."""
+    if not args.submitted.is_dir():
+        raise GraderError(_("找不到提交文件夹：{folder}").format(folder=args.submitted))
+    suites = discover()
+    all_results = [r for r in collect(args.out) if r.get("assignment") in suites]
+    if not all_results:
+        raise GraderError(_("{out} 里没有评分结果（先运行 attnkit grade）").format(out=args.out))
+    add_lms_lateness(args.out, all_results, args.submitted, suites)
+    packed = report_lms_feedback(args.out, args.submitted, all_results, quiet=False)
+    if not packed.archives:
+        console.print(_("没有写出任何压缩包：这些提交不是 attnkit collect 从 Canvas 或 Moodle 收取的"), markup=False)
+    return 1 if packed.left_out else 0
+
+
 def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
     from attnkit.lms import collect as collect_download
@@ -573,9 +647,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
-    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect}[args.command]
+    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect,
+               "lms-feedback": command_lms_feedback}[args.command]
     try:
-        if args.command in ("grade", "merge"):
+        if args.command in ("grade", "merge", "lms-feedback"):
             with output_lock(args.out):
                 return command(args)
         return command(args)

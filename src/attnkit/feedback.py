@@ -44,6 +44,23 @@ def error_kind(error_type: str) -> str:
 _ENV.globals["error_kind"] = error_kind
 
 
+def late_notice(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The lateness a page and the console show, from one of two sources. The gradebook's
+    (``gradebook.lateness``: nbgrader's rule, its penalty and the total ``nbgrader export``
+    reports) wins whenever the course gave nbgrader a due date, late or not: it is what the
+    totals use. Without one, the LMS's own flag (``lms.json``'s ``late``, Canvas's ``_LATE_``)
+    is shown, with no penalty: the LMS applies its own late policy in its gradebook."""
+    late = results.get("late") or {}
+    if late.get("duedate"):
+        return {"source": "gradebook", **late} if late.get("penalty") or late.get("seconds_late") else None
+    if results.get("lms_late"):
+        return {"source": "lms", **results["lms_late"]}
+    return None
+
+
+_ENV.globals["late_notice"] = late_notice
+
+
 def heat(value: float | None) -> str:
     """A background colour for a weight in [0, 1]."""
     if value is None or value != value:
@@ -137,8 +154,9 @@ def report_html(
         catalogue=catalogue,
         broken=broken,
         not_graded=[r for r in all_results if r.get("not_graded")],
-        # The late columns, when a gradebook was used (results carry "late", see gradebook.lateness).
-        late=any(r.get("late") for r in all_results),
+        # The late columns, when a gradebook was used (results carry "late", see gradebook.lateness)
+        # or an LMS flagged a submission late (results carry "lms_late"; which is shown: late_notice).
+        late=any(r.get("late") or r.get("lms_late") for r in all_results),
         skipped=skipped or [],
         link=feedback_link,
         seconds=seconds,

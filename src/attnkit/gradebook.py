@@ -118,17 +118,22 @@ def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | N
 
 
 def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: str) -> tuple[bytes | None, str]:
-    """The bytes of notebook ``name`` exactly as they were graded (results.json ``notebooks``
-    sha256), read without following links; or None and why not (for the TA)."""
-    entry = next((nb for nb in results.get("notebooks", []) if nb.get("name") == name), None)
+    """The bytes graded as the assignment's notebook ``name`` (results.json ``notebooks``: the
+    one ``stored_as`` that name, else the one called so; its sha256), read without following
+    links; or None and why not (for the TA). A renamed upload (``attention (1).ipynb``) is read
+    under the student's own name and stored in autograded/ under ``name``, where nbgrader looks."""
+    entries = results.get("notebooks", [])
+    entry = next((nb for nb in entries if nb.get("stored_as") == name), None) or next(
+        (nb for nb in entries if nb.get("name") == name and not nb.get("stored_as")), None)
     if entry is None:
         return None, ""
+    own = entry["name"]
     try:
-        data = read_submitted(submitted, folder / name)
+        data = read_submitted(submitted, folder / own)
     except Unsafe as error:
-        return None, _("未复制到 autograded/：{student}/{name}：{problem}").format(student=results["student_id"], name=name, problem=error)
+        return None, _("未复制到 autograded/：{student}/{name}：{problem}").format(student=results["student_id"], name=own, problem=error)
     if digest_of(data) != entry.get("sha256"):
-        return None, _("未复制到 autograded/：{student}/{name}：文件在评分之后被改动过").format(student=results["student_id"], name=name)
+        return None, _("未复制到 autograded/：{student}/{name}：文件在评分之后被改动过").format(student=results["student_id"], name=own)
     return data, ""
 
 

@@ -23,7 +23,7 @@ order cannot settle, or a file whose own name names another student, are refused
 
 Fidelity: times are UTC, a zip's local times (and Blackboard's attempt times) read in the LMS's
 zone (``--timezone``, default UTC), never the TA machine's. Beside ``timestamp.txt`` goes
-``lms.json`` (the format, the name, Canvas's late flag, the original file name, notes); a
+``lms.json`` (the format, the name, Canvas's late flag and file id, the original file name, notes); a
 ``roster.csv`` (LMS id -> name, formula-safe) goes next to ``submitted/``.
 
 Safety: symbolic links are never followed (in a folder or a zip), a zip's entries are never
@@ -84,6 +84,7 @@ class Candidate:
     late: bool | None = None  # Canvas's _LATE_ flag; None where the LMS says nothing
     original: str = ""
     notes: list[str] = field(default_factory=list)  # to the TA and the student (Chinese)
+    file_id: str = ""  # Canvas's id of the submitted file: its bulk upload of feedback needs it
 
 
 @dataclass
@@ -117,6 +118,7 @@ class Claim:
     when: str = ""  # Blackboard's attempt time, in the LMS's zone
     nested: tuple[str, ...] = ()  # folders the student made inside a Moodle submission
     info: bool = False  # Blackboard's attempt .txt, not a submitted file
+    file_id: str = ""  # Canvas's id of the file (its "submission" field)
 
 
 def claim(path: PurePosixPath, lms: str) -> Claim | None:
@@ -124,7 +126,8 @@ def claim(path: PurePosixPath, lms: str) -> Claim | None:
     if lms == "canvas":
         match = CANVAS.match(path.name) if len(path.parts) == 1 else None
         if match:
-            return Claim(match["id"], match["name"], match["file"], (int(match["submission"]),), bool(match["late"]))
+            return Claim(match["id"], match["name"], match["file"], (int(match["submission"]),), bool(match["late"]),
+                         file_id=match["submission"])
     elif lms == "moodle":
         for depth, part in enumerate(path.parts[:-1]):  # the OUTERMOST Moodle folder; above it, the TA's
             folder = MOODLE_FOLDER.match(part)
@@ -335,7 +338,7 @@ def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = Non
         if claimed.when:
             mtime = datetime.datetime.strptime(claimed.when, "%Y-%m-%d-%H-%M-%S").replace(tzinfo=zone).timestamp()
         candidate = Candidate(claimed.student_id, notebook, (*claimed.order, mtime), mtime, label, entry.read, lms,
-                              claimed.name, claimed.late, claimed.original, notes)
+                              claimed.name, claimed.late, claimed.original, notes, claimed.file_id)
         claims.setdefault(f"{claimed.student_id}/{notebook}", []).append(candidate)
     for key, candidates in claims.items():
         _choose(key, candidates, lms, found)
@@ -389,7 +392,8 @@ def record(candidate: Candidate) -> dict:
     """lms.json: what the LMS said about this submission, beside nbgrader's timestamp.txt."""
     return {"lms": candidate.lms, "student_id": candidate.student_id, "name": candidate.name, "late": candidate.late,
             "submitted_utc": nbgrader_timestamp(candidate.mtime), "original_name": candidate.original,
-            "stored_as": f"{candidate.notebook}.ipynb", "origin": candidate.origin, "notes": candidate.notes}
+            "stored_as": f"{candidate.notebook}.ipynb", "origin": candidate.origin, "notes": candidate.notes,
+            "lms_file_id": candidate.file_id or None}
 
 
 def write_roster(path: Path, roster: dict[str, str], lms: str) -> None:

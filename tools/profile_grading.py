@@ -85,7 +85,7 @@ def main() -> None:
     single = sandbox.Submission._request
 
     def counted(self: sandbox.Submission, message: dict, *rest: Any, **kwargs: Any) -> dict:
-        requests[f"{message.get('op')}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
+        requests[f"{message.get(operations.OP)}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
         return single(self, message, *rest, **kwargs)
 
     sandbox.Submission._request = counted  # type: ignore[method-assign]

@@ -38,7 +38,7 @@ os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 import torch  # noqa: E402
 
-from attnkit import plugin, sandbox, worker  # noqa: E402
+from attnkit import operations, plugin, sandbox, worker  # noqa: E402
 from attnkit.assignment import discover  # noqa: E402
 from attnkit.engine import find_jobs  # noqa: E402
 from attnkit.policy import Limits  # noqa: E402

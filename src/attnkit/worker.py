@@ -488,9 +488,9 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     # A session whose suite is known to be plain goes on with the next chunk when that chunk is all
     # of its assignment (``more``): one pytest session (its configuration and collection, ~40 ms)
     # per worker instead of one per chunk. The parent sees the same messages: each chunk's records,
-    # then its "chunk_done" (sent here, before the next chunk is asked for).
+    # then its ``chunk_done`` (sent here, before the next chunk is asked for).
     pending: list[Any] = []
-    reported = [False]  # the chunk being graded has had its "chunk_done"
+    reported = [False]  # the chunk being graded has had its ``chunk_done``
 
     def more(assignment: str) -> list[Job] | None:
         emit(worker_messages.chunk_done())

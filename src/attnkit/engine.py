@@ -528,7 +528,7 @@ def grade_jobs(
             for outbox in multiprocessing.connection.wait(list(pool), timeout=0.5):
                 worker = pool[outbox]
                 try:
-                    message = outbox.recv()
+                    message = worker.outbox.recv()  # the same connection, typed as what worker_main sends
                 except (EOFError, OSError):
                     bury(worker, "")
                     continue

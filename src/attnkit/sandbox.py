@@ -18,7 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from attnkit.constants import CRASHED, MISSING, TIMEOUT
@@ -292,7 +292,7 @@ class Submission:
     def _not_run(cell: CodeCell) -> CellRun:
         return CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行"))
 
-    def _batch(self, requests: Sequence[Mapping[str, Any]], seconds: float, until: float, cell_budget: float | None = None,
+    def _batch(self, requests: list[Any], seconds: float, until: float, cell_budget: float | None = None,
                frame: bytes | None = None, budget: float | None = None) -> tuple[list[dict], type | None]:
         """Send ``requests`` as one batch; their replies in order, each within ``seconds`` of the
         one before (and all by ``until``), and what cut the stream short: ``TimeoutError``,
@@ -616,7 +616,7 @@ class Submission:
                 return _("：定义它的单元格（{place}）没有运行（前面的单元格用完了时间，或运行环境崩溃）").format(place=place)
         return ""
 
-    def prefetch(self, requests: Sequence[Mapping[str, Any]], frame: bytes | None = None) -> list[Outcome]:
+    def prefetch(self, requests: list[Any], frame: bytes | None = None) -> list[Outcome]:
         """Outcomes of ``requests`` (the ``call`` and ``get`` messages that :meth:`call` and
         :meth:`variable` send), asked in one batch, in order, as far as the batch got: each call
         still has the call limit and the submission's time budget still holds. A call that hangs

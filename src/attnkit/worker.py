@@ -25,7 +25,7 @@ from attnkit.assignment import Assignment, discover
 from attnkit.constants import CRASHED, GraderError
 from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, place_of, read_notebook, read_submitted, redefinitions
-from attnkit import protocol, worker_messages
+from attnkit import operations, protocol, worker_messages
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
 from attnkit.policy import Limits
 from attnkit.scope import record_inner_calls
@@ -87,8 +87,8 @@ class Plan:
     """Test key -> the requests (``call``/``get`` messages) the test made on the source notebook,
     each with its wire form, and the batch that asks them all (encoded once per worker)."""
 
-    tests: dict[str, list[tuple[bytes, dict]]]
-    requests: list[dict] = field(default_factory=list)
+    tests: dict[str, list[tuple[bytes, operations.Asked]]]
+    requests: list[operations.Asked] = field(default_factory=list)
     batch: bytes = b""
     # The batch's digest (the plan's name for a zygote that holds it, ``Zygote.hold_plan``), and
     # the short frame that asks a sandbox forked holding it for the plan's requests.
@@ -100,7 +100,7 @@ class Plan:
     inner: dict[str, dict[str, list[bytes]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, asked: dict[str, list[dict]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
+    def of(cls, asked: dict[str, list[operations.Asked]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
         tests = {key: [(protocol.encode(request), request) for request in requests] for key, requests in asked.items()}
         requests = [request for entries in tests.values() for _wire, request in entries]
         batch = batch_frame(requests)
@@ -149,7 +149,7 @@ class SandboxProvider:
         self.fatal = ""  # set when grading itself cannot go on
         self.assignment = assignment
         self.plan: Plan | None = _plans.get(assignment.name) if assignment is not None else None
-        self.planning: dict[str, list[dict]] = {}
+        self.planning: dict[str, list[operations.Asked]] = {}
         self.planning_inner: dict[str, dict[str, list[bytes]]] = {}
         self._inner_calls: list[tuple[str, bytes]] = []  # filled while planning (scope.record_inner_calls)
         self._more = more

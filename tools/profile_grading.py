@@ -38,7 +38,7 @@ os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 import torch  # noqa: E402
 
-from attnkit import plugin, sandbox, worker  # noqa: E402
+from attnkit import operations, plugin, sandbox, worker  # noqa: E402
 from attnkit.assignment import discover  # noqa: E402
 from attnkit.engine import find_jobs  # noqa: E402
 from attnkit.policy import Limits  # noqa: E402
@@ -85,7 +85,7 @@ def main() -> None:
     single = sandbox.Submission._request
 
     def counted(self: sandbox.Submission, message: dict, *rest: Any, **kwargs: Any) -> dict:
-        requests[f"{message.get('op')}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
+        requests[f"{message.get(operations.OP)}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
         return single(self, message, *rest, **kwargs)
 
     sandbox.Submission._request = counted  # type: ignore[method-assign]

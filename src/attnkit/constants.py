@@ -32,4 +32,4 @@ MAX_MESSAGE = 2_000  # characters kept of one exception message from student cod
 class GraderError(Exception):
     """Grading itself cannot run (never a student's doing): the run stops with this message and
     a non-zero exit, instead of handing out zeros. Across a process boundary it travels as the
-    message ``{"fatal": str(error)}`` and is raised again on the other side."""
+    message ``worker_messages.fatal(str(error))`` and is raised again on the other side."""

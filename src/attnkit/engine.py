@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 import attnkit
 from attnkit.assignment import Assignment
 from attnkit.constants import STUDENTS_FOLDER, GraderError
-from attnkit import i18n
+from attnkit import i18n, worker_messages
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
 from attnkit.seed import Seed
@@ -528,21 +528,22 @@ def grade_jobs(
             for outbox in multiprocessing.connection.wait(list(pool), timeout=0.5):
                 worker = pool[outbox]
                 try:
-                    message = outbox.recv()
+                    message = worker.outbox.recv()  # the same connection, typed as what worker_main sends
                 except (EOFError, OSError):
                     bury(worker, "")
                     continue
-                if "fatal" in message:
-                    raise GraderError(message["fatal"])
-                if "started" in message:
-                    worker.current, worker.since = message["started"], time.monotonic()
-                elif "chunk_done" in message:
+                kind = worker_messages.kind_of(message)
+                if kind == worker_messages.FATAL:
+                    raise GraderError(message[worker_messages.FATAL])
+                if kind == worker_messages.STARTED:
+                    worker.current, worker.since = message[worker_messages.STARTED], time.monotonic()
+                elif kind == worker_messages.CHUNK_DONE:
                     if any(job.key in remaining for job in worker.chunk or []):
                         # A session that ended without a record for someone: find whom, alone.
                         chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
                     feed(worker)
-                elif "chunk_failed" in message:
-                    chunk_failed(worker, _("评分过程出错（{error}）").format(error=message["chunk_failed"][:300]))
+                elif kind == worker_messages.CHUNK_FAILED:
+                    chunk_failed(worker, _("评分过程出错（{error}）").format(error=message[worker_messages.CHUNK_FAILED][:300]))
                     feed(worker)
                 else:
                     key = f"{message['student_id']}/{message['assignment']}"

@@ -21,7 +21,7 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from attnkit import i18n, nonamespace, protocol
+from attnkit import i18n, nonamespace, operations, protocol
 from attnkit.cells import warm_shell
 from attnkit.cgroup import Cgroup, sweep_stale
 from attnkit.i18n import _
@@ -310,10 +310,10 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
         sandboxes.reap()
         settings = json.loads(message)
         settings["address_space_base"] = address_space
-        if "plan" in settings:
+        if operations.holds_plan(settings):
             if fds:
                 try:
-                    hold_plan(str(settings["plan"]), fds[0])
+                    hold_plan(str(settings[operations.PLAN]), fds[0])
                 except (OSError, ValueError):
                     pass  # sandboxes then just get the whole batch
             continue

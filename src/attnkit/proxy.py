@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from attnkit.constants import CRASHED, MAX_MESSAGE, MISSING, TIMEOUT
-from attnkit import protocol
+from attnkit import operations, protocol
 from attnkit.i18n import _
 from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
 
@@ -133,7 +133,7 @@ class Student:
         """The test ``key`` starts (None: no test is running): its prefetched answers apply."""
         self.ahead = list(self.prefetched.get(key, ())) if key is not None else []
 
-    def _prefetched(self, request: dict) -> Outcome | None:
+    def _prefetched(self, request: operations.Asked) -> Outcome | None:
         if not self.ahead or self.substitutes:
             return None
         wire = protocol.encode(request)
@@ -156,7 +156,7 @@ class Student:
             # The test's own call to a substituted function: the reference answers, here, and it
             # is no evidence about the student (not recorded for diagnosis).
             return self._result(name, run_in_namespace(self.substitutes, name, args, kwargs))
-        outcome = self._prefetched(call_request(name, args, kwargs)) if self.ahead else None
+        outcome = self._prefetched(operations.call(name, args, kwargs)) if self.ahead else None
         if outcome is None:
             outcome = self._run(name, args, kwargs)
         self.calls.append(Call(name, args, kwargs, outcome))
@@ -176,7 +176,7 @@ class Student:
 
     def get(self, name: str) -> Any:
         """The value of a top-level variable of the submission (an answer cell)."""
-        outcome = self._prefetched(variable_request(name)) if self.ahead else None
+        outcome = self._prefetched(operations.get(name)) if self.ahead else None
         if outcome is None:
             outcome = self.backend.variable(name)
         self.calls.append(Call(name, (), {}, outcome, is_variable=True))
@@ -195,19 +195,9 @@ class Student:
         raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings)
 
 
-def call_request(name: str, args: tuple, kwargs: dict) -> dict:
-    """The message that asks a sandbox to call ``name`` (also the key of a prefetched answer)."""
-    return {"op": "call", "name": name, "args": list(args), "kwargs": kwargs}
-
-
-def variable_request(name: str) -> dict:
-    """The message that asks a sandbox for the variable ``name``."""
-    return {"op": "get", "name": name}
-
-
-def request_of(call: Call) -> dict:
-    """The message that would ask for ``call`` again."""
-    return variable_request(call.name) if call.is_variable else call_request(call.name, call.args, call.kwargs)
+def request_of(call: Call) -> operations.Asked:
+    """The request that would ask for ``call`` again."""
+    return operations.get(call.name) if call.is_variable else operations.call(call.name, call.args, call.kwargs)
 
 
 def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plain: bool = True) -> Outcome:

@@ -18,15 +18,16 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from attnkit.constants import CRASHED, MISSING, TIMEOUT
 from attnkit import confinement, i18n
 from attnkit.i18n import _
-from attnkit import protocol
+from attnkit import operations, protocol
 from attnkit.notebook import CodeCell, defines, place_of
 from attnkit.policy import Limits
-from attnkit.proxy import Outcome, call_request, variable_request
+from attnkit.proxy import Outcome
 from attnkit.seed import start_zygote_process, wait_for_exit
 
 
@@ -92,7 +93,7 @@ class Zygote:
         """Ask the seed for a zygote with our configuration; whether the request went out."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            socket.send_fds(seed, [b"zygote"], [theirs.fileno()])
+            socket.send_fds(seed, [operations.ZYGOTE], [theirs.fileno()])
             protocol.send(ours, self._config)
         except OSError:
             ours.close()
@@ -184,7 +185,7 @@ class Zygote:
         try:
             _write_all(descriptor, frame)
             os.lseek(descriptor, 0, os.SEEK_SET)
-            socket.send_fds(self.control, [json.dumps({"plan": digest}).encode()], [descriptor])
+            socket.send_fds(self.control, [json.dumps(operations.hold_plan(digest)).encode()], [descriptor])
         except OSError:  # a zygote gone away: its next sandbox is refused, and says why
             return ""
         finally:
@@ -194,7 +195,7 @@ class Zygote:
 
     def _ask_for_sandbox(self, limits: Limits) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        settings = {"memory_mb": limits.memory_mb, "cpu_seconds": limits.cpu_seconds}
+        settings = operations.spawn(limits.memory_mb, limits.cpu_seconds)
         socket.send_fds(self.control, [json.dumps(settings).encode()], [theirs.fileno()])
         theirs.close()
         return ours
@@ -277,10 +278,10 @@ class Submission:
         self._boot()
         runnable = [cell for cell in self.cells if not (cell.is_check or cell.skip or not cell.source.strip())]
         deadline = time.monotonic() + self.limits.notebook_seconds
-        replies, failure = self._batch([{"op": "cell", "source": cell.source} for cell in runnable], self.limits.cell_seconds,
+        replies, failure = self._batch([operations.cell(cell.source) for cell in runnable], self.limits.cell_seconds,
                                        until=deadline + self.limits.cell_seconds, cell_budget=self.limits.notebook_seconds)
         for cell, reply in zip(runnable, replies, strict=False):
-            self.runs.append(self._not_run(cell) if reply.get("skipped") else self._cell_run(cell, reply))
+            self.runs.append(self._not_run(cell) if reply.get(operations.SKIPPED) else self._cell_run(cell, reply))
         rest = runnable[len(replies):]
         if failure is not None and rest:
             self.runs.append(self._cell_failed(rest.pop(0), hung=failure is TimeoutError))
@@ -291,7 +292,7 @@ class Submission:
     def _not_run(cell: CodeCell) -> CellRun:
         return CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行"))
 
-    def _batch(self, requests: list[dict], seconds: float, until: float, cell_budget: float | None = None,
+    def _batch(self, requests: list[Any], seconds: float, until: float, cell_budget: float | None = None,
                frame: bytes | None = None, budget: float | None = None) -> tuple[list[dict], type | None]:
         """Send ``requests`` as one batch; their replies in order, each within ``seconds`` of the
         one before (and all by ``until``), and what cut the stream short: ``TimeoutError``,
@@ -313,7 +314,7 @@ class Submission:
                     self.close()
                     return replies, OutOfTime
                 reply = protocol.receive(channel, min(time.monotonic() + seconds, until))
-                if not isinstance(reply, dict) or "callback" in reply:
+                if not isinstance(reply, dict) or operations.CALLBACK in reply:
                     raise protocol.ProtocolError("unrecognised reply")
                 replies.append(reply)
         except TimeoutError:
@@ -331,7 +332,7 @@ class Submission:
         if self._channel is not None:
             try:
                 self._channel.settimeout(0.5)
-                protocol.send(self._channel, {"op": "bye"})
+                protocol.send(self._channel, operations.bye())
             except (OSError, protocol.ProtocolError):
                 pass
             self._channel.close()
@@ -354,9 +355,9 @@ class Submission:
         if not (isinstance(ready, dict) and ready.get("ready")):
             raise SandboxDied(_("沙箱未能启动：{error}").format(error=ready.get("error") if isinstance(ready, dict) else ready))
         self.isolation = [str(item) for item in ready.get("isolation", [])]
-        self.plan = str(ready.get("plan") or "")
+        self.plan = str(ready.get(operations.PLAN) or "")
 
-    def _request(self, message: dict, seconds: float, substitutes: dict[str, Any] | None = None,
+    def _request(self, message: Mapping[str, Any], seconds: float, substitutes: dict[str, Any] | None = None,
                  swap: frozenset | None = None, fds: list[int] | None = None) -> dict:
         """One request and its reply, all within ``seconds`` of wall-clock time. With
         ``substitutes`` (a swapped call), the sandbox's ``callback`` frames for those names are
@@ -376,7 +377,7 @@ class Submission:
             if fds:
                 socket.send_fds(channel, [b"\0"], fds)
             reply = protocol.receive(channel, deadline)
-            while substitutes is not None and isinstance(reply, dict) and "callback" in reply:
+            while substitutes is not None and isinstance(reply, dict) and operations.CALLBACK in reply:
                 answered += 1
                 channel.settimeout(max(0.001, deadline - time.monotonic()))
                 protocol.send(channel, self._answer_callback(reply, substitutes, answered))
@@ -397,14 +398,14 @@ class Submission:
             raise SandboxDied(str(error)) from None
         finally:
             self.seconds_used += time.monotonic() - started
-        if not isinstance(reply, dict) or "callback" in reply:
+        if not isinstance(reply, dict) or operations.CALLBACK in reply:
             self.close()
             raise SandboxDied(_("沙箱返回了无法识别的数据"))
         return reply
 
     def _run_cell(self, cell: CodeCell) -> CellRun:
         try:
-            reply = self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
+            reply = self._request(operations.cell(cell.source), self.limits.cell_seconds)
         except (TimeoutError, SandboxDied) as error:
             return self._cell_failed(cell, hung=isinstance(error, TimeoutError))
         return self._cell_run(cell, reply)
@@ -442,7 +443,7 @@ class Submission:
             survived = {run.index for run in self.runs if run.error_type not in (TIMEOUT, CRASHED)}
             for cell in self.cells:
                 if cell.index in survived:
-                    self._request({"op": "cell", "source": cell.source}, self.limits.cell_seconds)
+                    self._request(operations.cell(cell.source), self.limits.cell_seconds)
         except (TimeoutError, SandboxDied):
             self._given_up = True
             self.close()
@@ -465,10 +466,10 @@ class Submission:
 
     # -- Backend -------------------------------------------------------------------------------
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
-        return self._ask(call_request(name, args, kwargs), name)
+        return self._ask(operations.call(name, args, kwargs), name)
 
     def variable(self, name: str) -> Outcome:
-        return self._ask(variable_request(name), name)
+        return self._ask(operations.get(name), name)
 
     # The most reference calls one substituted call may ask for, and their largest tensor: a
     # multi-head call needs one; the bound keeps a hostile stand-in from making us compute much.
@@ -490,8 +491,7 @@ class Submission:
         are not swapped; it ends with the submission. Nothing of a swapped call ever reaches the
         sandbox, so no call of the student's own functions can reuse the reference. Where the
         sandbox cannot fork, each call runs with the names bound in place and restored after."""
-        message = {"op": "call_with", "name": name, "args": list(args), "kwargs": kwargs, "substitutes": sorted(substitutes)}
-        return self._ask(message, name, substitutes, swap=frozenset(substitutes))
+        return self._ask(operations.call_with(name, args, kwargs, substitutes), name, substitutes, swap=frozenset(substitutes))
 
     def _open_swap(self, names: frozenset) -> bool:
         """A swap session for ``names`` (already open, or forked now); False where the sandbox
@@ -510,13 +510,13 @@ class Submission:
             self._end_swaps(next(iter(self._swaps)))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            reply = self._request({"op": "swap_begin", "substitutes": sorted(names)}, self.limits.call_seconds, fds=[theirs.fileno()])
+            reply = self._request(operations.swap_begin(names), self.limits.call_seconds, fds=[theirs.fileno()])
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
-        if reply.get("swap") != "forked":
+        if reply.get(operations.SWAP) != operations.SWAP_FORKED:
             ours.close()
             self._swap_refused = True
             return False
@@ -536,14 +536,14 @@ class Submission:
         swapped, past the call budget, or arguments too large)."""
         from attnkit.proxy import run_in_namespace
 
-        callee = reply.get("callback")
+        callee = reply.get(operations.CALLBACK)
         if callee not in substitutes or answered > self.MAX_CALLBACKS or not _small(reply.get("args"), reply.get("kwargs"), limit=self.MAX_CALLBACK_ELEMENTS):
             return {"error_type": "RuntimeError", "message": _("参考的 {name} 无法用于这次调用").format(name=callee)}
         args, kwargs = reply.get("args"), reply.get("kwargs")
         outcome = run_in_namespace(substitutes, str(callee), tuple(args) if isinstance(args, list) else (), kwargs if isinstance(kwargs, dict) else {})
         return {"value": outcome.value, "error_type": outcome.error_type, "message": outcome.message}
 
-    def _ask(self, message: dict, name: str, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None) -> Outcome:
+    def _ask(self, message: Mapping[str, Any], name: str, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None) -> Outcome:
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -555,8 +555,7 @@ class Submission:
             if swap is not None:
                 self._swapped_by = swap  # from the fork's start (or the names bound in place)
             if swap is not None and self._open_swap(swap):
-                message = {**message, "op": "call"}
-                message.pop("substitutes", None)
+                message = operations.plain_call(message)
             else:
                 swap = None
             reply = self._request(message, self.limits.call_seconds, substitutes, swap)
@@ -617,7 +616,7 @@ class Submission:
                 return _("：定义它的单元格（{place}）没有运行（前面的单元格用完了时间，或运行环境崩溃）").format(place=place)
         return ""
 
-    def prefetch(self, requests: list[dict], frame: bytes | None = None) -> list[Outcome]:
+    def prefetch(self, requests: list[Any], frame: bytes | None = None) -> list[Outcome]:
         """Outcomes of ``requests`` (the ``call`` and ``get`` messages that :meth:`call` and
         :meth:`variable` send), asked in one batch, in order, as far as the batch got: each call
         still has the call limit and the submission's time budget still holds. A call that hangs
@@ -690,15 +689,12 @@ def frame_digest(frame: bytes) -> str:
 
 def held_batch_frame(digest: str) -> bytes:
     """The frame asking a sandbox for the requests of the plan it holds (``Zygote.hold_plan``)."""
-    return protocol.encode({"op": "batch", "plan": digest})
+    return protocol.encode(operations.held_batch(digest))
 
 
-def batch_frame(requests: list[dict], cell_budget: float | None = None) -> bytes:
+def batch_frame(requests: list[Any], cell_budget: float | None = None) -> bytes:
     """The frame asking a sandbox for ``requests`` in one batch (``Sandbox.serve_batch``)."""
-    message: dict[str, Any] = {"op": "batch", "requests": requests}
-    if cell_budget is not None:
-        message["cell_budget"] = cell_budget
-    return protocol.encode(message)
+    return protocol.encode(operations.batch(requests, cell_budget))
 
 
 def _small(*values: Any, limit: int) -> bool:

@@ -17,7 +17,8 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from attnkit import protocol
+from attnkit import operations, protocol
+from attnkit.operations import BATCH, BATCHABLE, BYE, CALL, CALL_WITH, CELL, GET, OP, SWAP_BEGIN
 from attnkit.cells import BoundedWriter
 from attnkit.constants import CRASHED, MAX_MESSAGE
 from attnkit.explain import student_frame
@@ -69,7 +70,7 @@ class Sandbox:
     def serve(self) -> None:
         ready: dict[str, Any] = {"ready": True, "isolation": self.isolation, "pid": os.getpid()}
         if _plan is not None:
-            ready["plan"] = _plan[0]
+            ready[operations.PLAN] = _plan[0]
         protocol.send(self.channel, ready)
         self._serve_requests()
 
@@ -79,9 +80,9 @@ class Sandbox:
                 request = protocol.receive(self.channel)
             except protocol.ProtocolError:
                 return
-            if not isinstance(request, dict) or request.get("op") == "bye":
+            if not isinstance(request, dict) or request.get(OP) == BYE:
                 return
-            if request.get("op") == "batch" and self.live is None:
+            if request.get(OP) == BATCH and self.live is None:
                 self.serve_batch(request)
                 continue
             self.channel.sendall(self.answer(request))
@@ -100,8 +101,8 @@ class Sandbox:
                 self.live.clear()
 
     def serve_batch(self, request: dict) -> None:
-        """``{"op": "batch", "requests": [...], "cell_budget": s}`` (or ``"plan": digest``, the
-        requests of the plan held since the fork): cells, calls and reads
+        """``operations.batch`` (or ``operations.held_batch``: the requests of the plan held since
+        the fork): cells, calls and reads
         answered in order, one reply frame each, sent as soon as it is ready (the grader holds
         each to its own time limit, as if asked one by one). Cells that would start after
         ``cell_budget`` seconds are not run (``{"skipped": true}``), as the grader would not ask
@@ -109,38 +110,38 @@ class Sandbox:
         started = time.monotonic()
         budget = request.get("cell_budget")
         items = request.get("requests")
-        if "plan" in request:  # the plan this sandbox was forked with (it said so when ready)
-            if _plan is None or request["plan"] != _plan[0]:
+        if operations.PLAN in request:  # the plan this sandbox was forked with (it said so when ready)
+            if _plan is None or request[operations.PLAN] != _plan[0]:
                 self.channel.sendall(protocol.encode({"error_type": "__protocol__", "message": "no such plan"}))
                 return
             items = _plan[1]
         for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict) or item.get("op") not in ("cell", "call", "get"):
+            if not isinstance(item, dict) or item.get(OP) not in BATCHABLE:
                 frame = protocol.encode({"error_type": "__protocol__", "message": "not batchable"})
-            elif item["op"] == "cell" and isinstance(budget, (int, float)) and time.monotonic() - started > budget:
-                frame = protocol.encode({"skipped": True})
+            elif item[OP] == CELL and isinstance(budget, (int, float)) and time.monotonic() - started > budget:
+                frame = protocol.encode({operations.SKIPPED: True})
             else:
                 frame = self.answer(item)
             self.channel.sendall(frame)
 
     def handle(self, request: dict) -> bytes:
         """The reply frame to one request, encoded once."""
-        op = request.get("op")
+        op = request.get(OP)
         name = str(request.get("name", ""))
         namespace = self.shell.user_ns
-        if op == "cell":
+        if op == CELL:
             return protocol.encode(self.run_cell(str(request.get("source", ""))))
-        if op == "call_with":
+        if op == CALL_WITH:
             if self.live is not None:  # in a swap session: the stand-ins are already bound
-                return self.handle({**request, "op": "call"})
+                return self.handle(operations.plain_call(request))
             return self.call_with_substitutes(request)
-        if op == "swap_begin":
+        if op == SWAP_BEGIN:
             if self.live is not None:  # no session within a session
-                return protocol.encode({"swap": "refused"})
+                return protocol.encode(operations.swap_reply(forked=False))
             return self.swap_begin(request)
-        if op == "call":
+        if op == CALL:
             outcome = run_in_namespace(namespace, name, tuple(request["args"]), dict(request["kwargs"]), plain=False)
-        elif op == "get":
+        elif op == GET:
             outcome = read_variable(namespace, name, plain=False)
         else:
             outcome = Outcome(error_type="__protocol__", message=f"unknown op {op!r}")
@@ -203,8 +204,8 @@ class Sandbox:
         As with a single swapped call, whatever the student's code keeps while the stand-ins are
         bound (the stand-in itself, the reference's results) lives only in the fork: this
         sandbox, which answers every call that is not swapped, never sees it. The stand-ins answer
-        only while one of the fork's requests is open. Replies ``{"swap": "forked"}``, or
-        ``{"swap": "refused"}`` where no fork can be made (the grader then swaps call by call)."""
+        only while one of the fork's requests is open. Replies ``operations.swap_reply``: forked, or
+        refused where no fork can be made (the grader then swaps call by call)."""
         names = [str(item) for item in request.get("substitutes", [])]
         try:
             _data, fds, _flags, _address = socket.recv_fds(self.channel, 1, 1)
@@ -213,17 +214,17 @@ class Sandbox:
         if len(fds) != 1:
             for fd in fds:
                 os.close(fd)
-            return protocol.encode({"swap": "refused"})
+            return protocol.encode(operations.swap_reply(forked=False))
         try:
             swap = socket.socket(fileno=fds[0])
         except OSError:
             os.close(fds[0])
-            return protocol.encode({"swap": "refused"})
+            return protocol.encode(operations.swap_reply(forked=False))
         try:
             pid = os.fork()
         except OSError:
             swap.close()
-            return protocol.encode({"swap": "refused"})
+            return protocol.encode(operations.swap_reply(forked=False))
         if pid == 0:  # the session's fork: serve the swap channel, then vanish
             try:
                 die_with_parent()
@@ -239,7 +240,7 @@ class Sandbox:
                 os._exit(0)
         swap.close()
         self.forks.append(pid)
-        return protocol.encode({"swap": "forked"})
+        return protocol.encode(operations.swap_reply(forked=True))
 
     def _reap_forks(self) -> None:
         """Reap ended swap sessions (our own forks only: the student's children are theirs)."""
@@ -258,7 +259,7 @@ class Sandbox:
         for key in names:
             namespace[key] = self._stand_in(key, live)
         try:
-            return self.handle({**request, "op": "call"})
+            return self.handle(operations.plain_call(request))
         finally:
             live.clear()
             for key in names:
@@ -274,7 +275,7 @@ class Sandbox:
             if not live:
                 raise RuntimeError(_("参考的 {name} 只在评分时的那一次调用中可用").format(name=name))
             try:
-                frame = protocol.encode({"callback": name, "args": list(args), "kwargs": dict(kwargs)})
+                frame = protocol.encode(operations.callback(name, args, kwargs))
             except protocol.Unsupported as error:
                 raise TypeError(_("{name} 只接受张量、数字等数据作参数：{error}").format(name=name, error=error)) from None
             channel.sendall(frame)

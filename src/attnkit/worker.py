@@ -3,7 +3,8 @@ parent sends (usually two sessions for all of them: see ``worker_main``).
 
 Runs in its own process, forked by the engine (``multiprocessing`` fork context) with torch
 already imported. It never writes outputs: each finished
-submission goes back to the parent as a plain dict over a queue, and the parent is the only writer.
+submission goes back to the parent as a plain dict over its result pipe (between the messages of
+``attnkit.worker_messages``), and the parent is the only writer.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from attnkit.assignment import Assignment, discover
 from attnkit.constants import CRASHED, GraderError
 from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, place_of, read_notebook, read_submitted, redefinitions
-from attnkit import protocol
+from attnkit import operations, protocol, worker_messages
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
 from attnkit.policy import Limits
 from attnkit.scope import record_inner_calls
@@ -86,8 +87,8 @@ class Plan:
     """Test key -> the requests (``call``/``get`` messages) the test made on the source notebook,
     each with its wire form, and the batch that asks them all (encoded once per worker)."""
 
-    tests: dict[str, list[tuple[bytes, dict]]]
-    requests: list[dict] = field(default_factory=list)
+    tests: dict[str, list[tuple[bytes, operations.Asked]]]
+    requests: list[operations.Asked] = field(default_factory=list)
     batch: bytes = b""
     # The batch's digest (the plan's name for a zygote that holds it, ``Zygote.hold_plan``), and
     # the short frame that asks a sandbox forked holding it for the plan's requests.
@@ -99,7 +100,7 @@ class Plan:
     inner: dict[str, dict[str, list[bytes]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, asked: dict[str, list[dict]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
+    def of(cls, asked: dict[str, list[operations.Asked]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
         tests = {key: [(protocol.encode(request), request) for request in requests] for key, requests in asked.items()}
         requests = [request for entries in tests.values() for _wire, request in entries]
         batch = batch_frame(requests)
@@ -148,7 +149,7 @@ class SandboxProvider:
         self.fatal = ""  # set when grading itself cannot go on
         self.assignment = assignment
         self.plan: Plan | None = _plans.get(assignment.name) if assignment is not None else None
-        self.planning: dict[str, list[dict]] = {}
+        self.planning: dict[str, list[operations.Asked]] = {}
         self.planning_inner: dict[str, dict[str, list[bytes]]] = {}
         self._inner_calls: list[tuple[str, bytes]] = []  # filled while planning (scope.record_inner_calls)
         self._more = more
@@ -334,11 +335,11 @@ def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any
         del student.calls[calls_before:]
 
 
-def run_chunk(jobs: list[Job], suites: dict[str, Assignment], limits: Limits, zygote: Zygote, emit: Callable[[dict], None],
+def run_chunk(jobs: list[Job], suites: dict[str, Assignment], limits: Limits, zygote: Zygote, emit: Callable[[Mapping[str, Any]], None],
               more: Callable[[str], list[Job] | None] | None = None) -> None:
     """Grade ``jobs``, one pytest session per assignment among them, emitting each submission's
-    record when it is done (and ``{"started": key}`` when one begins, so the parent knows whom a
-    crash belongs to). ``more(assignment)``: the next jobs, all of that assignment, that the last
+    record when it is done (and ``worker_messages.started`` when one begins, so the parent knows
+    whom a crash belongs to). ``more(assignment)``: the next jobs, all of that assignment, that the last
     session may go on with once these are done (None: it ends)."""
     names = list(dict.fromkeys(job.assignment for job in jobs))
     for name in names:
@@ -346,7 +347,7 @@ def run_chunk(jobs: list[Job], suites: dict[str, Assignment], limits: Limits, zy
                    more if name == names[-1] else None)
 
 
-def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: Zygote, emit: Callable[[dict], None],
+def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: Zygote, emit: Callable[[Mapping[str, Any]], None],
                more: Callable[[str], list[Job] | None] | None = None) -> None:
     import pytest
 
@@ -377,7 +378,7 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
         }
         emit(record)
 
-    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, finished, started=lambda key: emit({"started": key}),
+    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, finished, started=lambda key: emit(worker_messages.started(key)),
                                assignment=assignment, more=more)
     plugin = GradingPlugin(provider)
     folder = str(assignment.folder)
@@ -445,10 +446,10 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     """Process entry point: grade chunks received on the pipe ``inbox`` until ``None``; send
     messages on the pipe ``results``.
 
-    Every message carries this worker's pid. After each chunk: ``{"chunk_done": True}``, or
-    ``{"chunk_failed": reason}`` when the chunk's pytest session broke (the parent retries its
-    ungraded submissions one by one to find the culprit); ``{"fatal": reason}`` when grading
-    cannot run at all (the zygote or a sandbox cannot start). ``cpu``: the one to keep to, before
+    Every message (``attnkit.worker_messages``) carries this worker's pid. After each chunk:
+    ``chunk_done``, or ``chunk_failed`` with the reason when the chunk's pytest session broke (the
+    parent retries its ungraded submissions one by one to find the culprit); ``fatal`` with the
+    reason when grading cannot run at all (the zygote or a sandbox cannot start). ``cpu``: the one to keep to, before
     the zygote starts, so that it and every sandbox keep to it too (``engine.worker_cpus``). ``seed``:
     where to ask for the zygote (``attnkit.seed``); without one, or if it cannot answer, the worker
     starts its own."""
@@ -467,15 +468,15 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     torch.set_num_threads(1)
     pid = os.getpid()
 
-    def emit(message: dict) -> None:
-        results.send({**message, "pid": pid})
+    def emit(message: Mapping[str, Any]) -> None:
+        results.send(worker_messages.from_worker(message, pid))
 
     try:
         suites = discover(Path(autograder))
         zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()),
                         cells=[cell for suite in suites.values() for cell in suite.release_cells()], seed=seed, later=True)
     except Exception as error:  # noqa: BLE001
-        emit({"fatal": _("无法启动沙箱的 zygote 进程：{error}").format(error=error)})
+        emit(worker_messages.fatal(_("无法启动沙箱的 zygote 进程：{error}").format(error=error)))
         return
     finally:
         if seed is not None:
@@ -487,12 +488,12 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     # A session whose suite is known to be plain goes on with the next chunk when that chunk is all
     # of its assignment (``more``): one pytest session (its configuration and collection, ~40 ms)
     # per worker instead of one per chunk. The parent sees the same messages: each chunk's records,
-    # then its "chunk_done" (sent here, before the next chunk is asked for).
+    # then its ``chunk_done`` (sent here, before the next chunk is asked for).
     pending: list[Any] = []
-    reported = [False]  # the chunk being graded has had its "chunk_done"
+    reported = [False]  # the chunk being graded has had its ``chunk_done``
 
     def more(assignment: str) -> list[Job] | None:
-        emit({"chunk_done": True})
+        emit(worker_messages.chunk_done())
         reported[0] = True
         chunk = inbox.recv()
         if chunk and all(job.assignment == assignment for job in chunk):
@@ -507,13 +508,13 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
             try:
                 run_chunk(chunk, suites, limits, zygote, emit, more)
             except GraderError as error:
-                emit({"fatal": str(error)})
+                emit(worker_messages.fatal(str(error)))
                 return
             except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError, pytest's own
                 if not reported[0]:  # else it broke after its chunk was done and before the next began
-                    emit({"chunk_failed": f"{type(error).__name__}: {str(error)[:500]}"})
+                    emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}"))
             else:
                 if not reported[0]:
-                    emit({"chunk_done": True})
+                    emit(worker_messages.chunk_done())
     finally:
         zygote.close()

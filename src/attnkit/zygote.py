@@ -7,12 +7,13 @@ find them in memory either.
 
 Run as ``python -I -m attnkit.zygote FD CONFIG`` where FD is a unix socket to the trusted grader
 and CONFIG a JSON object (``hide``: the grader's folders, never part of a sandbox's view). Each
-request on FD carries one end of a fresh socketpair (SCM_RIGHTS) and the sandbox settings; the
-reply gives the sandbox's pid, which the grader kills when it is done or out of time. A request
-``{"plan": digest}`` with a memfd instead hands the zygote a worker's plan (the batch of requests
-every submission's hidden tests will make, see ``attnkit.worker.Plan``): decoded once here, it is
-in every sandbox forked afterwards, which then answers ``{"op": "batch", "plan": digest}``
-without receiving or decoding it again.
+request on FD carries one end of a fresh socketpair (SCM_RIGHTS) and the sandbox settings
+(``operations.spawn``); the reply gives the sandbox's pid, which the grader kills when it is done
+or out of time. A request ``operations.hold_plan(digest)`` with a memfd instead hands the zygote a
+worker's plan (the batch of requests every submission's hidden tests will make, see
+``attnkit.worker.Plan``): decoded once here, it is in every sandbox forked afterwards, which then
+answers ``operations.held_batch(digest)`` without receiving or decoding it again. Every request,
+here and on a sandbox's channel, is built and named in ``attnkit.operations``.
 
 Isolation (``attnkit.isolation``): the zygote enters a private mount namespace before its
 imports and builds an allowlisted read-only root after them; each sandbox gets new user, mount,

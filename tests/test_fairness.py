@@ -225,6 +225,24 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     assert "PyTorch 的原始信息" not in text
 
 
+def test_a_failed_import_says_on_the_page_and_in_the_tests_what_grading_has(tmp_path):
+    """merge_heads' cell imports einops, which grading does not have: do the failed-cells table and
+    the message of every test that misses merge_heads say what is installed for grading, not only
+    "name is not defined"?"""
+    import json
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    answer = next(cell for cell in notebook["cells"] if cell["cell_type"] == "code" and "def merge_heads" in "".join(cell["source"]))
+    answer["source"] = "from einops import rearrange  # not installed for grading\n" + "".join(answer["source"])
+    folder = grade_notebooks(tmp_path, {"wangwu": notebook})
+    results = json.loads((folder / "wangwu" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    page = (folder / "wangwu" / CH19.name / "feedback.html").read_text(encoding="utf-8")
+    installed = "评分环境里只安装了 torch"
+    assert "ModuleNotFoundError" in page and installed in page, page[-3000:]
+    missing = [t for t in results["tests"] if "merge_heads" in t.get("functions", ()) and t["status"] != "passed"]
+    assert missing and all(installed in t["output"] for t in missing), [(t["name"], t["output"][:300]) for t in missing]
+
+
 def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_path):
     """An experiment cell near the end defines scaled_attention again (a scale forgotten): is that
     last definition the one graded, as Jupyter's "Run All" leaves it, and do results.json and the

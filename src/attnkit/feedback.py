@@ -41,7 +41,19 @@ def error_kind(error_type: str) -> str:
     return {TIMEOUT: _("超时"), CRASHED: _("进程退出")}.get(error_type, error_type)
 
 
+def cell_explanation(cell: dict) -> str:
+    """For a cell whose import failed, what grading has installed (everything defined after the
+    import is missing, and the tests only say so); "" otherwise: other causes are explained once,
+    where the tests they break are."""
+    from attnkit.explain import explain
+
+    if cell.get("error_type") not in ("ModuleNotFoundError", "ImportError"):
+        return ""
+    return explain(str(cell.get("error_type") or ""), str(cell.get("message") or ""), str(cell.get("text") or ""))
+
+
 _ENV.globals["error_kind"] = error_kind
+_ENV.globals["cell_explanation"] = cell_explanation
 
 
 def late_notice(results: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attnkit.constants import CRASHED, MISSING, TIMEOUT
+from attnkit.explain import explain
 from attnkit import confinement, i18n
 from attnkit.i18n import _
 from attnkit import operations, protocol
@@ -610,8 +611,11 @@ class Submission:
                 return _("：定义它的单元格（{place}）带有 skip-grading 标签，评分时不运行这种演示单元格，请把定义移到你的答案单元格里").format(place=place)
             run = runs.get(cell.index)
             if run is not None and not run.ok:
-                return _("：定义它的单元格（{place}）运行出错（{error}），所以它没有被定义，先修正那个单元格").format(
+                failed = _("：定义它的单元格（{place}）运行出错（{error}），所以它没有被定义，先修正那个单元格").format(
                     place=place, error=f"{run.error_type}：{run.message}"[:300] if run.message else run.error_type)
+                # What that error means, where the kit knows: a failed import names what grading has.
+                meaning = explain(run.error_type, run.message, run.text)
+                return i18n.sentences([failed + _("。"), meaning]) if meaning else failed
             if run is None:
                 return _("：定义它的单元格（{place}）没有运行（前面的单元格用完了时间，或运行环境崩溃）").format(place=place)
         return ""

@@ -190,8 +190,7 @@ def theft_notebooks(root: Path, tmp_path: Path) -> dict[str, Path]:
     release = load(RELEASE)
     notebooks = {"stub": RELEASE}
     for name, cell in cells.items():
-        notebooks[name] = tmp_path / name / "attention.ipynb"
-        write(with_cells(release, [cell], after_code_cell=-1), notebooks[name])
+        notebooks[name] = write(with_cells(release, [cell], after_code_cell=-1), tmp_path / name)
     return notebooks
 
 

@@ -212,7 +212,7 @@ def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, lan
     setting, env = docker_default_setting(landlock), image_environment(image_root)
     assert "ATTNKIT_NO_ISOLATION" not in env and "ATTNKIT_VENV" not in env
 
-    def grade(notebook: Path) -> dict:
+    def grade(name: str, notebook: Path) -> dict:
         done = start_autograder(image_root, {"attention.ipynb": notebook}, prefix=setting, env=env)
         assert "sysctl" not in done.stderr, done.stderr[-3000:]  # never advice for the host inside a container
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -223,20 +223,24 @@ def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, lan
         assert "seccomp-filter" in obtained and "uid-pool" in obtained, obtained
         assert ("landlock-files" in obtained) == landlock, obtained
         assert ("probe-passed" in obtained) == (not landlock), obtained
+        print(f"\n[gradescope] landlock={landlock} {name}: {results['score']:g}/{results['max_score']:g} {obtained}", file=sys.stderr)
         return results
 
-    solution = grade(SOLUTION)
+    solution = grade("solution", SOLUTION)
     assert solution["score"] == solution["max_score"] > 0, solution["tests"]
     thefts = theft_notebooks(image_root, tmp_path)
-    stub = grade(thefts.pop("stub"))["score"]
+    stub = grade("stub", thefts.pop("stub"))["score"]
     if not landlock:
         # The pool layer's known gap (README, test_isolation_layers): a world-readable copy of the
         # reference elsewhere on the machine (this one holds checkouts under /work) is found by a
         # hunt. A Gradescope image holds none; the course itself stays closed, as exec_reference shows.
         thefts.pop("hunter")
     for name, notebook in thefts.items():
-        results = grade(notebook)
+        results = grade(name, notebook)
         assert results["score"] <= stub, (name, results["score"], stub)
+        if name == "exec_reference":  # refused by the sandbox, not missed: the file is there
+            errors = [cell.get("error_type") for cell in results["extra_data"]["cells"]]
+            assert "PermissionError" in errors, results["extra_data"]["cells"]
         if name == "forge":
             assert all(not value.startswith("ok") for value in forge_report(results).values()), forge_report(results)
     assert not list((image_root / "source" / "autograder").rglob("test_forged.py"))

@@ -1,5 +1,12 @@
 """Run a command in the settings where courses grade, faithfully enough to test the sandbox there.
 
+The one launcher for every setting the tests grade in; each function takes the command (an argv)
+and returns the argv that runs it in that setting:
+- `as_root(command)`: root as this machine's CI is (the command as it is).
+- `root_without_sys_admin(command)`: root with CAP_SYS_ADMIN dropped from the bounding set (the
+  first, partial imitation of Docker's default; `docker_default` is the faithful one).
+- `unprivileged(command, user)`: a TA without root or sudo on a host that lets users make
+  namespaces.
 - `docker_default(command)`: root inside a container under Docker's default seccomp profile and
   capability set. The profile's rules that matter to a sandbox are applied with libseccomp
   (pyseccomp over the machine's libseccomp2): unshare, setns, mount, umount2 and pivot_root fail
@@ -17,15 +24,22 @@
   `kernel.apparmor_restrict_unprivileged_userns=1` does to unconfined programs. A seccomp filter
   denying mount, umount2 and pivot_root with EPERM stands in for AppArmor: the namespace is made,
   the mounts fail with the same errno.
+- `without_user_namespaces(command, user)`: an unprivileged user on a kernel that gives no user
+  namespace at all: the command runs as `user` inside a user namespace of its own (mapping root
+  and `user`) whose `user.max_user_namespaces` is 0, so the host's limit is untouched and no
+  further user namespace can be made. `landlock=False`: and an older kernel without Landlock (its
+  syscalls answer ENOSYS, a filter loaded as `user`, with no_new_privs).
 
-Both return an argv: this file run as a script (as root, with the test's interpreter, which has
-pyseccomp) that installs the filter and then execs `setpriv` to set the capabilities or drop to the
-user, which execs the command. A seccomp filter survives exec and setuid, so the command and all it
-starts stay under it. Only root may install a filter without no_new_privs, hence the order.
+The last three return an argv of this file run as a script (as root, with the test's interpreter,
+which has pyseccomp) that installs the filter (or builds the namespace) and then execs `setpriv` to
+set the capabilities or drop to the user, which execs the command. A seccomp filter survives exec
+and setuid, so the command and all it starts stay under it. Only root may install a filter without
+no_new_privs, hence the order.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import pwd
@@ -54,6 +68,21 @@ MOUNT_SYSCALLS = ("mount", "umount2", "pivot_root")
 LANDLOCK_SYSCALLS = ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self")
 
 
+def as_root(command: Sequence[str]) -> list[str]:
+    """`command` as root, as the tests run (this machine's CI)."""
+    return list(command)
+
+
+def root_without_sys_admin(command: Sequence[str]) -> list[str]:
+    """`command` as root without CAP_SYS_ADMIN (bounding set), namespaces otherwise allowed."""
+    return ["setpriv", "--bounding-set", "-sys_admin", *command]
+
+
+def unprivileged(command: Sequence[str], user: pwd.struct_passwd) -> list[str]:
+    """`command` as `user`: a TA without root, whose user namespaces may mount."""
+    return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *command]
+
+
 def docker_default(command: Sequence[str], *, landlock: bool = True) -> list[str]:
     """`command` as root in a container under Docker's default seccomp profile and capabilities;
     `landlock=False`: under a profile older than Landlock, which also denies its syscalls (ENOSYS)."""
@@ -63,6 +92,11 @@ def docker_default(command: Sequence[str], *, landlock: bool = True) -> list[str
 def userns_without_mount(command: Sequence[str], user: pwd.struct_passwd) -> list[str]:
     """`command` as `user`, whose user namespaces are made but cannot mount (Ubuntu 24.04-style)."""
     return [sys.executable, str(LAUNCHER), "userns-without-mount", user.pw_name, "--", *command]
+
+
+def without_user_namespaces(command: Sequence[str], user: pwd.struct_passwd, *, landlock: bool = True) -> list[str]:
+    """`command` as `user` where the kernel gives no user namespace; `landlock=False`: nor Landlock."""
+    return [sys.executable, str(LAUNCHER), "no-user-namespaces", user.pw_name, "landlock" if landlock else "no-landlock", "--", *command]
 
 
 # -- the launcher (runs as root, in the process that becomes the command) ------------------------------
@@ -97,11 +131,58 @@ def seccomp_attr(name: str):
     return getattr(seccomp.Attr, name)
 
 
+def landlock_denying_filter():  # -> pyseccomp.SyscallFilter
+    import pyseccomp as seccomp
+
+    rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    for name in LANDLOCK_SYSCALLS:
+        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
+    return rules
+
+
+def become_user_without_user_namespaces(user: pwd.struct_passwd) -> None:
+    """As root: enter a new user namespace (root and `user` mapped to themselves), set its
+    `user.max_user_namespaces` to 0 (a limit of this namespace only), and become `user`."""
+    clone_newuser = 0x10000000
+    libc = ctypes.CDLL(None, use_errno=True)
+    go_read, go_write = os.pipe()
+    done_read, done_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # writes the parent's maps once it is in its namespace (a process may not map itself)
+        os.close(go_write)
+        os.read(go_read, 1)
+        parent = os.getppid()
+        for name, ids in (("uid_map", user.pw_uid), ("gid_map", user.pw_gid)):
+            with open(f"/proc/{parent}/{name}", "w") as handle:
+                handle.write(f"0 0 1\n{ids} {ids} 1\n")
+        os.write(done_write, b"1")
+        os._exit(0)
+    if libc.unshare(clone_newuser) != 0:
+        raise SystemExit(f"unshare(CLONE_NEWUSER): {os.strerror(ctypes.get_errno())}")
+    os.write(go_write, b"1")
+    os.read(done_read, 1)
+    os.waitpid(child, 0)
+    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+        handle.write("0")
+    os.setgroups([])
+    os.setresgid(user.pw_gid, user.pw_gid, user.pw_gid)
+    os.setresuid(user.pw_uid, user.pw_uid, user.pw_uid)
+
+
 def launch(argv: list[str]) -> None:
-    """`docker landlock|no-landlock -- CMD...` or `userns-without-mount USER -- CMD...`."""
-    setting, option, separator, *command = argv
-    if separator != "--" or not command:
-        raise SystemExit(f"usage: {LAUNCHER.name} docker landlock|no-landlock -- CMD... | userns-without-mount USER -- CMD...")
+    """`docker landlock|no-landlock -- CMD...`, `userns-without-mount USER -- CMD...` or
+    `no-user-namespaces USER landlock|no-landlock -- CMD...`."""
+    if "--" not in argv or argv.index("--") < 2 or argv[-1] == "--":
+        raise SystemExit(f"usage: {LAUNCHER.name} docker landlock|no-landlock -- CMD... | userns-without-mount USER -- CMD... "
+                         "| no-user-namespaces USER landlock|no-landlock -- CMD...")
+    setting, option, *more = argv[:argv.index("--")]
+    command = argv[argv.index("--") + 1:]
+    if setting == "no-user-namespaces":
+        rules = landlock_denying_filter() if more == ["no-landlock"] else None  # built as root: its library is root's
+        become_user_without_user_namespaces(pwd.getpwnam(option))
+        if rules is not None:
+            rules.load()  # as the user: with no_new_privs, as an unprivileged process must
+        os.execvp(command[0], command)
     if setting == "docker":
         rules = docker_filter(landlock=option == "landlock")
         caps = ",".join(f"+{name}" for name in DOCKER_CAPABILITIES)

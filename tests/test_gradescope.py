@@ -4,16 +4,21 @@ Gradescope unpacks the zip into ``/autograder/source``, runs ``setup.sh`` once, 
 submission, ``/autograder/run_autograder`` with the upload in ``/autograder/submission``; it reads
 ``/autograder/results/results.json``. Here the root is a temporary folder (``AUTOGRADER_ROOT``)
 and ``setup.sh`` is pointed at this project's virtualenv (``ATTNKIT_VENV``) instead of building one.
+The isolated cases use an image as Gradescope builds it instead: ``setup.sh`` run for real with the
+image's Python in /usr (Debian's /usr/bin/python3), its virtualenv in ``$ROOT/venv``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
 RELEASE = ROOT / "assignments" / "ch19-attention" / "attention.ipynb"
 VENV = Path(sys.executable).parent.parent
+IMAGE_PYTHON = Path("/usr/bin/python3")  # where a Gradescope image keeps its Python (Ubuntu's: /usr/bin/python3)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +73,10 @@ def run_autograder(root: Path, files: dict[str, Path]) -> dict:
     return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
 
 
-def start_autograder(root: Path, files: dict[str, Path], prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Put ``files`` in submission/ and run ``run_autograder`` (``prefix``: in a setting of tests/settings.py)."""
+def start_autograder(root: Path, files: dict[str, Path], prefix=None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Put ``files`` in submission/ and run ``run_autograder`` (``prefix``: a launcher of
+    tests/settings.py, the command -> the argv that runs it in that setting; ``env``: by default
+    this project's virtualenv as ATTNKIT_VENV)."""
     submission = root / "submission"
     shutil.rmtree(submission, ignore_errors=True)
     shutil.rmtree(root / "results", ignore_errors=True)
@@ -77,8 +85,51 @@ def start_autograder(root: Path, files: dict[str, Path], prefix: list[str] | Non
         (submission / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, submission / name)
     command = [str(root / "run_autograder")]
-    return subprocess.run(prefix(command) if prefix else command, env=environment(root), capture_output=True,
+    return subprocess.run(prefix(command) if prefix else command, env=env or environment(root), capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, timeout=600)
+
+
+# -- an image as Gradescope builds it --------------------------------------------------------------
+def image_environment(root: Path) -> dict[str, str]:
+    """What setup.sh and run_autograder get in an image: a plain PATH (the image's python3 is
+    /usr/bin's), root's HOME, and the machine's pip settings (its local wheels, as an image build
+    has the network); no ATTNKIT_VENV, so setup.sh builds $ROOT/venv and run_autograder uses it."""
+    env = {key: value for key, value in os.environ.items() if key.startswith("PIP_")}
+    env.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8",
+               AUTOGRADER_ROOT=str(root))
+    return env
+
+
+@pytest.fixture(scope="module")
+def image_root(bundle: Path) -> Iterator[Path]:
+    """/autograder as a Gradescope image holds it: root's and open to all (755), the bundle in
+    source/, and setup.sh run for real with the image's Python in /usr, so that it builds
+    $ROOT/venv (every pool uid can read it, as in the image) and closes source/ (700).
+
+    Building a virtualenv with torch takes minutes, so the image is kept under /var/tmp, keyed by
+    the bundle's bytes (reproducible: the same sources, the same key) and the Python's version.
+    Each test run holds it alone (a lock) while it writes submission/ and results/."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("grades under a seccomp filter loaded without no_new_privs: needs root on Linux")
+    if not IMAGE_PYTHON.is_file():
+        pytest.skip(f"no {IMAGE_PYTHON} on this machine")
+    version = subprocess.run([str(IMAGE_PYTHON), "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256(bundle.read_bytes() + version.encode()).hexdigest()[:12]
+    root = Path(f"/var/tmp/attnkit-gradescope-image-{key}")
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".complete").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(mode=0o755)
+            root.chmod(0o755)
+            unpack(bundle, root / "source")
+            setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=image_environment(root),
+                                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=2400)
+            assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+            assert f"using {IMAGE_PYTHON}" in setup.stdout, setup.stdout
+            shutil.copy(root / "source" / "run_autograder", root / "run_autograder")  # as Gradescope does
+            (root / ".complete").touch()
+        yield root
 
 
 def test_bundle_contents(bundle: Path) -> None:
@@ -113,33 +164,109 @@ def test_solution_gets_full_marks(autograder_root: Path) -> None:
     assert results["extra_data"]["diagnoses"] == []
 
 
-@pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
-def test_solution_gets_full_marks_isolated_in_docker_default(autograder_root: Path, landlock: bool) -> None:
-    """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
-    capabilities (tests/settings.py), without ATTNKIT_NO_ISOLATION. The solution scores full marks in
-    a sandbox the result calls isolated. Never sysctl advice in a container. Where the grader's own
-    Python is unreadable by the sandbox's pool uid (pyenv's under /root), the refusal says so and
-    the case is skipped."""
-    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
-        pytest.skip("loads a seccomp filter without no_new_privs: needs root on Linux")
+def docker_default_setting(landlock: bool):
     pytest.importorskip("pyseccomp")
     from settings import docker_default
 
-    assert "ATTNKIT_NO_ISOLATION" not in environment(autograder_root)
-    done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=lambda command: docker_default(command, landlock=landlock))
-    assert "sysctl" not in done.stderr, done.stderr[-3000:]  # never advice for the host inside a container
-    if done.returncode == 2 and "cannot read the Python trees" in done.stderr:
-        # This machine's grader runs on pyenv's Python under /root (mode 700): the sandbox's pool uid
-        # cannot start it, and the grader refuses, naming why and the fix. Gradescope's images keep
-        # Python in /usr (setup.sh), where the layer isolates.
-        assert not (autograder_root / "results" / "results.json").exists() or "install Python outside root's home" in done.stdout + done.stderr
-        pytest.skip("the grader's Python is under root's 0700 home here; the refusal says so: " + done.stderr.strip()[-300:])
-    assert done.returncode == 0, done.stdout + done.stderr
-    results = json.loads((autograder_root / "results" / "results.json").read_text(encoding="utf-8"))
-    assert results["score"] == results["max_score"] > 0
-    assert "--no-isolation" not in done.stdout + done.stderr
-    obtained = results["extra_data"]["sandbox"]["isolation"]
-    assert isolation_level(obtained) == "isolated", obtained
+    return lambda command: docker_default(command, landlock=landlock)
+
+
+def theft_notebooks(root: Path, tmp_path: Path) -> dict[str, Path]:
+    """The release notebook (the stub) and the release with one theft each: exec of the bundle's
+    reference (in source/, which setup.sh closed), a hunt of the whole filesystem for a copy of it,
+    and a cell that writes a full score into results/ and a test into the hidden suite."""
+    from attacks import load, with_cells, write
+    from attacks.cells import _probe
+    from test_isolation import HUNT, exec_cell
+
+    reference = next((root / "source" / "autograder").rglob("reference.py"))
+    forge = _probe("forge", """
+        import json, os
+        _try("results", lambda: open($results, "w").write(json.dumps({"score": 100, "max_score": 100, "tests": []})))
+        _try("hidden_suite", lambda: open(os.path.join($suite, "test_forged.py"), "w").write("def test_ok(): pass\\n"))
+        """, results=str(root / "results" / "results.json"), suite=str(reference.parent))
+    cells = {"exec_reference": exec_cell(str(reference)), "hunter": HUNT.replace("HOME_OF_TA", "/root").replace("KEY_OF_TA", "none"),
+             "forge": forge}
+    release = load(RELEASE)
+    notebooks = {"stub": RELEASE}
+    for name, cell in cells.items():
+        notebooks[name] = write(with_cells(release, [cell], after_code_cell=-1), tmp_path / name)
+    return notebooks
+
+
+def forge_report(results: dict) -> dict:
+    for cell in results["extra_data"]["cells"]:
+        message = str(cell.get("message", ""))
+        if message.startswith("ADVPROBE:forge:"):
+            return json.loads(message[len("ADVPROBE:forge:"):])
+    raise AssertionError(f"the forging cell did not report: {results['extra_data']['cells']}")
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
+def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, landlock: bool) -> None:
+    """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
+    capabilities (tests/settings.py), with and without Landlock, without ATTNKIT_NO_ISOLATION, in an
+    image whose Python is in /usr. The solution scores full marks in a sandbox the result calls
+    isolated (the layer the setting gives: Landlock, else the pool uid checked by its probe); no
+    theft scores more than the release notebook. Never sysctl advice in a container."""
+    setting, env = docker_default_setting(landlock), image_environment(image_root)
+    assert "ATTNKIT_NO_ISOLATION" not in env and "ATTNKIT_VENV" not in env
+
+    def grade(name: str, notebook: Path) -> dict:
+        done = start_autograder(image_root, {"attention.ipynb": notebook}, prefix=setting, env=env)
+        assert "sysctl" not in done.stderr, done.stderr[-3000:]  # never advice for the host inside a container
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert "--no-isolation" not in done.stdout + done.stderr
+        results = json.loads((image_root / "results" / "results.json").read_text(encoding="utf-8"))
+        obtained = results["extra_data"]["sandbox"]["isolation"]
+        assert isolation_level(obtained) == "isolated", obtained
+        assert "seccomp-filter" in obtained and "uid-pool" in obtained, obtained
+        assert ("landlock-files" in obtained) == landlock, obtained
+        assert ("probe-passed" in obtained) == (not landlock), obtained
+        print(f"\n[gradescope] landlock={landlock} {name}: {results['score']:g}/{results['max_score']:g} {obtained}", file=sys.stderr)
+        return results
+
+    solution = grade("solution", SOLUTION)
+    assert solution["score"] == solution["max_score"] > 0, solution["tests"]
+    thefts = theft_notebooks(image_root, tmp_path)
+    stub = grade("stub", thefts.pop("stub"))["score"]
+    if not landlock:
+        # The pool layer's known gap (README, test_isolation_layers): a world-readable copy of the
+        # reference elsewhere on the machine (this one holds checkouts under /work) is found by a
+        # hunt. A Gradescope image holds none; the course itself stays closed, as exec_reference shows.
+        thefts.pop("hunter")
+    for name, notebook in thefts.items():
+        results = grade(name, notebook)
+        assert results["score"] <= stub, (name, results["score"], stub)
+        if name == "exec_reference":  # refused by the sandbox, not missed: the file is there
+            errors = [cell.get("error_type") for cell in results["extra_data"]["cells"]]
+            assert "PermissionError" in errors, results["extra_data"]["cells"]
+        if name == "forge":
+            assert all(not value.startswith("ok") for value in forge_report(results).values()), forge_report(results)
+    assert not list((image_root / "source" / "autograder").rglob("test_forged.py"))
+
+
+def grader_python_unreadable_by_others() -> bool:
+    """Is the grader's Python under a folder others may not enter (pyenv's under /root, 700)?"""
+    path = Path(os.path.realpath(sys.base_prefix))
+    return any(not folder.stat().st_mode & 0o001 for folder in [path, *path.parents])
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
+def test_refused_in_docker_default_when_the_grader_python_is_under_root(autograder_root: Path, landlock: bool) -> None:
+    """The bundle on this project's virtualenv, whose Python (pyenv's) lies under /root (700): the
+    sandbox's pool uid could not even start it, so the grader refuses before any cell runs, says
+    why and what fixes it, never a sysctl; no result is written."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("loads a seccomp filter without no_new_privs: needs root on Linux")
+    if not grader_python_unreadable_by_others():
+        pytest.skip(f"this machine's grader Python ({sys.base_prefix}) is readable by all: nothing to refuse")
+    done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=docker_default_setting(landlock))
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "sysctl" not in done.stderr, done.stderr[-3000:]
+    assert "cannot read the Python trees" in done.stderr and "install Python outside root's home" in done.stderr, done.stderr[-3000:]
+    assert "seccomp" in done.stderr, done.stderr[-3000:]
+    assert not (autograder_root / "results" / "results.json").exists()
 
 
 def test_release_gets_zero(autograder_root: Path) -> None:

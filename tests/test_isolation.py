@@ -18,6 +18,7 @@ the reason and the fix, and run nothing; `--no-isolation` then grades and says s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -28,12 +29,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, load, with_cells, write
+from settings import as_root, root_without_sys_admin, unprivileged, without_user_namespaces
 
 if not sys.platform.startswith("linux") or os.geteuid() != 0:
     pytest.skip("creates users and drops capabilities: needs root on Linux (CI runs as root)", allow_module_level=True)
@@ -163,12 +166,13 @@ def read_results(out: Path) -> dict[str, dict]:
     return found
 
 
-def run_grader(prefix: list[str], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str,
-               cwd: Path | None = None) -> Run:
-    """``attnkit grade`` as the TA would start it; ``cwd``: the folder it starts in (by default
-    the one these tests run in, wherever the checkout lies)."""
-    command = [*prefix, python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
-               "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
+def run_grader(setting: Callable[[list[str]], list[str]], python: str, submitted: Path, out: Path, env: dict[str, str],
+               *extra: str, cwd: Path | None = None) -> Run:
+    """``attnkit grade`` as the TA would start it, in ``setting`` (a launcher of tests/settings.py:
+    the command -> the argv that runs it there); ``cwd``: the folder it starts in (by default the
+    one these tests run in, wherever the checkout lies)."""
+    command = setting([python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
+                       "--jobs", "2", "--quiet", "--force", *LIMITS, *extra])
     process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, cwd=cwd)
     return Run(process.returncode, process.stderr, read_results(out))
 
@@ -252,23 +256,23 @@ def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
     python, course = user_python
     reference = next((ROOT / "autograder").rglob("reference.py"))
     settings = {
-        "root": ([], sys.executable, reference, "/root", minimal_env("/root")),
-        "root-without-sys-admin": (["setpriv", "--bounding-set", "-sys_admin"], sys.executable, reference, "/root", minimal_env("/root")),
+        "root": (as_root, sys.executable, reference, "/root", minimal_env("/root")),
+        "root-without-sys-admin": (root_without_sys_admin, sys.executable, reference, "/root", minimal_env("/root")),
         "unprivileged": (
-            ["setpriv", f"--reuid={ta_user.pw_uid}", f"--regid={ta_user.pw_gid}", "--init-groups"],
+            functools.partial(unprivileged, user=ta_user),
             python, next(course.rglob("reference.py")), ta_user.pw_dir, minimal_env(ta_user.pw_dir),
         ),
     }
     work = Path(tempfile_folder("attnkit-iso-"))
     key_name = plant_session_key()
     try:
-        for name, (prefix, interpreter, course_reference, home, env) in settings.items():
+        for name, (setting, interpreter, course_reference, home, env) in settings.items():
             submitted, out = work / name / "submitted", work / name / "out"
             hostile_class(submitted, course_reference, outside_copies, home, key_name)
             out.mkdir(parents=True)
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
-            graded[name] = run_grader(prefix, interpreter, submitted, out, env)
+            graded[name] = run_grader(setting, interpreter, submitted, out, env)
             print(f"\n[isolation] {name}: exit {graded[name].returncode}, " + ", ".join(
                 f"{sid} {r['score']:g} ({r.get('isolation')})" for sid, r in sorted(graded[name].results.items())), file=sys.stderr)
         yield graded
@@ -371,47 +375,6 @@ def test_memory_hog_and_fork_bomb_cost_only_themselves(runs: dict[str, Run], set
 
 
 # -- no isolation to be had ----------------------------------------------------------------------------------
-NO_USER_NAMESPACES = textwrap.dedent(
-    """
-    # As root: become UID inside a user namespace that may create no further user namespaces,
-    # then run the command: an unprivileged TA on a kernel that forbids user namespaces.
-    # LANDLOCK "no": and an older kernel, without Landlock (its syscalls answer ENOSYS).
-    import ctypes, errno, os, sys
-    uid, gid, landlock = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    if landlock == "no":
-        import pyseccomp  # now: as the TA, root's interpreter's own library is out of reach
-    libc = ctypes.CDLL(None, use_errno=True)
-    go_read, go_write = os.pipe()
-    done_read, done_write = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(go_write)
-        os.read(go_read, 1)
-        parent = os.getppid()
-        for name, line in (("uid_map", f"0 0 1\\n{uid} {uid} 1\\n"), ("gid_map", f"0 0 1\\n{gid} {gid} 1\\n")):
-            with open(f"/proc/{parent}/{name}", "w") as handle:
-                handle.write(line)
-        os.write(done_write, b"1")
-        os._exit(0)
-    assert libc.unshare(0x10000000) == 0, ctypes.get_errno()
-    os.write(go_write, b"1")
-    os.read(done_read, 1)
-    os.waitpid(child, 0)
-    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
-        handle.write("0")
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if landlock == "no":
-        rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-        for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
-            rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
-        rules.load()
-    os.execv(sys.argv[4], sys.argv[4:])
-    """
-)
-
-
 # A submission that leaves what it can in its working folder: files, a link out, and folders it
 # made unreadable (its own, so the grader must still remove them).
 LITTER = (
@@ -440,13 +403,10 @@ def without_namespaces(ta_user, user_python):
     work = Path(tempfile_folder("attnkit-nons-"))
     locked = work / "root-only"
     locked.mkdir(mode=0o700)  # owned by root: the TA can neither list nor enter it
-    wrapper = work / "no_user_namespaces.py"
-    wrapper.write_text(NO_USER_NAMESPACES)
-    wrapper.chmod(0o644)
     runs = {}
     try:
-        for name, landlock, extra in (("landlock", "yes", ()), ("strict", "no", ()), ("trusted", "no", ("--no-isolation",))):
-            prefix = [sys.executable, str(wrapper), str(ta_user.pw_uid), str(ta_user.pw_gid), landlock]
+        for name, landlock, extra in (("landlock", True, ()), ("strict", False, ()), ("trusted", False, ("--no-isolation",))):
+            setting = functools.partial(without_user_namespaces, user=ta_user, landlock=landlock)
             submitted, out = work / name / "submitted", work / name / "out"
             marker = work / name / "ran"
             canary = with_cells(load(SOLUTION), [f"open({str(marker)!r}, 'w').write('student code ran')\n"])
@@ -459,7 +419,7 @@ def without_namespaces(ta_user, user_python):
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
             before = sandbox_folders(ta_user.pw_uid)
-            run = run_grader(prefix, python, submitted, out, minimal_env(ta_user.pw_dir), *extra, cwd=locked)
+            run = run_grader(setting, python, submitted, out, minimal_env(ta_user.pw_dir), *extra, cwd=locked)
             runs[name] = (run, marker, out, sandbox_folders(ta_user.pw_uid) - before)
         yield runs
     finally:

@@ -4,8 +4,10 @@ real in a forked child (the restriction is for life, so never in the test proces
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from attnkit import landlock, seccomp_filter
+from settings import docker_default, userns_without_mount
 
 if os.geteuid() == 0:
     from test_isolation import outside_copies, ta_user, user_python  # noqa: F401 - fixtures
@@ -178,10 +181,9 @@ def test_seccomp_filter_closes_sockets_namespaces_and_clone3() -> None:
 
 
 # -- a hostile class graded where namespaces are refused ----------------------------------------------
-# Each setting runs the real `attnkit grade` under tests/confine.py (a seccomp filter as the
+# Each setting runs the real `attnkit grade` under tests/settings.py (a seccomp filter as the
 # platform's, inherited and irremovable): Docker's default profile as root, with Landlock and
 # without it (Docker 20.10), and an unprivileged TA whose user namespace cannot mount (Ubuntu 24.04).
-CONFINE = Path(__file__).resolve().parent / "confine.py"
 KILL_EVERYONE = (
     "import os, signal, time\n"
     "_results = []\n"
@@ -211,11 +213,11 @@ _try("udp_loopback", _udp)
 _try("abstract_unix", _abstract)
 _try("socketpair", lambda: socket.socketpair() and None)
 """
-LAYER_SETTINGS = {
-    # setting: (confine.py setting, as the TA?, the layer it must obtain)
-    "docker": ("docker", False, "landlock"),
-    "docker-20.10": ("docker-20.10", False, "pool"),
-    "ubuntu": ("ubuntu", True, "landlock"),
+LAYER_SETTINGS: dict[str, tuple[Callable[[list[str], pwd.struct_passwd], list[str]], bool, str]] = {
+    # setting: (its launcher in tests/settings.py (command, the TA), as the TA?, the layer it must obtain)
+    "docker": (lambda command, user: docker_default(command, landlock=True), False, "landlock"),
+    "docker-20.10": (lambda command, user: docker_default(command, landlock=False), False, "pool"),
+    "ubuntu": (userns_without_mount, True, "landlock"),
 }
 
 
@@ -264,7 +266,7 @@ def layer_runs(ta_user, user_python, outside_copies):
     abstract.listen()
     runs = {}
     try:
-        for name, (setting, as_ta, _layer) in LAYER_SETTINGS.items():
+        for name, (launch, as_ta, _layer) in LAYER_SETTINGS.items():
             uid, gid = (ta_user.pw_uid, ta_user.pw_gid) if as_ta else (0, 0)
             home = ta_user.pw_dir if as_ta else "/root"
             submitted, out = work / name / "submitted", work / name / "out"
@@ -273,14 +275,14 @@ def layer_runs(ta_user, user_python, outside_copies):
             owner = [work / name, *(work / name).rglob("*")]
             for path in owner:
                 os.chown(path, uid, gid)
-            prefix = [python, str(CONFINE), setting, str(uid), str(gid), "--"]
-            if setting == "docker-20.10":
+            setting = functools.partial(launch, user=ta_user)
+            if name == "docker-20.10":
                 # First as a TA leaves things (course, class, outputs readable by all): refused, by name.
-                runs["docker-20.10-exposed"] = run_grader(prefix, python, submitted, out, minimal_env(home))
+                runs["docker-20.10-exposed"] = run_grader(setting, python, submitted, out, minimal_env(home))
                 for path in (course.parent, submitted, out):
                     path.chmod(0o700)
-            runs[name] = run_grader(prefix, python, submitted, out, minimal_env(home))
-            if setting == "docker-20.10":
+            runs[name] = run_grader(setting, python, submitted, out, minimal_env(home))
+            if name == "docker-20.10":
                 course.parent.chmod(0o755)
             print(f"\n[layers] {name}: exit {runs[name].returncode}, " + ", ".join(
                 f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())), file=sys.stderr)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
-from settings import DOCKER_CAPABILITY_MASK, docker_default, userns_without_mount
+from settings import DOCKER_CAPABILITY_MASK, docker_default, unprivileged, userns_without_mount, without_user_namespaces
 
 if not sys.platform.startswith("linux") or os.geteuid() != 0 or sys.maxsize < 2**32:
     pytest.skip("loads seccomp filters and creates a user: needs root on 64-bit Linux (CI runs as root)", allow_module_level=True)
@@ -137,8 +137,26 @@ def test_outside_the_harness_the_probe_sees_the_opposite(ta_user: pwd.struct_pas
     root = probe(lambda command: command)
     assert root["seccomp"] == "0" and root["unshare_user"] == "ok" and root["clone3"] != ENOSYS
     assert root["caps"]["CapEff"] != DOCKER_CAPABILITY_MASK
-    as_ta = probe(lambda command: ["setpriv", f"--reuid={ta_user.pw_uid}", f"--regid={ta_user.pw_gid}", "--init-groups", *command], python="/usr/bin/python3")
+    as_ta = probe(lambda command: unprivileged(command, ta_user), python="/usr/bin/python3")
+    assert as_ta["uid"] == ta_user.pw_uid and as_ta["caps"]["CapEff"] == 0
     assert as_ta["userns_then_mount"]["mount"] == "ok" and as_ta["userns_then_mount"]["pivot_root"] != EPERM
+    assert as_ta["unshare_user"] == "ok" and as_ta["landlock_abi"] >= 1
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
+def test_the_no_user_namespace_stand_in_gives_the_ta_none(ta_user: pwd.struct_passwd, landlock: bool) -> None:
+    """The TA on a kernel without user namespaces: no capability, every new user namespace
+    refused (ENOSPC: the limit is 0), Landlock present or denied (ENOSYS) as asked."""
+    seen = probe(lambda command: without_user_namespaces(command, ta_user, landlock=landlock), python="/usr/bin/python3")
+    assert seen["uid"] == ta_user.pw_uid
+    assert seen["caps"]["CapEff"] == seen["caps"]["CapPrm"] == 0, seen["caps"]
+    ENOSPC = os.strerror(28)
+    assert seen["unshare_user"] == ENOSPC and seen["clone_newuser"] == ENOSPC, seen
+    assert seen["clone_plain"] == "ok"
+    if landlock:
+        assert seen["landlock_abi"] >= 1, seen
+    else:
+        assert seen["landlock_abi"] == -1 and seen["landlock_errno"] == ENOSYS, seen
 
 
 def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ real in a forked child (the restriction is for life, so never in the test proces
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import landlock, seccomp_filter
+from attnkit import landlock, policy, seccomp_filter
 
 if os.geteuid() == 0:
     from test_isolation import outside_copies, ta_user, user_python  # noqa: F401 - fixtures
@@ -175,6 +176,105 @@ def test_seccomp_filter_closes_sockets_namespaces_and_clone3() -> None:
     assert result["unshare"] == [-1, "EPERM"]
     assert result["clone3"] == [-1, "ENOSYS"]
     assert result["fork still works"] == "ok"
+
+
+# -- --no-isolation where no layer could be had ------------------------------------------------------
+@pytest.fixture()
+def open_course():
+    """A course, a class and an OUT folder that the file modes leave open to everyone (under
+    /var/tmp: pytest's own tmp_path is root's, mode 700), and a work folder as the zygote makes one."""
+    import tempfile
+    top = Path(tempfile.mkdtemp(prefix="attnkit-noiso-", dir="/var/tmp"))
+    paths = {"reference": top / "course" / "autograder" / "reference.py", "peer": top / "submitted" / "peer" / "attention.ipynb",
+             "out": top / "out", "work": Path(tempfile.mkdtemp(prefix="sandbox-"))}
+    for name in ("reference", "peer"):
+        paths[name].parent.mkdir(parents=True)
+        paths[name].write_text("def scaled_attention(): ...")
+    paths["out"].mkdir()
+    for path in [top, *top.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    paths["hide"] = top
+    yield paths
+    shutil.rmtree(top, ignore_errors=True)
+    shutil.rmtree(paths["work"], ignore_errors=True)
+
+
+def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
+    """``lockdown.lock_down`` of kind "none" (--no-isolation) in a forked child, as the zygote
+    readies it (``nonamespace.choose``'s fallback for trusted notebooks), then a notebook's
+    attempts: the child's answer."""
+    from attnkit import lockdown, nonamespace
+    from attnkit.isolation import Mode, allowlist
+
+    seccomp_filter.compiled()  # as choose does, in the zygote
+    mode, layer = nonamespace._for_trusted_notebooks(Mode("none", "refused for this test"),
+                                                    nonamespace.Layer(read_only=allowlist([str(open_course["hide"])])), abi)
+    with open("/proc/self/status") as status:
+        address_space = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    settings = {"workdir": str(open_course["work"]), "address_space_base": address_space, "memory_mb": 2048, "cpu_seconds": 60}
+    if layer.uid(0) is not None:
+        settings["sandbox_uid"] = layer.uid(0)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            obtained = lockdown.lock_down(lockdown.SandboxContext(mode, False, write_end, settings, io.StringIO()))
+            answer = {
+                "obtained": obtained,
+                "euid": os.geteuid(),
+                "reference": attempt(read(open_course["reference"])),
+                "peer": attempt(read(open_course["peer"])),
+                "list_out": attempt(lambda: os.listdir(open_course["out"])),
+                "write_out": attempt(lambda: (open_course["out"] / "grades.csv").write_text("me,100")),
+                "own_work": attempt(lambda: Path("scratch.txt").write_text("mine")),
+                "socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+            }
+        except BaseException as error:  # noqa: BLE001 - the child reports whatever happened
+            answer = {"raised": f"{type(error).__name__}: {error}"}
+        os.write(write_end, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(text)
+
+
+@needs_landlock
+def test_no_isolation_still_applies_landlock_seccomp_and_an_unprivileged_uid(open_course: dict[str, Path]) -> None:
+    """Kind "none" with Landlock in the kernel: a --no-isolation sandbox reads neither the course
+    nor a peer, writes nothing into OUT (all of them open to everyone by their modes), opens no
+    socket, is no longer root, and is recorded as unisolated with what it still obtained."""
+    from attnkit.isolation import describe, level
+
+    result = locked_down_unisolated(open_course, LANDLOCK)
+    assert "raised" not in result, result
+    assert result["reference"] == result["peer"] == result["list_out"] == result["write_out"] == "EACCES", result
+    assert not (open_course["out"] / "grades.csv").exists()
+    assert result["own_work"] == "ok", result
+    assert result["socket"] == "EPERM", json.dumps(result)
+    assert result["euid"] != 0
+    items = result["obtained"]
+    assert {"unisolated", "landlock-files", "seccomp-filter", "no-capabilities"} <= set(items), items
+    if os.geteuid() == 0:
+        assert "uid-pool" in items or "uid-nobody" in items, items
+    assert level(items) == "unisolated"
+    assert "Landlock" in describe([items]) and "未隔离" in describe([items])
+
+
+def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course: dict[str, Path]) -> None:
+    """Kind "none", no Landlock: today's documented behaviour (the uid's own view of the machine),
+    plus the seccomp filter and, as root, an unprivileged uid; the record says there is no Landlock."""
+    from attnkit.isolation import describe, level
+
+    result = locked_down_unisolated(open_course, 0)
+    assert "raised" not in result, result
+    items = result["obtained"]
+    assert "landlock-files" not in items and {"unisolated", "seccomp-filter"} <= set(items), items
+    assert result["socket"] == "EPERM" and result["euid"] != 0, result
+    assert result["reference"] == "ok", "without Landlock the file modes are all that holds: this course is open to all"
+    assert level(items) == "unisolated" and "没有 Landlock" in describe([items])
 
 
 # -- a hostile class graded where namespaces are refused ----------------------------------------------
@@ -414,7 +514,7 @@ def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
 def test_uid_blocks_are_never_shared_while_held(tmp_path: Path) -> None:
     from attnkit import uid_pool
     first, second = uid_pool.claim(str(tmp_path)), uid_pool.claim(str(tmp_path))
-    assert second.first == first.first + uid_pool.UIDS_PER_ZYGOTE
+    assert second.first == first.first + policy.UIDS_PER_ZYGOTE
     assert first.uid(0) != first.uid(1)  # the sandbox being graded and the one forked ahead
     os.close(first.lock_fd)  # the zygote ended: its block is free again
     assert uid_pool.claim(str(tmp_path)).first == first.first
@@ -432,7 +532,7 @@ def open_folder():
 
 def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_folder: Path) -> None:
     _root_only()
-    from attnkit import nonamespace, uid_pool
+    from attnkit import nonamespace
     tmp_path = open_folder
     course = tmp_path / "course"
     (course / "autograder").mkdir(parents=True)
@@ -443,7 +543,7 @@ def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_
     course.chmod(0o755)
     (course / "autograder").chmod(0o755)
     (course / "autograder" / "reference.py").chmod(0o644)
-    uid = uid_pool.POOL_BASE + 4000
+    uid = policy.POOL_BASE + 4000
     exposed = nonamespace.probe(uid, [str(course)], [str(venv)])
     fixes = {e.path: e.fix for e in exposed}
     # The project holds the virtualenv the sandbox reads: closed for listing only, its contents by -R.

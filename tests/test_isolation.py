@@ -500,6 +500,11 @@ def test_trusted_notebooks_grade_unisolated_and_say_so(without_namespaces) -> No
     # No surprises: each sandbox's working folder is gone with it, unreadable folders included.
     assert not left, sorted(left)
     assert {r["isolation"] for r in run.results.values()} == {"unisolated"}
-    assert "未隔离" in (out / "report.html").read_text(encoding="utf-8")
+    # The TA's own uid is all there is, and no Landlock: still the seccomp filter, and the record says so.
+    for results in run.results.values():
+        assert {"unisolated", "seccomp-filter", "no-capabilities"} <= set(results["sandbox"]["isolation"]), results["sandbox"]
+        assert "landlock-files" not in results["sandbox"]["isolation"]
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert "未隔离" in report and "没有 Landlock" in report and "seccomp" in report
     # What the isolated runs are protected from: unisolated, the same theft does pay.
     assert run.score("exec_course") > 50, run.results["exec_course"]["tests"]

@@ -10,7 +10,9 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -460,6 +462,126 @@ def test_layer_refusal_names_each_exposed_path_and_its_chmod(layer_runs, user_py
     _python, course = user_python
     assert run.returncode != 0 and run.results == {}, run.stderr[-2000:]
     assert "Landlock" in run.stderr and f"chmod -R o-rwx,g-rwx {course}" in run.stderr, run.stderr[-2000:]
+
+
+# -- --no-isolation graded for real, where no layer can be had ----------------------------------------
+NO_ISOLATION_SETTINGS = {
+    # name: (confine.py setting, as the TA?, a Python the pool uid cannot read?, the layer it must record)
+    # Root under Docker's default profile with its Python in a folder only root may enter (a pyenv
+    # under /root, mode 700): no layer (the pool uid could not read Python), but Landlock exists.
+    "docker-private-python": ("docker", False, True, "unisolated"),
+    # The TA on Ubuntu 24.04: --no-isolation changes nothing where the layer can be had.
+    "ubuntu": ("ubuntu", True, False, "landlock"),
+}
+
+
+def private_python(user_python: tuple[str, Path], top: Path) -> str:
+    """A virtualenv of the distribution's Python in ``top`` (root's, mode 700) that finds the
+    shared test virtualenv's packages and the course's ``src`` through a .pth file."""
+    python, course = user_python
+    venv = top / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    shared = next((Path(python).parent.parent / "lib").glob("python3*/site-packages"))
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "shared.pth").write_text(f"{shared}\n{course / 'src'}\n")
+    top.chmod(0o700)
+    return str(venv / "bin/python")
+
+
+@pytest.fixture(scope="module")
+def no_isolation_runs(ta_user, user_python, outside_copies):
+    """The hostile class of the layer tests graded with --no-isolation in each setting above (and,
+    root's private Python only, once without it: refused, so no layer was to be had there)."""
+    _root_only()
+    from test_isolation import minimal_env, run_grader, tempfile_folder
+
+    _python, course = user_python
+    work = Path(tempfile_folder("attnkit-noiso-"))
+    private = Path(tempfile.mkdtemp(prefix="attnkit-private-python-", dir="/var/tmp"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    runs = {}
+    try:
+        for name, (setting, as_ta, private_interpreter, _layer) in NO_ISOLATION_SETTINGS.items():
+            python = private_python(user_python, private) if private_interpreter else user_python[0]
+            uid, gid = (ta_user.pw_uid, ta_user.pw_gid) if as_ta else (0, 0)
+            home = ta_user.pw_dir if as_ta else "/root"
+            submitted, out = work / name / "submitted", work / name / "out"
+            layer_class(submitted, course, out, outside_copies, home, listener.getsockname()[1])
+            out.mkdir(parents=True)
+            for path in [work / name, *(work / name).rglob("*")]:
+                os.chown(path, uid, gid)
+            prefix = [python, str(CONFINE), setting, str(uid), str(gid), "--"]
+            if private_interpreter:
+                runs[f"{name}-strict"] = run_grader(prefix, python, submitted, out, minimal_env(home))
+            runs[name] = run_grader(prefix, python, submitted, out, minimal_env(home), "--no-isolation")
+            runs[f"{name}-report"] = (out / "report.html").read_text(encoding="utf-8") if (out / "report.html").exists() else ""
+            print(f"\n[no-isolation] {name}: exit {runs[name].returncode}, " + ", ".join(
+                f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())), file=sys.stderr)
+        try:
+            listener.accept()
+            runs["accepted"] = True
+        except OSError:
+            runs["accepted"] = False
+        yield runs
+    finally:
+        listener.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def test_no_isolation_setting_has_no_layer_without_it(no_isolation_runs) -> None:
+    """Root's Python out of the pool uid's reach: without --no-isolation the run is refused, so
+    what --no-isolation records there is the fallback, not a layer."""
+    run = no_isolation_runs["docker-private-python-strict"]
+    assert run.refused, (run.returncode, run.stderr[-2000:])
+    assert "cannot read the Python trees" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("setting", list(NO_ISOLATION_SETTINGS))
+def test_no_isolation_records_what_it_obtained(no_isolation_runs, setting: str) -> None:
+    """Recorded truthfully: unisolated where no layer was to be had, with Landlock, the seccomp
+    filter and the pool uid still applied (results.json and report.html); else the layer itself."""
+    run = no_isolation_runs[setting]
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = NO_ISOLATION_SETTINGS[setting][3]
+    as_root = not NO_ISOLATION_SETTINGS[setting][1]
+    for student_id, results in run.results.items():
+        items = results["sandbox"]["isolation"]
+        assert results["isolation"] == ("unisolated" if expected == "unisolated" else "isolated"), (student_id, items)
+        assert {"landlock-files", "seccomp-filter", "no-capabilities"} <= set(items), (student_id, items)
+        assert ("unisolated" in items) == (expected == "unisolated"), items
+        assert ("uid-pool" in items) == as_root, items
+    report = no_isolation_runs[f"{setting}-report"]
+    if expected == "unisolated":
+        assert "未隔离" in report and "Landlock" in report and "seccomp" in report, report[:2000]
+
+
+@pytest.mark.parametrize("setting", list(NO_ISOLATION_SETTINGS))
+def test_no_isolation_bystander_full_marks_and_no_theft_pays(no_isolation_runs, setting: str) -> None:
+    run = no_isolation_runs[setting]
+    assert run.score("bystander") == 100, run.results["bystander"]["tests"]
+    assert run.score("killer") == 100, run.results["killer"]["cells"]
+    baseline = run.score("stub")
+    for student_id in ("exec_course", "hunter", "peers", "sockets", "writer", "exec_outside_0", "exec_outside_1"):
+        assert run.score(student_id) <= baseline, (student_id, run.score(student_id))
+
+
+@pytest.mark.parametrize("setting", list(NO_ISOLATION_SETTINGS))
+def test_no_isolation_writes_nothing_into_out_and_reads_nothing_of_the_course(no_isolation_runs, setting: str) -> None:
+    """A --no-isolation cell writes no file into OUT or the class, and reads neither a peer's
+    notebook nor the hidden suite, the reference or the solutions (all readable by everyone)."""
+    run = no_isolation_runs[setting]
+    written = probe_report(run.results["writer"], "fake_results")
+    assert all(not written[key].startswith("ok") for key in written if key.startswith(("out_", "submitted_"))), written
+    peers = probe_report(run.results["peers"], "snoop")
+    for name in ("open_reference", "open_catalogue", "open_solution", "read_victim", "list_submitted", "list_out", "list_autograder"):
+        assert not peers[name].startswith("ok"), (name, peers[name])
+    assert peers["readable_hidden_files"] == [] and peers["euid"] != 0, peers
+    assert run.results["writer"]["score"] <= run.score("stub")
+    sockets = probe_report(run.results["sockets"], "sockets")
+    assert all(not value.startswith("ok") for value in sockets.values()), sockets
+    assert no_isolation_runs["accepted"] is False
 
 
 # -- the refusal's words ------------------------------------------------------------------------------

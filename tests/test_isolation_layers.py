@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -476,16 +475,15 @@ NO_ISOLATION_SETTINGS = {
 
 
 def private_python(user_python: tuple[str, Path], top: Path) -> str:
-    """A virtualenv of the distribution's Python in ``top`` (root's, mode 700) that finds the
-    shared test virtualenv's packages and the course's ``src`` through a .pth file."""
-    python, course = user_python
-    venv = top / "venv"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    shared = next((Path(python).parent.parent / "lib").glob("python3*/site-packages"))
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "shared.pth").write_text(f"{shared}\n{course / 'src'}\n")
+    """The test virtualenv's packages and course, through a virtualenv in ``top`` (root's, mode
+    700): a Python the pool uid cannot read, as a pyenv under /root is."""
+    from test_isolation import thin_venv
+
+    python, _course = user_python
+    paths = next((Path(python).parent.parent / "lib").glob("python3*/site-packages/attnkit-test.pth")).read_text().split()
+    interpreter = thin_venv(top / "venv", [Path(path) for path in paths])
     top.chmod(0o700)
-    return str(venv / "bin/python")
+    return interpreter
 
 
 @pytest.fixture(scope="module")

@@ -213,7 +213,7 @@ def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
     # own: a .pth written into the shared one would be another concurrent run's checkout by the
     # time the grader starts.
     shared = next((venv / "lib").glob("python3*/site-packages"))
-    return thin_venv(course.parent / "venv", [shared, course / "src"]), course
+    return thin_venv(Path(tempfile_folder("attnkit-test-python-")) / "venv", [shared, course / "src"]), course
 
 
 def thin_venv(folder: Path, paths: list[Path]) -> str:

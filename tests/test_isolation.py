@@ -211,11 +211,25 @@ def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
     course = Path(tempfile_folder("attnkit-course-")) / "course"
     for part in ("src", "autograder", "solutions"):  # solutions/: the grade cells give the points
         shutil.copytree(ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "attnkit-test-course.pth").write_text(f"{course / 'src'}\n")
     for path in [course.parent, *course.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    return str(venv / "bin/python"), course
+    # The shared virtualenv's packages and this checkout's src, through a virtualenv of this run's
+    # own: a .pth written into the shared one would be another concurrent run's checkout by the
+    # time the grader starts.
+    shared = next((venv / "lib").glob("python3*/site-packages"))
+    return thin_venv(Path(tempfile_folder("attnkit-test-python-")) / "venv", [shared, course / "src"]), course
+
+
+def thin_venv(folder: Path, paths: list[Path]) -> str:
+    """A virtualenv of the distribution's Python at ``folder`` (no pip) that finds ``paths``
+    through a .pth file; its interpreter."""
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = next((folder / "lib").glob("python3*/site-packages"))
+    (site / "attnkit-test.pth").write_text("".join(f"{path}\n" for path in paths))
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o755 if path.is_dir() else 0o644))
+    return str(folder / "bin/python")
 
 
 def tempfile_folder(prefix: str) -> str:
@@ -460,6 +474,11 @@ def test_trusted_notebooks_grade_unisolated_and_say_so(without_namespaces) -> No
     # No surprises: each sandbox's working folder is gone with it, unreadable folders included.
     assert not left, sorted(left)
     assert {r["isolation"] for r in run.results.values()} == {"unisolated"}
-    assert "未隔离" in (out / "report.html").read_text(encoding="utf-8")
+    # The TA's own uid is all there is, and no Landlock: still the seccomp filter, and the record says so.
+    for results in run.results.values():
+        assert {"unisolated", "seccomp-filter", "no-capabilities"} <= set(results["sandbox"]["isolation"]), results["sandbox"]
+        assert "landlock-files" not in results["sandbox"]["isolation"]
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert "未隔离" in report and "没有 Landlock" in report and "seccomp" in report
     # What the isolated runs are protected from: unisolated, the same theft does pay.
     assert run.score("exec_course") > 50, run.results["exec_course"]["tests"]

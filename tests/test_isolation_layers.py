@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import io
 import json
 import os
 import pwd
@@ -12,13 +13,14 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from attnkit import landlock, seccomp_filter
+from attnkit import landlock, policy, seccomp_filter
 from settings import docker_default, userns_without_mount
 
 if os.geteuid() == 0:
@@ -178,6 +180,105 @@ def test_seccomp_filter_closes_sockets_namespaces_and_clone3() -> None:
     assert result["unshare"] == [-1, "EPERM"]
     assert result["clone3"] == [-1, "ENOSYS"]
     assert result["fork still works"] == "ok"
+
+
+# -- --no-isolation where no layer could be had ------------------------------------------------------
+@pytest.fixture()
+def open_course():
+    """A course, a class and an OUT folder that the file modes leave open to everyone (under
+    /var/tmp: pytest's own tmp_path is root's, mode 700), and a work folder as the zygote makes one."""
+    import tempfile
+    top = Path(tempfile.mkdtemp(prefix="attnkit-noiso-", dir="/var/tmp"))
+    paths = {"reference": top / "course" / "autograder" / "reference.py", "peer": top / "submitted" / "peer" / "attention.ipynb",
+             "out": top / "out", "work": Path(tempfile.mkdtemp(prefix="sandbox-"))}
+    for name in ("reference", "peer"):
+        paths[name].parent.mkdir(parents=True)
+        paths[name].write_text("def scaled_attention(): ...")
+    paths["out"].mkdir()
+    for path in [top, *top.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    paths["hide"] = top
+    yield paths
+    shutil.rmtree(top, ignore_errors=True)
+    shutil.rmtree(paths["work"], ignore_errors=True)
+
+
+def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
+    """``lockdown.lock_down`` of kind "none" (--no-isolation) in a forked child, as the zygote
+    readies it (``nonamespace.choose``'s fallback for trusted notebooks), then a notebook's
+    attempts: the child's answer."""
+    from attnkit import lockdown, nonamespace
+    from attnkit.isolation import Mode, allowlist
+
+    seccomp_filter.compiled()  # as choose does, in the zygote
+    mode, layer = nonamespace._for_trusted_notebooks(Mode("none", "refused for this test"),
+                                                    nonamespace.Layer(read_only=allowlist([str(open_course["hide"])])), abi)
+    with open("/proc/self/status") as status:
+        address_space = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    settings = {"workdir": str(open_course["work"]), "address_space_base": address_space, "memory_mb": 2048, "cpu_seconds": 60}
+    if layer.uid(0) is not None:
+        settings["sandbox_uid"] = layer.uid(0)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            obtained = lockdown.lock_down(lockdown.SandboxContext(mode, False, write_end, settings, io.StringIO()))
+            answer = {
+                "obtained": obtained,
+                "euid": os.geteuid(),
+                "reference": attempt(read(open_course["reference"])),
+                "peer": attempt(read(open_course["peer"])),
+                "list_out": attempt(lambda: os.listdir(open_course["out"])),
+                "write_out": attempt(lambda: (open_course["out"] / "grades.csv").write_text("me,100")),
+                "own_work": attempt(lambda: Path("scratch.txt").write_text("mine")),
+                "socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+            }
+        except BaseException as error:  # noqa: BLE001 - the child reports whatever happened
+            answer = {"raised": f"{type(error).__name__}: {error}"}
+        os.write(write_end, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(text)
+
+
+@needs_landlock
+def test_no_isolation_still_applies_landlock_seccomp_and_an_unprivileged_uid(open_course: dict[str, Path]) -> None:
+    """Kind "none" with Landlock in the kernel: a --no-isolation sandbox reads neither the course
+    nor a peer, writes nothing into OUT (all of them open to everyone by their modes), opens no
+    socket, is no longer root, and is recorded as unisolated with what it still obtained."""
+    from attnkit.isolation import describe, level
+
+    result = locked_down_unisolated(open_course, LANDLOCK)
+    assert "raised" not in result, result
+    assert result["reference"] == result["peer"] == result["list_out"] == result["write_out"] == "EACCES", result
+    assert not (open_course["out"] / "grades.csv").exists()
+    assert result["own_work"] == "ok", result
+    assert result["socket"] == "EPERM", json.dumps(result)
+    assert result["euid"] != 0
+    items = result["obtained"]
+    assert {"unisolated", "landlock-files", "seccomp-filter", "no-capabilities"} <= set(items), items
+    if os.geteuid() == 0:
+        assert "uid-pool" in items or "uid-nobody" in items, items
+    assert level(items) == "unisolated"
+    assert "Landlock" in describe([items]) and "未隔离" in describe([items])
+
+
+def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course: dict[str, Path]) -> None:
+    """Kind "none", no Landlock: today's documented behaviour (the uid's own view of the machine),
+    plus the seccomp filter and, as root, an unprivileged uid; the record says there is no Landlock."""
+    from attnkit.isolation import describe, level
+
+    result = locked_down_unisolated(open_course, 0)
+    assert "raised" not in result, result
+    items = result["obtained"]
+    assert "landlock-files" not in items and {"unisolated", "seccomp-filter"} <= set(items), items
+    assert result["socket"] == "EPERM" and result["euid"] != 0, result
+    assert result["reference"] == "ok", "without Landlock the file modes are all that holds: this course is open to all"
+    assert level(items) == "unisolated" and "没有 Landlock" in describe([items])
 
 
 # -- a hostile class graded where namespaces are refused ----------------------------------------------
@@ -364,6 +465,126 @@ def test_layer_refusal_names_each_exposed_path_and_its_chmod(layer_runs, user_py
     assert "Landlock" in run.stderr and f"chmod -R o-rwx,g-rwx {course}" in run.stderr, run.stderr[-2000:]
 
 
+# -- --no-isolation graded for real, where no layer can be had ----------------------------------------
+NO_ISOLATION_SETTINGS = {
+    # name: (its launcher in tests/settings.py (command, the TA), as the TA?, a Python the pool uid
+    # cannot read?, the layer it must record)
+    # Root under Docker's default profile with its Python in a folder only root may enter (a pyenv
+    # under /root, mode 700): no layer (the pool uid could not read Python), but Landlock exists.
+    "docker-private-python": (lambda command, user: docker_default(command, landlock=True), False, True, "unisolated"),
+    # The TA on Ubuntu 24.04: --no-isolation changes nothing where the layer can be had.
+    "ubuntu": (userns_without_mount, True, False, "landlock"),
+}
+
+
+def private_python(user_python: tuple[str, Path], top: Path) -> str:
+    """The test virtualenv's packages and course, through a virtualenv in ``top`` (root's, mode
+    700): a Python the pool uid cannot read, as a pyenv under /root is."""
+    from test_isolation import thin_venv
+
+    python, _course = user_python
+    paths = next((Path(python).parent.parent / "lib").glob("python3*/site-packages/attnkit-test.pth")).read_text().split()
+    interpreter = thin_venv(top / "venv", [Path(path) for path in paths])
+    top.chmod(0o700)
+    return interpreter
+
+
+@pytest.fixture(scope="module")
+def no_isolation_runs(ta_user, user_python, outside_copies):
+    """The hostile class of the layer tests graded with --no-isolation in each setting above (and,
+    root's private Python only, once without it: refused, so no layer was to be had there)."""
+    _root_only()
+    from test_isolation import minimal_env, run_grader, tempfile_folder
+
+    _python, course = user_python
+    work = Path(tempfile_folder("attnkit-noiso-"))
+    private = Path(tempfile.mkdtemp(prefix="attnkit-private-python-", dir="/var/tmp"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    runs = {}
+    try:
+        for name, (launch, as_ta, private_interpreter, _layer) in NO_ISOLATION_SETTINGS.items():
+            python = private_python(user_python, private) if private_interpreter else user_python[0]
+            uid, gid = (ta_user.pw_uid, ta_user.pw_gid) if as_ta else (0, 0)
+            home = ta_user.pw_dir if as_ta else "/root"
+            submitted, out = work / name / "submitted", work / name / "out"
+            layer_class(submitted, course, out, outside_copies, home, listener.getsockname()[1])
+            out.mkdir(parents=True)
+            for path in [work / name, *(work / name).rglob("*")]:
+                os.chown(path, uid, gid)
+            setting = functools.partial(launch, user=ta_user)
+            if private_interpreter:
+                runs[f"{name}-strict"] = run_grader(setting, python, submitted, out, minimal_env(home))
+            runs[name] = run_grader(setting, python, submitted, out, minimal_env(home), "--no-isolation")
+            runs[f"{name}-report"] = (out / "report.html").read_text(encoding="utf-8") if (out / "report.html").exists() else ""
+            print(f"\n[no-isolation] {name}: exit {runs[name].returncode}, " + ", ".join(
+                f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())), file=sys.stderr)
+        try:
+            listener.accept()
+            runs["accepted"] = True
+        except OSError:
+            runs["accepted"] = False
+        yield runs
+    finally:
+        listener.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def test_no_isolation_setting_has_no_layer_without_it(no_isolation_runs) -> None:
+    """Root's Python out of the pool uid's reach: without --no-isolation the run is refused, so
+    what --no-isolation records there is the fallback, not a layer."""
+    run = no_isolation_runs["docker-private-python-strict"]
+    assert run.refused, (run.returncode, run.stderr[-2000:])
+    assert "cannot read the Python trees" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("setting", list(NO_ISOLATION_SETTINGS))
+def test_no_isolation_records_what_it_obtained(no_isolation_runs, setting: str) -> None:
+    """Recorded truthfully: unisolated where no layer was to be had, with Landlock, the seccomp
+    filter and the pool uid still applied (results.json and report.html); else the layer itself."""
+    run = no_isolation_runs[setting]
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = NO_ISOLATION_SETTINGS[setting][3]
+    as_root = not NO_ISOLATION_SETTINGS[setting][1]
+    for student_id, results in run.results.items():
+        items = results["sandbox"]["isolation"]
+        assert results["isolation"] == ("unisolated" if expected == "unisolated" else "isolated"), (student_id, items)
+        assert {"landlock-files", "seccomp-filter", "no-capabilities"} <= set(items), (student_id, items)
+        assert ("unisolated" in items) == (expected == "unisolated"), items
+        assert ("uid-pool" in items) == as_root, items
+    report = no_isolation_runs[f"{setting}-report"]
+    if expected == "unisolated":
+        assert "未隔离" in report and "Landlock" in report and "seccomp" in report, report[:2000]
+
+
+@pytest.mark.parametrize("setting", list(NO_ISOLATION_SETTINGS))
+def test_no_isolation_bystander_full_marks_and_no_theft_pays(no_isolation_runs, setting: str) -> None:
+    run = no_isolation_runs[setting]
+    assert run.score("bystander") == 100, run.results["bystander"]["tests"]
+    assert run.score("killer") == 100, run.results["killer"]["cells"]
+    baseline = run.score("stub")
+    for student_id in ("exec_course", "hunter", "peers", "sockets", "writer", "exec_outside_0", "exec_outside_1"):
+        assert run.score(student_id) <= baseline, (student_id, run.score(student_id))
+
+
+@pytest.mark.parametrize("setting", list(NO_ISOLATION_SETTINGS))
+def test_no_isolation_writes_nothing_into_out_and_reads_nothing_of_the_course(no_isolation_runs, setting: str) -> None:
+    """A --no-isolation cell writes no file into OUT or the class, and reads neither a peer's
+    notebook nor the hidden suite, the reference or the solutions (all readable by everyone)."""
+    run = no_isolation_runs[setting]
+    written = probe_report(run.results["writer"], "fake_results")
+    assert all(not written[key].startswith("ok") for key in written if key.startswith(("out_", "submitted_"))), written
+    peers = probe_report(run.results["peers"], "snoop")
+    for name in ("open_reference", "open_catalogue", "open_solution", "read_victim", "list_submitted", "list_out", "list_autograder"):
+        assert not peers[name].startswith("ok"), (name, peers[name])
+    assert peers["readable_hidden_files"] == [] and peers["euid"] != 0, peers
+    assert run.results["writer"]["score"] <= run.score("stub")
+    sockets = probe_report(run.results["sockets"], "sockets")
+    assert all(not value.startswith("ok") for value in sockets.values()), sockets
+    assert no_isolation_runs["accepted"] is False
+
+
 # -- the refusal's words ------------------------------------------------------------------------------
 def no_markers(tmp_path: Path) -> dict:
     return {"root": str(tmp_path), "environ": {}, "cgroup": "0::/\n"}
@@ -416,7 +637,7 @@ def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
 def test_uid_blocks_are_never_shared_while_held(tmp_path: Path) -> None:
     from attnkit import uid_pool
     first, second = uid_pool.claim(str(tmp_path)), uid_pool.claim(str(tmp_path))
-    assert second.first == first.first + uid_pool.UIDS_PER_ZYGOTE
+    assert second.first == first.first + policy.UIDS_PER_ZYGOTE
     assert first.uid(0) != first.uid(1)  # the sandbox being graded and the one forked ahead
     os.close(first.lock_fd)  # the zygote ended: its block is free again
     assert uid_pool.claim(str(tmp_path)).first == first.first
@@ -434,7 +655,7 @@ def open_folder():
 
 def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_folder: Path) -> None:
     _root_only()
-    from attnkit import nonamespace, uid_pool
+    from attnkit import nonamespace
     tmp_path = open_folder
     course = tmp_path / "course"
     (course / "autograder").mkdir(parents=True)
@@ -445,7 +666,7 @@ def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_
     course.chmod(0o755)
     (course / "autograder").chmod(0o755)
     (course / "autograder" / "reference.py").chmod(0o644)
-    uid = uid_pool.POOL_BASE + 4000
+    uid = policy.POOL_BASE + 4000
     exposed = nonamespace.probe(uid, [str(course)], [str(venv)])
     fixes = {e.path: e.fix for e in exposed}
     # The project holds the virtualenv the sandbox reads: closed for listing only, its contents by -R.

@@ -27,10 +27,12 @@ from attnkit.cgroup import Cgroup, sweep_stale
 from attnkit.i18n import _
 from attnkit.isolation import (
     SANDBOX_HOME,
+    STAGE,
     IsolationError,
     Mode,
     build_root,
     clone_sandbox,
+    detach_stage,
     die_with_parent,
     map_sandbox_user,
 )
@@ -205,11 +207,16 @@ def _isolate(mode: Mode, hide: list[str]) -> Mode:
         return mode
     if not mode.namespaced:
         return mode
+    device = os.stat(STAGE).st_dev
     try:
         mode.visible = build_root(hide)
         return mode
     except OSError as error:
-        return Mode("none", f"could not build the sandbox's root: {error}")
+        # Half built: what was mounted on the stage goes (it covers this namespace's /tmp, where
+        # the fallback's work folders are made), then the layer without namespaces, as above.
+        detach_stage(device)
+        mode, _LAYER[0] = nonamespace.choose(Mode("none", f"could not build the sandbox's root: {error}"), hide)
+        return mode
 
 
 def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, control: socket.socket) -> int:
@@ -217,9 +224,9 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
     group = sandboxes.new_group(settings)
     # Unisolated, a folder of the host's /tmp: made here, so that it is removed once reaped.
     workdir = settings["workdir"] = None if mode.namespaced else tempfile.mkdtemp(prefix="sandbox-")
-    block = _LAYER[0].block if _LAYER[0] is not None else None
-    if block is not None:  # as root without namespaces: this sandbox's uid, of the zygote's own block
-        settings["sandbox_uid"] = block.uid(sandboxes.spawned)
+    uid = _LAYER[0].uid(sandboxes.spawned) if _LAYER[0] is not None else None
+    if uid is not None:  # as root without namespaces: this sandbox's uid, of the zygote's own block (or nobody)
+        settings["sandbox_uid"] = uid
     sandboxes.spawned += 1
     our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()

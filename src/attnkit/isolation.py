@@ -107,6 +107,18 @@ class Mode:
         return self.kind in ("root", "userns")
 
 
+def host_root() -> bool:
+    """Root of the host's own user namespace (uid 0 of a user namespace of ours is not: it owns
+    none of the host's files and cannot become any other of its users)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map") as uid_map:
+            return uid_map.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return True  # no /proc: nothing says otherwise
+
+
 def _write(path: str, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
@@ -295,6 +307,13 @@ def build_root(hidden: list[str]) -> list[str]:
     return folders
 
 
+def detach_stage(device: int) -> None:
+    """Undo a half-built root: what was mounted on ``STAGE`` since it was on ``device`` is
+    detached (in the zygote's own mount namespace only)."""
+    while os.stat(STAGE).st_dev != device and _libc.umount2(STAGE.encode(), MNT_DETACH) == 0:
+        pass
+
+
 # -- a sandbox --------------------------------------------------------------------------------------
 def clone_sandbox() -> int:
     """``os.fork()``, but the child starts in new user, mount, PID, network and IPC namespaces.
@@ -344,19 +363,6 @@ def die_with_parent() -> None:
     """SIGKILL when our parent dies. The kernel clears it whenever a process's user changes, and
     a fork does not inherit it: each process arms it for itself, after any change of user."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def forbid_new_privileges() -> None:
-    """no_new_privs: no setuid binary, file capability or LSM transition gives us more."""
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-
-
-def drop_to_nobody(workdir: str) -> None:
-    """As root, outside any namespace: ``workdir`` given to uid 65534, then become it."""
-    os.chown(workdir, NOBODY, NOBODY)
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
 
 
 class _CapHeader(ctypes.Structure):
@@ -443,7 +449,10 @@ def level(items: list[str]) -> str:
     """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained.
     Isolated means a layer held: namespaces with the allowlisted root, or Landlock's allowlist,
     or (root, no Landlock) a pool uid whose probe found nothing hidden in its reach; each of the
-    last two with the seccomp filter installed and no capability left."""
+    last two with the seccomp filter installed and no capability left. A sandbox of kind "none"
+    (``--no-isolation``) is unisolated whatever it still obtained: no layer was to be had."""
+    if "unisolated" in items:
+        return "unisolated"
     held = "no-capabilities" in items and (
         "allowlisted-root" in items
         or ("seccomp-filter" in items and ("landlock-files" in items or ("uid-pool" in items and "probe-passed" in items))))
@@ -458,10 +467,8 @@ def describe(all_items: list[list[str]]) -> str:
     if not levels:
         return _("没有运行任何学生代码")
     if levels != {"isolated"}:
-        count = sum(level(items) == "unisolated" for items in all_items)
-        return ngettext("未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
-                        "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
-                        count).format(count=count)
+        unisolated = [items for items in all_items if level(items) == "unisolated"]
+        return _describe_unisolated(len(unisolated), {item for items in unisolated for item in items})
     union = {item for items in all_items for item in items}
     if "allowlisted-root" not in union:
         return _describe_without_namespaces(union)
@@ -469,6 +476,27 @@ def describe(all_items: list[list[str]]) -> str:
     memory = _("cgroup 限制整份提交的内存与进程数") if "cgroup-memory-and-pids" in union else _("单进程、按进程限制地址空间（无法使用 cgroup）")
     text = _("已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}").format(user=user, memory=memory)
     return text if "no-proc" not in union else text + _("；没有 /proc（内核不允许在此挂载）")
+
+
+def _describe_unisolated(count: int, union: set[str]) -> str:
+    """--no-isolation where no layer was to be had: what the notebooks still could not reach."""
+    user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("主机上的 nobody") if "uid-nobody" in union else _("评分者自己的 uid")
+    abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
+    if abi and "landlock-files" in union:
+        return ngettext("未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
+                        "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
+                        "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
+                        "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
+                        count).format(count=count, abi=abi, user=user)
+    if "seccomp-filter" in union:
+        return ngettext("未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
+                        "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
+                        "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
+                        "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
+                        count).format(count=count, user=user)
+    return ngettext("未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
+                    "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
+                    count).format(count=count)
 
 
 def _describe_without_namespaces(union: set[str]) -> str:

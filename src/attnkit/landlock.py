@@ -88,6 +88,8 @@ def _add_path_rule(ruleset: int, path: str, access: int) -> None:
         descriptor = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
         return  # a folder the allowlist names that this machine lacks: nothing to allow
+    except PermissionError:
+        return  # one our uid cannot even reach (a Python under /root, --no-isolation): a rule would allow nothing
     try:
         if not os.path.isdir(path):
             access &= _FILE_RIGHTS

@@ -30,9 +30,7 @@ from attnkit.isolation import (
     bind_stage,
     die_with_parent,
     drop_capabilities,
-    drop_to_nobody,
     forbid_nested_user_namespaces,
-    forbid_new_privileges,
     leave_session_keyring,
     mount_private_proc,
     mount_scratch,
@@ -57,31 +55,32 @@ class SandboxContext:
 def lock_down(context: SandboxContext) -> list[str]:
     """Lock this process down as the sandbox ``context`` describes; what it obtained.
 
-    ====  ===================================  ==================================  ===============================
-    step  namespaces (kinds root, userns)      no-namespaces (landlock, pool)      unisolated (trusted only)
-    ====  ===================================  ==================================  ===============================
+    ====  ===================================  ==================================  ===================================
+    step  namespaces (kinds root, userns)      no-namespaces (landlock, pool)      unisolated (kind none, trusted only)
+    ====  ===================================  ==================================  ===================================
     1     record the namespaces the clone      own, empty session keyring          record "unisolated"
           gave
-    2     bind the staged root (our own        as root: workdir to the pool uid,   own, empty session keyring
-          mount)                               bounding set dropped, become it
-    3     uid/gid 65534 in the namespace       no_new_privs                        as root: workdir to nobody,
-                                                                                   become nobody
-    4     private /proc (or none)              pool: record the zygote's probe     no_new_privs
-    5     tmpfs /tmp and home                  landlock: restrict_self to the
-                                               allowlist (``nonamespace.enter``)
+    2     bind the staged root (our own        as root: workdir to the pool uid,   then as no-namespaces, with what
+          mount)                               bounding set dropped, become it     needs no privilege: own keyring;
+    3     uid/gid 65534 in the namespace       no_new_privs                        as root the pool uid, else nobody
+                                                                                   (the zygote tried which it can
+                                                                                   become); no_new_privs
+    4     private /proc (or none)              pool: record the zygote's probe     (no probe)
+    5     tmpfs /tmp and home                  landlock: restrict_self to the      Landlock, same allowlist, where
+                                               allowlist (``nonamespace.enter``)   the kernel has it
     6     pivot into the allowlisted root
     7     no nested user namespaces
     8     own, empty session keyring
     9     drop every capability (and
           no_new_privs)
-    ====  ===================================  ==================================  ===============================
+    ====  ===================================  ==================================  ===================================
 
     Then, whatever the layer: close every descriptor but the channel and the standard streams;
     record the control group; die with the zygote (armed after the change of user, which clears
     it); chdir to the work folder; its environment; rlimits (``attnkit.policy.rlimits``); stdin
-    from /dev/null, stdout/stderr into a file and a bounded writer; no-namespaces only: the seccomp
-    filter (``nonamespace.finish``), last of all that may need a syscall it denies; our modules out
-    of ``sys.modules``. A new layer is one more branch below.
+    from /dev/null, stdout/stderr into a file and a bounded writer; without namespaces (isolated
+    or not): the seccomp filter (``nonamespace.finish``), last of all that may need a syscall it
+    denies; our modules out of ``sys.modules``. A new layer is one more branch below.
     """
     kind = "namespaces" if context.mode.namespaced else "no-namespaces" if context.mode.isolated else "unisolated"
     if kind == "namespaces":
@@ -102,13 +101,12 @@ def lock_down(context: SandboxContext) -> list[str]:
         context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
         context.obtained += nonamespace.enter(context.mode, context.workdir, context.settings.get("sandbox_uid"))
     else:
-        # Trusted notebooks only (--no-isolation, or a learner checking their own): the
-        # grader's own view of the machine, less root.
+        # Trusted notebooks only (--no-isolation, or a learner checking their own): no layer could
+        # be had, but whatever of the one without namespaces needs no privilege still applies
+        # (the zygote readied it: nonamespace._for_trusted_notebooks).
         context.obtained.append("unisolated")
-        leave_session_keyring()
         context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
-        _drop_root(context)
-        forbid_new_privileges()
+        context.obtained += nonamespace.enter(context.mode, context.workdir, context.settings.get("sandbox_uid"))
     _close_descriptors(context)
     _record_cgroup(context)
     die_with_parent()
@@ -117,8 +115,8 @@ def lock_down(context: SandboxContext) -> list[str]:
     _set_rlimits(context)
     _redirect_output(context)
     _hide_our_modules()
-    if kind == "no-namespaces":
-        context.obtained += nonamespace.finish()  # the seccomp filter, last of all
+    if kind != "namespaces":
+        context.obtained += nonamespace.finish(context.mode)  # the seccomp filter, last of all
     return context.obtained
 
 
@@ -154,13 +152,6 @@ def _own_keyring(context: SandboxContext) -> None:
 def _drop_capabilities(context: SandboxContext) -> None:
     drop_capabilities()
     context.obtained.append("no-capabilities")
-
-
-# -- the unisolated layer ---------------------------------------------------------------------------
-def _drop_root(context: SandboxContext) -> None:
-    if os.geteuid() == 0:
-        drop_to_nobody(context.workdir)
-        context.obtained.append("uid-nobody")
 
 
 # -- every layer ------------------------------------------------------------------------------------

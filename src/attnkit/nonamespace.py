@@ -13,6 +13,12 @@ refusal (see :func:`choose`):
   The probe's findings refuse the run, naming each path and the chmod that fixes it.
 
 Whatever the layer, the sandbox installs the seccomp filter last (:func:`enter`).
+
+Where neither layer can be had (kind "none"), the grader refuses untrusted notebooks; for trusted
+ones (``--no-isolation``) :func:`choose` still readies whatever of this layer needs no privilege
+(:func:`_for_trusted_notebooks`): Landlock with the same allowlist where the kernel has it, the
+seccomp filter, and as root an unprivileged uid (the pool's, else nobody). Such a sandbox is
+recorded as "unisolated", with what it still obtained.
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ import os
 from dataclasses import dataclass, field
 
 from attnkit import landlock, seccomp_filter, uid_pool
-from attnkit.isolation import Mode, allowlist, leave_session_keyring
+from attnkit.isolation import NOBODY, Mode, allowlist, drop_capabilities, host_root, leave_session_keyring
+from attnkit.policy import MAX_PATHS_CHECKED
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
-MAX_PATHS_CHECKED = 200_000  # the probe's walk of the hidden trees stops there (and says so)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -44,34 +50,68 @@ class Layer:
 
     read_only: list[str] = field(default_factory=list)
     block: uid_pool.UidBlock | None = None
+    fixed_uid: int | None = None  # kind "none" as root without a usable block: every sandbox's uid (nobody)
+
+    def uid(self, sandbox_number: int) -> int | None:
+        """The host uid sandbox number ``sandbox_number`` becomes (None: it keeps the grader's)."""
+        return self.block.uid(sandbox_number) if self.block is not None else self.fixed_uid
 
 
 def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
     """In the zygote, after its imports, when ``mode`` holds no namespaces: the best layer the
-    OS gives (``mode`` unchanged, kind "none", when there is none; ``why`` then tells all)."""
+    OS gives (kind "none", when there is none; ``why`` then tells all, and the mode carries what
+    ``--no-isolation``'s sandboxes still get: :func:`_for_trusted_notebooks`)."""
     layer = Layer(read_only=allowlist(hide))
     seccomp_filter.compiled()  # built here once; each sandbox only loads it
-    root = os.geteuid() == 0
+    # Root of the host only: root of a user namespace the zygote could not finish owns no pool.
+    root = host_root()
+    abi = landlock.abi_version()
     if root:
         try:
             layer.block = uid_pool.claim()
         except OSError as error:
-            return Mode("none", f"{mode.why}; uid pool: {error}"), layer
+            return _for_trusted_notebooks(Mode("none", f"{mode.why}; uid pool: {error}"), layer, abi)
     sandbox_user = "pool" if root else "grader"
     if layer.block is not None:
         unreadable = unreadable_trees(layer.block.uid(0), layer.read_only)
         if unreadable:  # e.g. a pyenv under /root (mode 700): the pool uid could not even start Python
-            return Mode("none", f"{mode.why}; the sandbox's uid {layer.block.uid(0)} cannot read the Python trees: "
-                                f"{', '.join(unreadable)} (install Python outside root's home, or chmod o+x each folder above them)"), layer
-    abi = landlock.abi_version()
+            return _for_trusted_notebooks(Mode("none", f"{mode.why}; the sandbox's uid {layer.block.uid(0)} cannot read the Python trees: "
+                                                       f"{', '.join(unreadable)} (install Python outside root's home, or chmod o+x each folder above them)"),
+                                          layer, abi)
     if abi >= 1:
         return Mode("landlock", mode.why, sandbox_host_uid=sandbox_user, visible=layer.read_only, landlock_abi=abi), layer
     if not root:
-        return Mode("none", f"{mode.why}; landlock: not available"), layer
+        return _for_trusted_notebooks(Mode("none", f"{mode.why}; landlock: not available"), layer, abi)
     exposed = probe(layer.block.uid(0), hide, layer.read_only)  # type: ignore[union-attr]
     if exposed:
-        return Mode("none", f"{mode.why}; landlock: not available", exposed=[e.__dict__ for e in exposed]), layer
+        return _for_trusted_notebooks(Mode("none", f"{mode.why}; landlock: not available", exposed=[e.__dict__ for e in exposed]), layer, abi)
     return Mode("pool", mode.why, sandbox_host_uid="pool", visible=layer.read_only), layer
+
+
+def _for_trusted_notebooks(mode: Mode, layer: Layer, abi: int) -> tuple[Mode, Layer]:
+    """Kind "none": untrusted notebooks are refused, but ``--no-isolation``'s sandboxes still get
+    what of this layer needs no privilege: Landlock with the same allowlist (``abi`` >= 1), the
+    seccomp filter, and as root an unprivileged uid: the pool's where it can be become, else
+    nobody; where neither can be (root of a user namespace that could not be finished), the
+    grader's own uid with no capability."""
+    mode.visible, mode.landlock_abi = layer.read_only, max(abi, 0)
+    if os.geteuid() != 0:
+        mode.sandbox_host_uid = "grader"
+        return mode, layer
+    if layer.block is not None and _can_become(layer.block.uid(0)):
+        mode.sandbox_host_uid = "pool"
+        return mode, layer
+    layer.block = None
+    if _can_become(NOBODY):
+        mode.sandbox_host_uid, layer.fixed_uid = "nobody", NOBODY
+    else:
+        mode.sandbox_host_uid = "grader"
+    return mode, layer
+
+
+def _can_become(uid: int) -> bool:
+    """Whether a child of ours can become ``uid`` (a uid this user namespace does not map cannot)."""
+    return not any(line.startswith("error\t") for line in _access_as(uid, [], ()))
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -159,8 +199,9 @@ def _drop_bounding_set() -> None:
 
 
 def enter(mode: Mode, workdir: str, uid: int | None) -> list[str]:
-    """In a fresh sandbox of this layer (forked, single-threaded): become the pool uid (as root),
-    then Landlock where the mode has it. The seccomp filter comes last, from ``finish``."""
+    """In a fresh sandbox of this layer, or of kind "none" (``--no-isolation``), forked and
+    single-threaded: become ``uid`` (as root: the pool's, or nobody), then Landlock where the mode
+    has it. The seccomp filter comes last, from ``finish``."""
     obtained: list[str] = []
     if leave_session_keyring():
         obtained.append("own-keyring")
@@ -171,18 +212,33 @@ def enter(mode: Mode, workdir: str, uid: int | None) -> list[str]:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # all ids non-zero: the kernel clears every capability
-        obtained += ["uid-pool", "no-capabilities"]
-    elif os.geteuid() != 0:
+        obtained += [f"uid-{mode.sandbox_host_uid}", "no-capabilities"]
+    elif os.geteuid() == 0:  # root of a user namespace the zygote could not finish: no uid to become
+        drop_capabilities()
+        obtained.append("no-capabilities")
+    else:
         obtained.append("no-capabilities")  # the grader's own uid, which holds none
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs")
     if mode.kind == "pool":
         obtained.append("probe-passed")  # by the zygote, before it answered ready (choose)
+    allow = landlock.Allowlist(read_only=tuple(mode.visible), read_write=(workdir,))
     if mode.kind == "landlock":
-        obtained += landlock.restrict_self(landlock.Allowlist(read_only=tuple(mode.visible), read_write=(workdir,)), mode.landlock_abi)
+        obtained += landlock.restrict_self(allow, mode.landlock_abi)
+    elif not mode.isolated and mode.landlock_abi >= 1:
+        try:  # trusted notebooks: as much as the kernel gives, and never a sandbox that fails to start
+            obtained += landlock.restrict_self(allow, mode.landlock_abi)
+        except OSError:
+            pass
     return obtained
 
 
-def finish() -> list[str]:
-    """The sandbox's last lock-down step, whatever its layer: the seccomp filter."""
-    return seccomp_filter.install()
+def finish(mode: Mode) -> list[str]:
+    """The sandbox's last lock-down step, whatever its layer: the seccomp filter (kind "none":
+    where the kernel takes it)."""
+    if mode.isolated:
+        return seccomp_filter.install()
+    try:
+        return seccomp_filter.install()
+    except OSError:
+        return []

@@ -40,6 +40,16 @@ OUTPUT_LIMIT = 20_000
 # Each of an isolated sandbox's scratch folders (/tmp and its home): a tmpfs, and so memory.
 SCRATCH_SIZE = "64m"
 
+# As root without namespaces, the pool of sandbox uids (``attnkit.uid_pool``): far above any uid
+# a distribution gives out (useradd stops at 60000; systemd's dynamic users are 61184-65519;
+# container runtimes map subordinate ids from 100000 in 65536 steps).
+POOL_BASE = 2_000_000
+UIDS_PER_ZYGOTE = 4  # the sandbox being graded, the one forked ahead, and slack for one being reaped
+MAX_ZYGOTES = 1024
+# The probe of the hidden trees under the pool uid (``attnkit.nonamespace.probe``): its walk
+# stops there (and says so).
+MAX_PATHS_CHECKED = 200_000
+
 
 @dataclass
 class Limits:

@@ -15,11 +15,8 @@ import fcntl
 import os
 from dataclasses import dataclass
 
-# Far above any uid a distribution gives out (useradd stops at 60000; systemd's dynamic users
-# are 61184-65519; container runtimes map subordinate ids from 100000 in 65536 steps).
-POOL_BASE = 2_000_000
-UIDS_PER_ZYGOTE = 4  # the sandbox being graded, the one forked ahead, and slack for one being reaped
-MAX_ZYGOTES = 1024
+from attnkit.policy import MAX_ZYGOTES, POOL_BASE, UIDS_PER_ZYGOTE
+
 LOCK_DIR = "/run/attnkit-uids"
 
 

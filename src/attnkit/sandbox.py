@@ -656,6 +656,9 @@ class Submission:
         ``batch_frame(requests)``, when the caller keeps it for many submissions."""
         if not requests or self._refusal() is not None:
             return []
+        self._forget_swaps(None)  # asked at open, before any swap; but never of a swapped sandbox
+        if self._refusal() is not None:
+            return []
         left = self.limits.submission_seconds - self.seconds_used
         replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds,
                                        frame=frame, budget=left)

@@ -303,3 +303,45 @@ def test_planning_records_the_calls_between_the_notebooks_functions():
     record_inner_calls(backend.namespace, ["inner", "outer"], sink)
     backend.call("outer", (torch.ones(2),), {})
     assert [name for name, _wire in sink] == ["outer", "inner"]
+
+
+QUITTER = """
+import os
+
+
+def helper(x):
+    raise NotImplementedError()
+
+
+def quitter(x):
+    if helper(x) == 0:
+        os._exit(3)
+    return helper(x) + 1
+"""
+
+
+def test_an_exit_in_a_swapped_call_crashes_that_call_only_and_costs_no_restart() -> None:
+    """Swapped calls run in the sandbox itself: does a student's exit inside one crash only that
+    call, charge no restart (as when a swap fork died), and leave later swapped calls (now in a
+    fork) and plain calls working, in a replaced sandbox?"""
+    from attnkit.notebook import CodeCell
+    from attnkit.policy import Limits
+    from attnkit.sandbox import CRASHED, Submission, Zygote
+
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, QUITTER)], Limits())
+    try:
+        session.start()
+        assert session.call_with("quitter", (4,), {}, {"helper": lambda x: x}).value == 5
+        died = session.call_with("quitter", (0,), {}, {"helper": lambda x: x})
+        assert died.error_type == CRASHED, died
+        assert session.restarts == 0
+        for _ in range(3):  # each exit now ends a fork, never the sandbox
+            assert session.call_with("quitter", (0,), {}, {"helper": lambda x: x}).error_type == CRASHED
+        assert session.call_with("quitter", (6,), {}, {"helper": lambda x: x}).value == 7
+        plain = session.call("helper", (1,), {})
+        assert plain.error_type == "NotImplementedError", plain
+        assert session.restarts == 0 and session.replaced_after_swaps == 1
+    finally:
+        session.close()
+        zygote.close()

@@ -59,6 +59,7 @@ class CallWithRequest(TypedDict):
     args: list[Any]
     kwargs: dict[str, Any]
     substitutes: list[str]  # sorted
+    in_place: NotRequired[bool]  # bind them in the sandbox itself, not in a throwaway fork
 
 
 class SwapBeginRequest(TypedDict):
@@ -101,6 +102,13 @@ def call_with(name: str, args: tuple | list, kwargs: dict[str, Any], substitutes
     """Call ``name`` with each of ``substitutes`` bound, for this call only, to a stand-in that asks
     the trusted side for the reference's result (:data:`CALLBACK` frames)."""
     return {"op": CALL_WITH, "name": name, "args": list(args), "kwargs": kwargs, "substitutes": sorted(substitutes)}
+
+
+def in_place(request: CallWithRequest) -> CallWithRequest:
+    """``request`` (a :func:`call_with`'s) to run in the sandbox itself, the stand-ins bound for the
+    call only and restored after: only for a sandbox the grader replaces before any other use
+    (``Submission._forget_swaps``)."""
+    return {**request, "in_place": True}
 
 
 def plain_call(request: Mapping[str, Any]) -> dict[str, Any]:

@@ -263,6 +263,9 @@ class Submission:
     # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
     _swaps: dict[frozenset, socket.socket] = field(default_factory=dict)
     _swap_refused: bool = False
+    # Swapped calls run in the sandbox itself (the stand-ins bound for the call only) until one
+    # of them kills it; then in swap sessions. See ``call_with``.
+    _swap_in_place: bool = True
     # The substituted names whose calls this sandbox (or a fork of it) has run, if any: until it
     # is replaced it answers nothing else (``_forget_swaps``).
     _swapped_by: frozenset | None = None
@@ -482,16 +485,19 @@ class Submission:
 
     def call_with(self, name: str, args: tuple, kwargs: dict, substitutes: dict[str, Any]) -> Outcome:
         """``call`` with each name in ``substitutes`` standing, inside the sandbox, for the
-        trusted function given here: the call runs in a throwaway fork of the sandbox whose
-        stand-ins send ``callback`` frames, answered here with the trusted function's result
-        (callbacks are honoured only while a request is open).
+        trusted function given here: the stand-ins send ``callback`` frames, answered here with
+        the trusted function's result (callbacks are honoured only while a request is open).
 
-        The fork is a *swap session*: forked at the first call with these names, it serves every
-        later call with the same names (the re-runs of the swapped tests and their diagnosis
-        probes) on a channel of its own, while the sandbox itself goes on answering the calls that
-        are not swapped; it ends with the submission. Nothing of a swapped call ever reaches the
-        sandbox, so no call of the student's own functions can reuse the reference. Where the
-        sandbox cannot fork, each call runs with the names bound in place and restored after."""
+        The call runs in the sandbox itself, the names bound for that call only and restored
+        after: a swapped call needs the student's own state. What the student's code keeps of the
+        reference there (the stand-in, its results) never reaches an unswapped answer, because a
+        sandbox that has run swapped calls answers nothing else: before a plain call, a read or
+        a call swapping other names it is replaced by a fresh one (``_forget_swaps``). The
+        plugin defers swapped re-runs until a submission's plain tests are done, so that is rare.
+        Once a swapped call has ended the sandbox (the student's exit, a crash), later ones run in
+        a *swap session* instead, a fork of the sandbox serving every call with these names on a
+        channel of its own, so that dying costs a fork, not a new sandbox; where it cannot fork,
+        each call runs in a throwaway fork of its own (``call_with_substitutes``)."""
         return self._ask(operations.call_with(name, args, kwargs, substitutes), name, substitutes, swap=frozenset(substitutes))
 
     def _open_swap(self, names: frozenset) -> bool:
@@ -548,21 +554,42 @@ class Submission:
         refused = self._refusal()
         if refused is not None:
             return refused
+        in_place = False
         try:
             self._forget_swaps(swap)
             refused = self._refusal()
             if refused is not None:
                 return refused
+            in_place = swap is not None and self._swap_in_place
             if swap is not None:
-                self._swapped_by = swap  # from the fork's start (or the names bound in place)
-            if swap is not None and self._open_swap(swap):
+                self._swapped_by = swap  # from the first swapped call (in place or in a fork)
+            if in_place:
+                message = operations.in_place(message)
+                swap = None
+            elif swap is not None and self._open_swap(swap):
                 message = operations.plain_call(message)
             else:
                 swap = None
             reply = self._request(message, self.limits.call_seconds, substitutes, swap)
-        except (TimeoutError, SandboxDied) as error:
-            return self._call_failed(name, hung=isinstance(error, TimeoutError))
+        except SandboxDied:
+            if in_place:
+                return self._swapped_call_died()
+            return self._call_failed(name, hung=False)
+        except TimeoutError:
+            return self._call_failed(name, hung=True)
         return self._outcome(reply, name)
+
+    def _swapped_call_died(self) -> Outcome:
+        """A swapped call run in place ended the sandbox (the student's exit, a crash): as when
+        a swap session's fork dies, the call crashed and nothing is charged as a restart. The
+        sandbox is replaced, as after any swapped call, and this submission's later swapped calls
+        run in swap sessions, so a notebook that exits in each costs a fork, not a new sandbox."""
+        used = self.seconds_used
+        self._swap_in_place = False
+        self.close()
+        self._reboot()
+        self.seconds_used = used
+        return Outcome(value=None, error_type=CRASHED, message=_("调用时进程意外退出"))
 
     def _refusal(self) -> Outcome | None:
         """Why no more calls run, if none will: given up, or over the submission's time budget
@@ -628,6 +655,9 @@ class Submission:
         the requests after it are not answered (the caller asks them one by one). ``frame``:
         ``batch_frame(requests)``, when the caller keeps it for many submissions."""
         if not requests or self._refusal() is not None:
+            return []
+        self._forget_swaps(None)  # asked at open, before any swap; but never of a swapped sandbox
+        if self._refusal() is not None:
             return []
         left = self.limits.submission_seconds - self.seconds_used
         replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds,

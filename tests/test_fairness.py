@@ -13,9 +13,9 @@ import torch
 from attnkit import plugin as plugin_module
 from attnkit.plugin import GradingPlugin
 
-from contract import CH19  # noqa: E402
-from fair_submissions import FAIRNESS  # noqa: E402
-from test_autograder import SourceProvider  # noqa: E402
+from contract import CH19
+from fair_submissions import FAIRNESS
+from test_autograder import SourceProvider
 
 catalogue = CH19.catalogue()
 REFERENCE = catalogue.reference_source()

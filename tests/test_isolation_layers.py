@@ -33,7 +33,7 @@ def in_child(body: Callable[[], dict]) -> dict:
         os.close(read_end)
         try:
             answer = body()
-        except BaseException as error:  # noqa: BLE001 - the child reports whatever happened
+        except BaseException as error:  # the child reports whatever happened
             answer = {"raised": f"{type(error).__name__}: {error}"}
         os.write(write_end, json.dumps(answer).encode())
         os._exit(0)

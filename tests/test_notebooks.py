@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
-from contract import GRADE_POINTS  # noqa: E402
+from contract import GRADE_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"

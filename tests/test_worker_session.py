@@ -19,7 +19,7 @@ from attnkit.sandbox import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from contract import CH19, comparable, write_submission  # noqa: E402
+from contract import CH19, comparable, write_submission
 
 CATALOGUE = CH19.catalogue()
 STUDENTS = {

@@ -56,10 +56,10 @@ def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: Inter
             raise IsolationError(0, "the zygote could not set up this sandbox")
         sandbox.isolation = lock_down(SandboxContext(mode, byte == b"1", channel.fileno(), settings, sandbox.output))
         sandbox.serve()
-    except BaseException as error:  # noqa: BLE001 - report set-up failures, then die quietly
+    except BaseException as error:  # report set-up failures, then die quietly
         try:
             protocol.send(channel, {"ready": False, "error": f"{type(error).__name__}: {error}"})
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             pass
     finally:
         os._exit(0)

@@ -199,7 +199,7 @@ def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes
         target.mkdir(parents=True, exist_ok=True)
         atomic_write(target / name, nbformat.writes(nb))
         return
-    except Exception:  # noqa: BLE001 - unreadable or broken notebooks are saved as nbgrader does below
+    except Exception:  # unreadable or broken notebooks are saved as nbgrader does below
         pass
     # Not a notebook nbgrader can read (invalid JSON, missing, broken metadata): like nbgrader's
     # "No submitted file", every cell is settled automatically; attnkit's scores still count.

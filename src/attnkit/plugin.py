@@ -448,7 +448,7 @@ class GradingPlugin:
                     submission_id, opened = current, None
                     try:
                         opened = self.open(current)
-                    except Exception as error:  # noqa: BLE001 - pytest too fails each test's setup with it
+                    except Exception as error:  # pytest too fails each test's setup with it
                         opened = error
                 if isinstance(opened, BaseException):
                     self.record(item, current, failure_message(opened), diagnose=False, error=opened)
@@ -507,7 +507,7 @@ class GradingPlugin:
             return _SKIPPED
         except (KeyboardInterrupt, pytest.exit.Exception):
             raise
-        except BaseException as failure:  # noqa: BLE001 - a failed test (pytest.fail included)
+        except BaseException as failure:  # a failed test (pytest.fail included)
             return failure
         finally:
             next(hooks, None)

@@ -284,7 +284,7 @@ class LocalBackend:
         for cell in cells:
             try:
                 exec(compile(cell, filename, "exec"), namespace)
-            except Exception:  # noqa: BLE001 - see the docstring
+            except Exception:  # see the docstring
                 pass
         return cls(namespace)
 

@@ -124,7 +124,7 @@ def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
         if len(lines) > 1:
             text = "".join(lines)
             try:
-                tree = compile(text, "<cell>", "exec", compiler.flags | ast.PyCF_ONLY_AST, 1)
+                tree = compile(text, "<cell>", "exec", compiler.flags | ast.PyCF_ONLY_AST, dont_inherit=True)
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 pass
             else:

@@ -525,10 +525,10 @@ def grade_jobs(
         feed(start_worker())
     try:
         while remaining and pool:
-            for outbox in multiprocessing.connection.wait(list(pool), timeout=0.5):
-                worker = pool[outbox]
+            for ready in multiprocessing.connection.wait(list(pool), timeout=0.5):
+                worker = pool[ready]
                 try:
-                    message = outbox.recv()
+                    message = worker.outbox.recv()
                 except (EOFError, OSError):
                     bury(worker, "")
                     continue

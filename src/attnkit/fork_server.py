@@ -271,7 +271,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
     # The release notebooks' cells (public: the students' own starting point), compiled once here.
     for source in config.get("cells", []):
-        shell.prepare_cell(str(source))
+        shell.prepare_cell(str(source))  # type: ignore[attr-defined]  # added by attnkit.cells (fast path)
     # The grader's language, its catalogue compiled now: the project's files are out of view after
     # _isolate, and every sandbox forked from here inherits it in memory.
     i18n.set_language(config.get("lang"), export=False)
@@ -301,7 +301,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 1)
         except OSError:
-            message = b""
+            message, fds = b"", []
         if not message:
             # The grader is done. Nothing here needs flushing, and an orderly interpreter exit
             # (torch, IPython, matplotlib) costs about half a second per worker.

@@ -19,7 +19,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock browser grade test lint release check student-zip bench gradescope clean
+.PHONY: help install lock browser grade test test-fast lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -85,6 +85,11 @@ grade: $(STAMP)
 
 test: $(DEV_STAMP) browser lint
 	$(BIN)/python -m pytest -q tests
+
+# The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run
+# real kernels, or need Chromium (CONTRIBUTING.md says how long it takes).
+test-fast: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not e2e and not browser" tests
 
 release: $(STAMP)
 	$(BIN)/python -m attnkit.release

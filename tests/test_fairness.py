@@ -180,6 +180,7 @@ def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
     return tmp_path / "out" / "students"
 
 
+@pytest.mark.e2e
 def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     """A helper defined only in a skip-grading demo cell is missing at grading time: the page says
     why (skip-grading cells do not run), never that every cell runs."""
@@ -204,6 +205,7 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     assert "PyTorch 的原始信息" not in text
 
 
+@pytest.mark.e2e
 def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_path):
     """An experiment cell near the end defines scaled_attention again (a scale forgotten): is that
     last definition the one graded, as Jupyter's "Run All" leaves it, and do results.json and the
@@ -234,6 +236,7 @@ def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_pat
 
 
 @pytest.mark.parametrize("case", ["full_width_paren", "skipped_definition"])
+@pytest.mark.e2e
 def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, case):
     """scaled_attention's answer cell has a full-width parenthesis (a SyntaxError), or the only
     definition sits in a skip-grading cell: does each failed test's message point at that cell

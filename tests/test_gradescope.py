@@ -104,6 +104,7 @@ def test_bundle_is_reproducible(bundle: Path, tmp_path: Path) -> None:
     assert build_bundle(tmp_path / "again.zip").read_bytes() == bundle.read_bytes()
 
 
+@pytest.mark.e2e
 def test_solution_gets_full_marks(autograder_root: Path) -> None:
     results = run_autograder(autograder_root, {"attention.ipynb": SOLUTION})
     assert results["max_score"] > 0
@@ -114,6 +115,8 @@ def test_solution_gets_full_marks(autograder_root: Path) -> None:
 
 
 @pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
+@pytest.mark.root
+@pytest.mark.e2e
 def test_solution_gets_full_marks_isolated_in_docker_default(autograder_root: Path, landlock: bool) -> None:
     """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
     capabilities (tests/settings.py), without ATTNKIT_NO_ISOLATION. The solution scores full marks in
@@ -142,6 +145,7 @@ def test_solution_gets_full_marks_isolated_in_docker_default(autograder_root: Pa
     assert isolation_level(obtained) == "isolated", obtained
 
 
+@pytest.mark.e2e
 def test_release_gets_zero(autograder_root: Path) -> None:
     # Nested in a folder, as when a student uploads a zip of the assignment folder.
     results = run_autograder(autograder_root, {"ch19-attention/attention.ipynb": RELEASE})
@@ -150,6 +154,7 @@ def test_release_gets_zero(autograder_root: Path) -> None:
     assert "总分 0/" in results["output"]
 
 
+@pytest.mark.e2e
 def test_no_notebook_is_graded_zero_with_a_reason(autograder_root: Path, tmp_path: Path) -> None:
     readme = tmp_path / "notes.txt"
     readme.write_text("我忘了上传笔记本", encoding="utf-8")

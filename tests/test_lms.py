@@ -100,6 +100,7 @@ def test_every_file_not_placed_is_reported_and_the_exit_code_says_so(collected: 
     assert not list(collected["submitted"].parent.parent.glob("**/evil*"))
 
 
+@pytest.mark.e2e
 def test_the_collected_class_grades(collected: dict, tmp_path: Path) -> None:
     out = tmp_path / "graded"
     run = attnkit("grade", "--submitted", str(collected["submitted"]), "--out", str(out), "--jobs", "2", "--quiet")

@@ -24,6 +24,8 @@ import pytest
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
 from settings import DOCKER_CAPABILITY_MASK, docker_default, userns_without_mount
 
+pytestmark = pytest.mark.root
+
 if not sys.platform.startswith("linux") or os.geteuid() != 0 or sys.maxsize < 2**32:
     pytest.skip("loads seccomp filters and creates a user: needs root on 64-bit Linux (CI runs as root)", allow_module_level=True)
 pytest.importorskip("pyseccomp")

@@ -143,6 +143,7 @@ def test_outside_the_harness_the_probe_sees_the_opposite(ta_user: pwd.struct_pas
     assert as_ta["userns_then_mount"]["mount"] == "ok" and as_ta["userns_then_mount"]["pivot_root"] != EPERM
 
 
+@pytest.mark.e2e
 def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
     """`attnkit grade` as root under Docker's default profile with Landlock denied (Docker 20.10's
     profile). Before the no-namespace layer it refused with advice that misleads there (root and a

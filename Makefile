@@ -19,11 +19,13 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock browser grade test lint release check student-zip bench gradescope clean
+.PHONY: help install lock browser grade test test-fast lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
-	@echo "make test                                   lint (ruff), then run the whole test suite"
+	@echo "make test                                   lint (ruff, mypy), then run the whole test suite"
+	@echo "make test-fast                              the suite without slow, e2e and browser tests (the inner loop)"
+	@echo "make lint                                   ruff, then mypy"
 	@echo "make release                                regenerate assignments/ from solutions/"
 	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
@@ -58,14 +60,16 @@ lock: $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv pip compile --quiet --universal --python-version 3.11 pyproject.toml --extra dev -o requirements.lock
 
-# The developer tools `make test` needs beyond the grader's own (the linter).
+# The developer tools `make lint` and `make test` need beyond the grader's own (ruff, mypy).
 DEV_STAMP := $(VENV)/.dev-installed
 $(DEV_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev]"
 	touch $(DEV_STAMP)
 
+# ruff, then mypy (its files and strictness are pyproject's [tool.mypy]).
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests tools autograder examples
+	$(BIN)/mypy
 
 # The feedback-page test looks at the page in a real browser: Debian's Chromium and CJK fonts.
 browser:
@@ -81,6 +85,11 @@ grade: $(STAMP)
 
 test: $(DEV_STAMP) browser lint
 	$(BIN)/python -m pytest -q tests
+
+# The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run
+# real kernels, or need Chromium (CONTRIBUTING.md says how long it takes).
+test-fast: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not e2e and not browser" tests
 
 release: $(STAMP)
 	$(BIN)/python -m attnkit.release

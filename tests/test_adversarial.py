@@ -40,6 +40,8 @@ from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, Student, cell_source, l
 from attacks import cells as C
 from attnkit.policy import DEFAULT_MAX_PROCESSES
 
+pytestmark = pytest.mark.e2e
+
 if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox's isolation (namespaces, /proc, rlimits) is Linux-only", allow_module_level=True)
 

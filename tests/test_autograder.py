@@ -24,10 +24,11 @@ SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipyn
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
 RELEASE = ROOT / "assignments" / "ch19-attention" / "attention.ipynb"
 
-from contract import CH19, GRADE_POINTS  # noqa: E402
-from wrong_submissions import UNCATALOGUED  # noqa: E402
+from contract import CH19, GRADE_POINTS
+from wrong_submissions import UNCATALOGUED
 
-# The mistake ids results.json promises (design.md); the catalogue may add more.
+# The mistake ids results.json promises (the catalogue-id contract; this set is where the repository
+# states it): a course may rely on them, so none may go. The catalogue may add more.
 DESIGN_IDS = {
     "no_scale", "scale_by_dk", "softmax_wrong_axis", "mask_by_multiplying", "mask_after_softmax",
     "mask_inverted", "mask_not_applied", "no_empty_row_error", "causal_excludes_diagonal",
@@ -513,7 +514,7 @@ def test_solution_notebook_scores_100_and_release_notebook_0(autograder_results)
 
 
 def test_points_per_grade_cell_match_the_contract(autograder_results):
-    """Do the hidden tests' points, summed per grade_id, equal the fixed table (total 100)?"""
+    """Do the hidden tests' points, summed per grade_id, equal the grade cells' points of the source notebook (total 100)?"""
     points: dict[str, float] = defaultdict(float)
     for result in autograder_results["reference"]:
         points[result.grade_id] += result.max_score
@@ -523,7 +524,7 @@ def test_points_per_grade_cell_match_the_contract(autograder_results):
 
 @pytest.mark.skipif(not SOLUTION_NOTEBOOKS, reason="no solution notebook yet")
 def test_points_match_the_notebooks_grade_cells():
-    """Does every grade cell of the table exist in the solution notebook with the same points?"""
+    """Does every grade cell the engine reads (``GRADE_POINTS``) appear exactly once in the solution notebooks, with the same points?"""
     found: dict[str, float] = {}
     for path in SOLUTION_NOTEBOOKS:
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
@@ -535,7 +536,7 @@ def test_points_match_the_notebooks_grade_cells():
 
 
 def test_catalogue_covers_the_design_ids_and_each_mistake_replaces_one_function():
-    """Does the catalogue hold every id of design.md, each mistake defining exactly the one function it names?"""
+    """Does the catalogue hold every contracted mistake id, each mistake defining exactly the one function it names?"""
     ids = [mistake.id for mistake in catalogue.MISTAKES]
     assert len(ids) == len(set(ids))
     assert DESIGN_IDS <= set(ids)
@@ -654,7 +655,7 @@ def test_a_stashed_reference_gains_nothing(autograder_results):
     (and the answers it got through it) score no more than the same mistake without the trick?"""
     stasher, plain = autograder_results["stasher"], autograder_results["mistake_softmax_wrong_axis"]
     assert score(stasher) <= score(plain), summary(stasher)
-    own = lambda results: {r.nodeid: r.status for r in results if "scaled_attention" in r.functions}  # noqa: E731
+    own = lambda results: {r.nodeid: r.status for r in results if "scaled_attention" in r.functions}
     assert own(stasher) == own(plain)
 
 
@@ -766,7 +767,7 @@ def run_visible_cells(mistake_source: str = "") -> dict[str, str]:
         name = cell["metadata"].get("nbgrader", {}).get("grade_id") or source.splitlines()[0]
         try:
             exec(compile(source, "<cell>", "exec"), namespace)
-        except Exception as error:  # noqa: BLE001 - a failing visible check is what we look for
+        except Exception as error:  # a failing visible check is what we look for
             failed[name] = type(error).__name__
         if mistake_source and cell["metadata"].get("nbgrader", {}).get("solution") and index <= last_solution:
             exec(compile(mistake_source, "<mistake>", "exec"), namespace)

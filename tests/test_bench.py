@@ -31,6 +31,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complete
     return result, json.loads(figures.read_text(encoding="utf-8"))
 
 
+@pytest.mark.e2e
 def test_prints_the_ratio_and_per_submission_figures(quick: tuple[subprocess.CompletedProcess, dict]) -> None:
     out = quick[0].stdout
     assert "ratio (nbgrader ÷ attnkit" in out
@@ -43,6 +44,7 @@ def test_prints_the_ratio_and_per_submission_figures(quick: tuple[subprocess.Com
     assert out.count("PASS") + out.count("MISS") == 4
 
 
+@pytest.mark.e2e
 def test_figures(quick: tuple[subprocess.CompletedProcess, dict]) -> None:
     figures = quick[1]
     assert set(figures["attnkit"]) == {"10", "20"}
@@ -95,6 +97,7 @@ def test_nbgrader_log_parsing() -> None:
     assert [round(d, 3) for d in nbgrader_durations(log)] == [5.594, 5.419]
 
 
+@pytest.mark.e2e
 def test_the_profiler_reports_every_phase(tmp_path: Path) -> None:
     """Does ``tools/profile_grading.py`` grade a small synthetic class and print the worker's CPU
     by phase, the sandboxes' CPU and the single requests?"""

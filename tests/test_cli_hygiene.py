@@ -48,6 +48,7 @@ def test_version_and_python_m() -> None:
 
 
 @pytest.mark.parametrize("entry", ["script", "-m attnkit", "-m attnkit.cli"])
+@pytest.mark.e2e
 def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: str) -> None:
     """However `attnkit grade` is started: is there one seed, started by the command itself, whose
     children are the only zygotes (no worker imports torch for a zygote of its own), and is every
@@ -83,6 +84,7 @@ def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: st
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in [*seeds, *zygotes])
 
 
+@pytest.mark.e2e
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -102,6 +104,7 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:
     assert "xiaolin/ch19-attention：100/100" in again.stderr
 
 
+@pytest.mark.e2e
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     submitted = tmp_path / "submitted"
     count = 8
@@ -136,12 +139,14 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
+@pytest.mark.e2e
 def test_merge_refuses_a_missing_folder(shards: Path) -> None:
     run = attnkit("merge", str(shards / "shard1"), str(shards / "nowhere"), "--out", str(shards / "merged"))
     assert run.returncode != 0 and "nowhere" in run.stderr
     assert not (shards / "merged" / "grades.csv").exists()
 
 
+@pytest.mark.e2e
 def test_merge_refuses_an_incomplete_shard_set(shards: Path) -> None:
     run = attnkit("merge", str(shards / "shard1"), str(shards / "shard3"), "--out", str(shards / "merged"))
     assert run.returncode != 0 and "2/3" in run.stderr, run.stderr
@@ -167,6 +172,7 @@ def test_gradescope_visibility_is_configurable(tmp_path: Path) -> None:
     assert 'ATTNKIT_VISIBILITY="${ATTNKIT_VISIBILITY:-after_published}"' in (ROOT / "gradescope" / "run_autograder").read_text()
 
 
+@pytest.mark.e2e
 def test_a_killed_runs_leftovers_are_repaired(tmp_path: Path) -> None:
     """A run killed between writing results.json and feedback.html leaves a temporary and no page;
     the next run (holding the lock) removes the one and writes the other, regrading nothing."""

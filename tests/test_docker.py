@@ -38,7 +38,7 @@ from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, load, with_cells, write
 if not sys.platform.startswith("linux") or os.geteuid() != 0:
     pytest.skip("starts a Docker daemon: needs root on Linux (CI runs as root)", allow_module_level=True)
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.root, pytest.mark.e2e]
 
 CACHE = Path.home() / ".cache" / "attnkit-tests"
 ROOTFS_TAR = CACHE / "bookworm-minbase.tar"

@@ -16,6 +16,8 @@ import pytest
 
 from contract import code_cell
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PERFECT = ROOT / "examples" / "submitted" / "xiaolin" / "ch19-attention" / "attention.ipynb"

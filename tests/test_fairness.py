@@ -13,9 +13,9 @@ import torch
 from attnkit import plugin as plugin_module
 from attnkit.plugin import GradingPlugin
 
-from contract import CH19  # noqa: E402
-from fair_submissions import FAIRNESS  # noqa: E402
-from test_autograder import SourceProvider  # noqa: E402
+from contract import CH19
+from fair_submissions import FAIRNESS
+from test_autograder import SourceProvider
 
 catalogue = CH19.catalogue()
 REFERENCE = catalogue.reference_source()
@@ -201,6 +201,7 @@ def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
     return tmp_path / "out" / "students"
 
 
+@pytest.mark.e2e
 def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     """A helper defined only in a skip-grading demo cell is missing at grading time: the page says
     why (skip-grading cells do not run), never that every cell runs."""
@@ -225,6 +226,7 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     assert "PyTorch 的原始信息" not in text
 
 
+@pytest.mark.e2e
 def test_a_failed_import_says_on_the_page_and_in_the_tests_what_grading_has(tmp_path):
     """merge_heads' cell imports einops, which grading does not have: do the failed-cells table and
     the message of every test that misses merge_heads say what is installed for grading, not only
@@ -243,6 +245,7 @@ def test_a_failed_import_says_on_the_page_and_in_the_tests_what_grading_has(tmp_
     assert missing and all(installed in t["output"] for t in missing), [(t["name"], t["output"][:300]) for t in missing]
 
 
+@pytest.mark.e2e
 def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_path):
     """An experiment cell near the end defines scaled_attention again (a scale forgotten): is that
     last definition the one graded, as Jupyter's "Run All" leaves it, and do results.json and the
@@ -273,6 +276,7 @@ def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_pat
 
 
 @pytest.mark.parametrize("case", ["full_width_paren", "skipped_definition"])
+@pytest.mark.e2e
 def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, case):
     """scaled_attention's answer cell has a full-width parenthesis (a SyntaxError), or the only
     definition sits in a skip-grading cell: does each failed test's message point at that cell

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from attnkit.notebook import CodeCell
 from attnkit.sandbox import Submission, Zygote
 
@@ -38,6 +40,7 @@ run()
 """
 
 
+@pytest.mark.e2e
 def test_the_grade_command_forks_its_workers_with_one_thread(tmp_path: Path) -> None:
     spy = tmp_path / "forks.json"
     env = {**os.environ, **MANY_THREADS, "FORK_SPY_OUT": str(spy), "PYTHONWARNINGS": "always::DeprecationWarning"}

@@ -13,6 +13,8 @@ import pytest
 
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
 
+pytestmark = pytest.mark.e2e
+
 BIN = Path(sys.executable).parent
 
 

@@ -155,6 +155,7 @@ def test_bundle_is_reproducible(bundle: Path, tmp_path: Path) -> None:
     assert build_bundle(tmp_path / "again.zip").read_bytes() == bundle.read_bytes()
 
 
+@pytest.mark.e2e
 def test_solution_gets_full_marks(autograder_root: Path) -> None:
     results = run_autograder(autograder_root, {"attention.ipynb": SOLUTION})
     assert results["max_score"] > 0
@@ -203,6 +204,9 @@ def forge_report(results: dict) -> dict:
 
 
 @pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, landlock: bool) -> None:
     """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
     capabilities (tests/settings.py), with and without Landlock, without ATTNKIT_NO_ISOLATION, in an
@@ -253,6 +257,8 @@ def grader_python_unreadable_by_others() -> bool:
 
 
 @pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
+@pytest.mark.root
+@pytest.mark.e2e
 def test_refused_in_docker_default_when_the_grader_python_is_under_root(autograder_root: Path, landlock: bool) -> None:
     """The bundle on this project's virtualenv, whose Python (pyenv's) lies under /root (700): the
     sandbox's pool uid could not even start it, so the grader refuses before any cell runs, says
@@ -269,6 +275,7 @@ def test_refused_in_docker_default_when_the_grader_python_is_under_root(autograd
     assert not (autograder_root / "results" / "results.json").exists()
 
 
+@pytest.mark.e2e
 def test_release_gets_zero(autograder_root: Path) -> None:
     # Nested in a folder, as when a student uploads a zip of the assignment folder.
     results = run_autograder(autograder_root, {"ch19-attention/attention.ipynb": RELEASE})
@@ -277,6 +284,7 @@ def test_release_gets_zero(autograder_root: Path) -> None:
     assert "总分 0/" in results["output"]
 
 
+@pytest.mark.e2e
 def test_no_notebook_is_graded_zero_with_a_reason(autograder_root: Path, tmp_path: Path) -> None:
     readme = tmp_path / "notes.txt"
     readme.write_text("我忘了上传笔记本", encoding="utf-8")

@@ -149,6 +149,7 @@ def all_results(out: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "students").glob("*/*/results.json"))]
 
 
+@pytest.mark.e2e
 def test_english_run_reads_wholly_in_english(classes) -> None:
     """With --lang en: is there no Chinese anywhere in the console output, report.html, the
     feedback pages and the messages of results.json, except what is quoted from the notebooks?"""
@@ -173,6 +174,7 @@ def test_english_run_reads_wholly_in_english(classes) -> None:
     assert "Feedback" in page and "Score per part" in page
 
 
+@pytest.mark.e2e
 def test_chinese_run_is_unchanged_and_wholly_chinese(classes) -> None:
     """The default run is Chinese: Chinese pages, <html lang="zh-CN">, no English sentence of ours."""
     out, run = classes["zh"]
@@ -184,6 +186,7 @@ def test_chinese_run_is_unchanged_and_wholly_chinese(classes) -> None:
     assert "The mask multiplies the scores" not in page, "the Chinese page carries no English explanation"
 
 
+@pytest.mark.e2e
 def test_same_scores_in_both_languages(classes) -> None:
     """Are scores, grade ids, per-test results, diagnoses, grades.csv and results.json's structure
     the same whichever language the class was graded in?"""
@@ -201,6 +204,7 @@ def test_same_scores_in_both_languages(classes) -> None:
         assert len(a["problems"]) == len(b["problems"]) and len(a["cells"]) == len(b["cells"])
 
 
+@pytest.mark.e2e
 def test_switching_language_regrades_and_env_selects_english(classes, tmp_path: Path) -> None:
     """A re-run in the other language regrades (stored messages are in the run's language), and
     ATTNKIT_LANG=en alone gives English."""
@@ -214,6 +218,7 @@ def test_switching_language_regrades_and_env_selects_english(classes, tmp_path: 
     assert "0 to grade" in rerun.stderr, rerun.stderr[-2000:]
 
 
+@pytest.mark.e2e
 def test_check_command_in_english(tmp_path: Path) -> None:
     """`attnkit check --lang en` (a learner's own notebook): every line it prints is English."""
     env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
@@ -223,6 +228,7 @@ def test_check_command_in_english(tmp_path: Path) -> None:
     assert not cjk_in(run.stdout + run.stderr), cjk_in(run.stdout + run.stderr)
 
 
+@pytest.mark.e2e
 def test_errors_before_grading_are_english(tmp_path: Path) -> None:
     """The grader's own refusals (an empty submissions folder, a missing notebook) in English."""
     env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
@@ -234,6 +240,7 @@ def test_errors_before_grading_are_english(tmp_path: Path) -> None:
         assert not cjk_in(run.stderr), run.stderr
 
 
+@pytest.mark.e2e
 def test_messages_made_inside_the_sandbox_are_english(tmp_path: Path) -> None:
     """The sandbox (forked from the zygote, which is told the language before it locks itself
     down) writes its own messages in English too: a return value it cannot send back."""

@@ -21,6 +21,7 @@ OLD_PYTHON = next(iter(sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.10.
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_make_grade_with_the_system_python_on_a_fresh_clone(tmp_path: Path) -> None:
     if not SYSTEM_PYTHON.exists():
         pytest.skip("no /usr/bin/python3 on this machine")

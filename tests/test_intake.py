@@ -302,6 +302,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
                     pass
 
 
+@pytest.mark.e2e
 def test_the_class_grades_to_the_end(world: World) -> None:
     """Does the run finish, write every class-level output, and exit 1 (something skipped or not
     graded) rather than 0 or a crash?"""
@@ -320,6 +321,7 @@ def row_id(student: str) -> str:
     return "'" + student if student.startswith(("=", "+", "-", "@")) else student
 
 
+@pytest.mark.e2e
 def test_bystanders_score_what_they_score_alone(world: World) -> None:
     """Does every correct bystander, under whatever id, score exactly what it scores alone, test by test?"""
     for student in BYSTANDERS + ["extra_notebook", "both_assignments"]:
@@ -332,6 +334,7 @@ def test_bystanders_score_what_they_score_alone(world: World) -> None:
 
 
 @pytest.mark.parametrize("student", sorted(HOSTILE))
+@pytest.mark.e2e
 def test_each_hostile_folder_gets_zero_and_its_reason(world: World, student: str) -> None:
     """Does each hostile submission get 0, with its reason (in Chinese) in results.json, on its
     feedback page and in report.html?"""
@@ -346,6 +349,7 @@ def test_each_hostile_folder_gets_zero_and_its_reason(world: World, student: str
     assert html.escape(student) in report and html.escape(HOSTILE[student], quote=False) in report
 
 
+@pytest.mark.e2e
 def test_a_worker_killed_costs_only_its_submission(world: World) -> None:
     """A submission whose grading kills its worker (twice: in its chunk, then alone): is it the only
     one recorded "not graded" with the reason, in results.json, its page, report.html and the summary?"""
@@ -376,6 +380,7 @@ def survivors(comm: str, wait: float) -> list[int]:
         time.sleep(0.2)
 
 
+@pytest.mark.e2e
 def test_skipped_folders_are_listed_not_graded(world: World) -> None:
     """Are another assignment's folders, stray notebooks, extra notebooks and unusable ids listed as
     skipped (summary, report, skipped.json) and never graded nor written into the gradebook?"""
@@ -415,6 +420,7 @@ def student_answers(data: bytes) -> dict[str, str]:
     return answers
 
 
+@pytest.mark.e2e
 def test_no_byte_of_the_secret_leaves_its_file(world: World) -> None:
     """A symlink to a root-only file (mode 0600): do its bytes appear nowhere under OUT, in the
     gradebook or in autograded/? And is autograded/ exactly the bytes that were graded?"""
@@ -452,12 +458,14 @@ def test_no_byte_of_the_secret_leaves_its_file(world: World) -> None:
     assert f"extra_notebook/{ASSIGNMENT}/old_copy.ipynb" not in copies
 
 
+@pytest.mark.e2e
 def test_peak_memory_stays_bounded(world: World) -> None:
     """With a 4 GiB sparse file and a /dev/zero symlink in the class, does every process of the
     run stay under the bound (nothing is read past the size cap)?"""
     assert 0 < world.attack.peak_rss < PEAK_RSS_BYTES, world.attack.peak_rss
 
 
+@pytest.mark.e2e
 def test_report_links_are_relative_and_encoded(world: World) -> None:
     """Does report.html link each student with a percent-encoded relative path (no `javascript:`
     link, no raw markup) and carry a strict Content-Security-Policy, as every page does?"""
@@ -475,6 +483,7 @@ def test_report_links_are_relative_and_encoded(world: World) -> None:
         assert "<script" not in text.lower(), page
 
 
+@pytest.mark.e2e
 def test_grades_csv_has_no_executable_cell(world: World) -> None:
     """Does no cell of grades.csv start with = + - @ (or a tab or CR), while scores stay plain numbers?"""
     with open(world.attack.out / "grades.csv", newline="", encoding="utf-8") as handle:
@@ -489,6 +498,7 @@ def test_grades_csv_has_no_executable_cell(world: World) -> None:
     assert {row[0] for row in rows[1:]} >= {"'=1+2", "'@SUM(1)", "'+1", "'-2+3", "javascript:alert(1)", "grades.csv"}
 
 
+@pytest.mark.e2e
 def test_outputs_stay_small(world: World) -> None:
     """Is every results.json under 1 MB and every feedback page under 4 MB?"""
     for path in world.attack.out.glob(f"students/*/{ASSIGNMENT}/*"):
@@ -524,6 +534,7 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
     assert 'id="score">150 / 300<' in page
 
 
+@pytest.mark.e2e
 def test_an_empty_class_is_an_error_not_an_empty_report(tmp_path: Path) -> None:
     """An empty submissions folder (a wrong path, an unzip that failed): does the grader say so and
     exit non-zero, rather than write an empty report and exit 0?"""

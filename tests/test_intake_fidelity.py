@@ -19,6 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ASSIGNMENT = "ch19-attention"

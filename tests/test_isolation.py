@@ -38,6 +38,8 @@ import pytest
 from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, load, with_cells, write
 from settings import as_root, root_without_sys_admin, unprivileged, without_user_namespaces
 
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.e2e]
+
 if not sys.platform.startswith("linux") or os.geteuid() != 0:
     pytest.skip("creates users and drops capabilities: needs root on Linux (CI runs as root)", allow_module_level=True)
 

@@ -112,6 +112,7 @@ def graded(collected: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"run": run, "out": out, "submitted": collected["submitted"]}
 
 
+@pytest.mark.e2e
 def test_the_collected_class_grades(graded: dict) -> None:
     run, out = graded["run"], graded["out"]
     assert run.returncode == 0, run.stderr[-3000:]
@@ -161,6 +162,7 @@ def page_of(graded: dict, student: str) -> bytes:
     return (graded["out"] / "students" / student / ASSIGNMENT / "feedback.html").read_bytes()
 
 
+@pytest.mark.e2e
 def test_grade_writes_canvas_bulk_feedback_named_as_canvas_reads_it(graded: dict) -> None:
     assert graded["run"].returncode == 0, graded["run"].stderr[-3000:]
     entries = zip_entries(graded["out"] / CANVAS_ZIP)
@@ -175,6 +177,7 @@ def test_grade_writes_canvas_bulk_feedback_named_as_canvas_reads_it(graded: dict
     assert CANVAS_ZIP in " ".join(graded["run"].stderr.split())
 
 
+@pytest.mark.e2e
 def test_grade_writes_moodle_bulk_feedback_named_as_moodle_reads_it(graded: dict) -> None:
     entries = zip_entries(graded["out"] / MOODLE_ZIP)
     assert sorted(entries) == ["Chen Jing_2002_assignsubmission_file_/feedback.html", "Sun Mei_2003_assignsubmission_file_/feedback.html",
@@ -184,6 +187,7 @@ def test_grade_writes_moodle_bulk_feedback_named_as_moodle_reads_it(graded: dict
         assert file_name == "feedback.html" and data == page_of(graded, participant), name
 
 
+@pytest.mark.e2e
 def test_lms_feedback_command_rewrites_the_zips(graded: dict, tmp_path: Path) -> None:
     out = tmp_path / "copy"
     shutil.copytree(graded["out"], out)
@@ -193,6 +197,7 @@ def test_lms_feedback_command_rewrites_the_zips(graded: dict, tmp_path: Path) ->
     assert zip_entries(out / CANVAS_ZIP) == zip_entries(graded["out"] / CANVAS_ZIP)
 
 
+@pytest.mark.e2e
 def test_the_canvas_late_flag_is_shown_where_lateness_is(graded: dict) -> None:
     """1002's download name says _LATE_: its page, report.html and the console say so; 1001's do not."""
     late = page_of(graded, "1002").decode()
@@ -242,6 +247,8 @@ def test_no_record_can_send_a_page_to_a_classmates_slot(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / MOODLE_ZIP).exists()
 
 
+@pytest.mark.browser
+@pytest.mark.e2e
 def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: Path) -> None:
     """1002's page as headless Chromium builds it: the notice names Canvas and the submission time,
     and takes nothing off the score (Canvas applies its own policy)."""

@@ -95,6 +95,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return course
 
 
+@pytest.mark.e2e
 def test_grades_are_in_the_gradebook_with_timestamps(course: Path) -> None:
     rows, exported = csv_rows(course / "graded" / "grades.csv"), export(course)
     assert set(exported) == set(STUDENTS)
@@ -105,6 +106,7 @@ def test_grades_are_in_the_gradebook_with_timestamps(course: Path) -> None:
     assert exported["xiaolin"]["timestamp"], "a submission without timestamp.txt keeps its file time"
 
 
+@pytest.mark.e2e
 def test_autograded_holds_what_nbgrader_autograde_would(course: Path) -> None:
     """Beside each notebook: timestamp.txt (the student's own, or the recorded time) and the
     submission's other files; the notebook carries attnkit's results for generate_feedback."""
@@ -168,6 +170,7 @@ sys.stdout.write(html)
     return result.stdout
 
 
+@pytest.mark.e2e
 def test_formgrader_page_runs_no_student_markup(course: Path) -> None:
     """Rendered as formgrader renders it, the student's markdown, raw cell and attachment run nothing."""
     page = formgrade_page(course, "zhaoqiang")
@@ -180,6 +183,7 @@ def test_formgrader_page_runs_no_student_markup(course: Path) -> None:
     assert EVIL_SVG not in page
 
 
+@pytest.mark.e2e
 def test_generate_assignment_force_keeps_the_release(course: Path) -> None:
     before = tree(course / "assignments")
     result = nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
@@ -188,6 +192,7 @@ def test_generate_assignment_force_keeps_the_release(course: Path) -> None:
     assert (course / "assignments" / ASSIGNMENT / "attention.ipynb").is_file()
 
 
+@pytest.mark.e2e
 def test_autograde_gives_the_same_scores_and_deletes_nothing(course: Path) -> None:
     submitted = tree(course / "submitted")
     before = csv_rows(course / "graded" / "grades.csv")
@@ -202,6 +207,7 @@ def test_autograde_gives_the_same_scores_and_deletes_nothing(course: Path) -> No
     assert exported["lilei"]["timestamp"].startswith("2026-03-01 08:30:00")
 
 
+@pytest.mark.e2e
 def test_generate_feedback_writes_the_kits_page(course: Path) -> None:
     """nbgrader's feedback for each student is the kit's page: its score, parts and diagnoses."""
     result = nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
@@ -261,6 +267,7 @@ def formgrader(course: Path) -> object:
         log.close()
 
 
+@pytest.mark.e2e
 def test_formgrader_flags_only_the_free_text_cells(course: Path, formgrader: int) -> None:
     submissions = api(formgrader, f"submitted_notebooks/{ASSIGNMENT}/attention")
     assert {s["student"] for s in submissions} == set(STUDENTS)
@@ -271,6 +278,7 @@ def test_formgrader_flags_only_the_free_text_cells(course: Path, formgrader: int
         assert all(g["auto_score"] is not None for g in grades if g["name"] not in MANUAL)
 
 
+@pytest.mark.e2e
 def test_manual_points_reach_grades_csv_and_export_alike(course: Path, formgrader: int) -> None:
     submission = next(s for s in api(formgrader, f"submitted_notebooks/{ASSIGNMENT}/attention") if s["student"] == "lilei")
     grade_id = next(g["id"] for g in api(formgrader, f"grades?submission_id={submission['id']}") if g["name"] == "manual_q1_values")
@@ -286,6 +294,7 @@ def test_manual_points_reach_grades_csv_and_export_alike(course: Path, formgrade
     assert api(formgrader, f"grade/{grade_id}")["manual_score"] == 2
 
 
+@pytest.mark.e2e
 def test_a_refused_cell_change_stops_before_touching_the_release(course: Path) -> None:
     source = course / "solutions" / ASSIGNMENT / "attention.ipynb"
     original = source.read_bytes()
@@ -304,6 +313,7 @@ def test_a_refused_cell_change_stops_before_touching_the_release(course: Path) -
     assert tree(course / "assignments") == before
 
 
+@pytest.mark.e2e
 def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path) -> None:
     """nbgrader --force deletes the release before it fails on a notebook it cannot read; it is put back."""
     source = course / "solutions" / ASSIGNMENT / "attention.ipynb"

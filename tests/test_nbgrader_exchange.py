@@ -34,7 +34,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.browser, pytest.mark.e2e]
 
 # Each student's answers: a demo submission. wangfang masks by multiplying (catalogued).
 ANSWERS = {"mistake": "wangfang", "late": "xiaolin"}

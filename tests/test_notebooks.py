@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
-from contract import GRADE_POINTS  # noqa: E402
+from contract import GRADE_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
@@ -191,6 +191,7 @@ def test_notebooks_are_committed_without_outputs() -> None:
 
 # --- real execution -----------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_solution_notebook_runs_and_every_check_passes(executed_source) -> None:
     """Does the model-answer notebook run top to bottom, every check passing without stderr?"""
     cells = cells_by_grade_id(executed_source)
@@ -203,6 +204,7 @@ def test_solution_notebook_runs_and_every_check_passes(executed_source) -> None:
             assert errors_of(cell) == []
 
 
+@pytest.mark.e2e
 def test_solution_notebook_reproduces_the_chapters_lines(executed_source) -> None:
     """Do the worked-example cells, run with the model answers, print the chapter's numbers?"""
     printed = "".join(
@@ -223,6 +225,7 @@ def test_solution_notebook_reproduces_the_chapters_lines(executed_source) -> Non
     assert "False" not in printed
 
 
+@pytest.mark.e2e
 def test_figure_one_is_drawn(executed_source) -> None:
     """Is figure 1 (two annotated heatmaps) drawn as an image by the inline backend?"""
     images = [o for c in executed_source.cells if c.cell_type == "code" for o in c.outputs
@@ -230,6 +233,7 @@ def test_figure_one_is_drawn(executed_source) -> None:
     assert len(images) == 1
 
 
+@pytest.mark.e2e
 def test_release_notebook_fails_only_because_of_the_stubs(executed_release) -> None:
     """Does the release notebook run with errors only from the stubs and the checks they break?"""
     student_names = set(STUDENT_FUNCTIONS)
@@ -249,6 +253,7 @@ def test_release_notebook_fails_only_because_of_the_stubs(executed_release) -> N
             assert errors == [], (cell.id, errors)
 
 
+@pytest.mark.e2e
 def test_nbgrader_validate_passes_on_the_solution_notebook() -> None:
     """Does the real `nbgrader validate` accept the source notebook?"""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

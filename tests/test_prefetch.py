@@ -23,7 +23,7 @@ from attnkit.worker import run_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from contract import CH19, comparable, write_submission  # noqa: E402
+from contract import CH19, comparable, write_submission
 
 CATALOGUE = CH19.catalogue()
 
@@ -88,6 +88,7 @@ def both_ways(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, dic
     return batched, single, batched_requests, single_requests
 
 
+@pytest.mark.e2e
 def test_batched_answers_grade_exactly_like_single_requests(both_ways) -> None:
     """Does every submission (right, wrong, raising, hanging, exiting) get the same scores,
     messages, diagnoses and cell results with the plan's answers fetched in one batch as when
@@ -101,6 +102,7 @@ def test_batched_answers_grade_exactly_like_single_requests(both_ways) -> None:
     assert any("no_scale" in (t.get("diagnoses") or []) for t in batched["no_scale"]["tests"])
 
 
+@pytest.mark.e2e
 def test_the_batch_replaces_the_round_trips(both_ways) -> None:
     """Is a correct submission graded with a handful of single requests instead of one per cell
     and per call (so the batch is really used), while a wrong one still asks what it must?"""
@@ -110,6 +112,7 @@ def test_the_batch_replaces_the_round_trips(both_ways) -> None:
     assert batched_requests["no_scale"] < single_requests["no_scale"]
 
 
+@pytest.mark.e2e
 def test_sandboxes_forked_holding_the_plan_grade_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once the zygote holds the plan, its sandboxes have it decoded from the fork: is each asked
     for it in a few bytes instead of the whole batch, and does every submission (right, wrong,
@@ -145,6 +148,7 @@ def test_sandboxes_forked_holding_the_plan_grade_the_same(tmp_path: Path, monkey
     assert any(t["status"] == "failed" for t in held["hangs_on_heads"]["tests"])
 
 
+@pytest.mark.e2e
 def test_a_stateful_submission_grades_the_same_alone_and_in_a_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A function that changes with every call sees the plan's requests in the plan's order: is
     its grade the same whether it is graded alone or after others in the same worker?"""
@@ -219,6 +223,7 @@ def test_a_cell_that_hangs_mid_batch_costs_only_itself() -> None:
         zygote.close()
 
 
+@pytest.mark.e2e
 def test_a_plan_from_a_notebook_of_stubs_changes_no_grade(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the only notebook beside the suite is the release (stubs: a Gradescope bundle), the
     plan is learned from stubs and asks little: are the grades still exactly those of single

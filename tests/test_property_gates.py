@@ -16,9 +16,9 @@ import torch
 from attnkit import plugin as plugin_module
 from attnkit.plugin import GradingPlugin
 
-from contract import CH19, code_cell  # noqa: E402
-from test_autograder import SourceProvider  # noqa: E402
-from test_fairness import grade_notebooks  # noqa: E402
+from contract import CH19, code_cell
+from test_autograder import SourceProvider
+from test_fairness import grade_notebooks
 
 REFERENCE = CH19.catalogue().reference_source()
 
@@ -200,6 +200,7 @@ def with_stub(notebook: dict, name: str) -> dict:
     return {**notebook, "cells": notebook["cells"] + [code_cell(STUBS[name][1])]}
 
 
+@pytest.mark.e2e
 def test_the_real_grader_pays_no_point_to_stub_notebooks(tmp_path):
     """Through ``attnkit grade`` (sandbox, protocol, swapped re-runs): do notebooks whose merge_heads
     returns its input, whose causal mask is all True, or whose padding mask carries the causal part

@@ -42,7 +42,7 @@ def test_a_lying_tensor_subclass_arrives_as_a_plain_tensor() -> None:
     """Does a Tensor subclass whose __eq__ always says True arrive stripped to a base Tensor?"""
 
     class Liar(torch.Tensor):
-        def __eq__(self, other):  # noqa: D105
+        def __eq__(self, other):
             return True
 
     liar = torch.zeros(3).as_subclass(Liar)

@@ -81,6 +81,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", OTHERS)
+@pytest.mark.e2e
 def test_make_grade_on_a_fresh_clone_scores_the_demo_class_as_3_11_does(version: str, reference: dict[str, object], tmp_path: Path) -> None:
     python = interpreter(version)
     if python is None:

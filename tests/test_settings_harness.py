@@ -24,6 +24,8 @@ import pytest
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
 from settings import DOCKER_CAPABILITY_MASK, docker_default, unprivileged, userns_without_mount, without_user_namespaces
 
+pytestmark = pytest.mark.root
+
 if not sys.platform.startswith("linux") or os.geteuid() != 0 or sys.maxsize < 2**32:
     pytest.skip("loads seccomp filters and creates a user: needs root on 64-bit Linux (CI runs as root)", allow_module_level=True)
 pytest.importorskip("pyseccomp")
@@ -159,6 +161,7 @@ def test_the_no_user_namespace_stand_in_gives_the_ta_none(ta_user: pwd.struct_pa
         assert seen["landlock_abi"] == -1 and seen["landlock_errno"] == ENOSYS, seen
 
 
+@pytest.mark.e2e
 def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
     """`attnkit grade` as root under Docker's default profile with Landlock denied (Docker 20.10's
     profile). Before the no-namespace layer it refused with advice that misleads there (root and a

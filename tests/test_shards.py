@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from bench import ASSIGNMENT, make_named_class  # noqa: E402
+from bench import ASSIGNMENT, make_named_class
+
+pytestmark = pytest.mark.e2e
 
 STUDENTS = {
     "ada": "correct",

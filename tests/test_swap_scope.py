@@ -141,6 +141,7 @@ def swapped_tests(results: dict) -> list[dict]:
     return [test for test in results["tests"] if SWAPPED_NOTE in (test.get("output") or "")]
 
 
+@pytest.mark.e2e
 def test_a_correct_function_still_passes_with_the_reference_swapped_in(graded):
     """Is the scope wide enough for honest code: does a correct multi_head_attention, whose own
     scaled_attention is a stub, pass every multi-head test with the reference in its place?"""
@@ -150,6 +151,7 @@ def test_a_correct_function_still_passes_with_the_reference_swapped_in(graded):
     assert all(SWAPPED_NOTE in test["output"] for test in multi_head)
 
 
+@pytest.mark.e2e
 def test_harvested_reference_answers_reach_neither_results_nor_feedback(graded):
     """The lookup leak: a stub that calls the stand-in on every hidden scaled_attention input the
     sandbox holds and raises an exception carrying the answers: are its swapped tests failed as
@@ -162,6 +164,7 @@ def test_harvested_reference_answers_reach_neither_results_nor_feedback(graded):
     assert any(OUT_OF_SCOPE in test["output"] for test in swapped), [t["output"][:300] for t in swapped]
 
 
+@pytest.mark.e2e
 def test_nothing_a_swap_fork_writes_reaches_the_sandbox(graded):
     """The tmpfs crossing: the fork writes the reference's results into /tmp, home, its working
     folder and a shared mapping; the sandbox's own scaled_attention, asked for the page's
@@ -175,6 +178,7 @@ def test_nothing_a_swap_fork_writes_reaches_the_sandbox(graded):
     assert all(panel.get("student") is None for panel in panels), panels
 
 
+@pytest.mark.e2e
 def test_the_swapped_re_runs_wait_so_one_sandbox_serves_the_whole_submission(graded):
     """The re-runs with the reference swapped in come after every plain call (the tests' own, the
     diagnosis probes, the page's heatmaps): does a submission whose swapped tests all swap the
@@ -247,6 +251,7 @@ def test_a_plain_call_after_swapped_calls_finds_nothing_the_fork_left() -> None:
         zygote.close()
 
 
+@pytest.mark.e2e
 def test_a_huge_callback_is_refused_and_fails_its_test(graded):
     """A 16000x16000 attention asked of the trusted side (today 2-3.5 GiB and 7-8 s per call): is
     it refused, and does the test fail although the code then computes the right answer?"""

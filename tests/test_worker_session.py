@@ -19,7 +19,7 @@ from attnkit.sandbox import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from contract import CH19, comparable, write_submission  # noqa: E402
+from contract import CH19, comparable, write_submission
 
 CATALOGUE = CH19.catalogue()
 STUDENTS = {
@@ -44,6 +44,7 @@ def write_class(folder: Path) -> None:
         write_submission(folder, student, override)
 
 
+@pytest.mark.e2e
 def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three chunks of one assignment, sent one after the other: does the worker (a real worker
     process, as the engine starts it) grade the second and third in one session, answer each chunk

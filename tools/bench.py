@@ -651,7 +651,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    say = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)  # noqa: E731
+    say = lambda text: print(f"[bench] {text}", file=sys.stderr, flush=True)
     largest = max(args.sizes)
     # One copy of the hidden suite for the whole run, so an edit to autograder/ while the bench
     # runs cannot make two runs disagree.

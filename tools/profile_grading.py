@@ -36,13 +36,13 @@ from typing import Any
 
 os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
-import torch  # noqa: E402
+import torch
 
-from attnkit import operations, plugin, sandbox, worker  # noqa: E402
-from attnkit.assignment import discover  # noqa: E402
-from attnkit.engine import find_jobs  # noqa: E402
-from attnkit.policy import Limits  # noqa: E402
-from attnkit.sandbox import Zygote  # noqa: E402
+from attnkit import operations, plugin, sandbox, worker
+from attnkit.assignment import discover
+from attnkit.engine import find_jobs
+from attnkit.policy import Limits
+from attnkit.sandbox import Zygote
 
 PHASES = (
     (worker.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),

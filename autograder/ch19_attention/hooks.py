@@ -47,7 +47,7 @@ def evidence(student: Any, reference: dict) -> dict[str, Any]:
             weights = result[1] if isinstance(result, (tuple, list)) and len(result) == 2 else None
             if isinstance(weights, torch.Tensor) and weights.numel() == 9:
                 panel["student"] = weights.reshape(3, 3).to(torch.float64).tolist()
-        except Exception:  # noqa: BLE001 - whatever the student's code does, the page just shows less
+        except Exception:  # whatever the student's code does, the page just shows less
             pass
         panels.append(panel)
     return {

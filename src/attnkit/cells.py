@@ -16,24 +16,24 @@ import sys
 from typing import Any
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-import math  # noqa: E402,F401  (student code may import it: keep it warm)
+import math  # noqa: F401  (student code may import it: keep it warm)
 
-import numpy  # noqa: E402,F401
-import torch  # noqa: E402
+import numpy  # noqa: F401
+import torch
 
 torch.set_num_threads(1)  # before any op: a forked child of a multi-threaded libgomp can deadlock
 torch.set_num_interop_threads(1)
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot  # noqa: E402,F401
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from traitlets.config import Config  # noqa: E402
+import matplotlib.pyplot
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
 
-from attnkit import protocol  # noqa: E402
-from attnkit.i18n import _  # noqa: E402
-from attnkit.policy import OUTPUT_LIMIT  # noqa: E402
-from attnkit.proxy import run_in_namespace  # noqa: E402
+from attnkit import protocol
+from attnkit.i18n import _
+from attnkit.policy import OUTPUT_LIMIT
+from attnkit.proxy import run_in_namespace
 
 
 class BoundedWriter(io.TextIOBase):
@@ -124,7 +124,7 @@ def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
         if len(lines) > 1:
             text = "".join(lines)
             try:
-                tree = compile(text, "<cell>", "exec", compiler.flags | ast.PyCF_ONLY_AST, 1)
+                tree = compile(text, "<cell>", "exec", compiler.flags | ast.PyCF_ONLY_AST, dont_inherit=True)
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 pass
             else:
@@ -173,7 +173,7 @@ def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
                     return True
             if softspace(sys.stdout, 0):
                 print()
-        except:  # noqa: E722 - as IPython's run_ast_nodes
+        except:  # as IPython's run_ast_nodes
             if result:
                 result.error_before_exec = sys.exc_info()[1]
             shell.showtraceback()
@@ -189,7 +189,7 @@ def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
             with compiler.extra_flags(flags):
                 codes = [compiler(ast.Module(nodelist[: len(nodelist) - shown], []), cell_name, "exec")] if len(nodelist) > shown else []
                 return codes + ([compiler(ast.Interactive(nodelist[-1:]), cell_name, "single")] if shown else [])
-        except Exception:  # noqa: BLE001 - IPython's own path compiles (and runs) statement by statement
+        except Exception:  # IPython's own path compiles (and runs) statement by statement
             return None
 
     def prepare_cell(raw_cell: str) -> None:
@@ -241,7 +241,7 @@ def warm_failures(shell: InteractiveShell) -> None:
                        "    warnings.warn('warm')\n    return x", store_history=False)
         for name in ("_raises", "_warns"):
             protocol.encode(run_in_namespace(namespace, name, (torch.ones(2, 3),), {}, plain=False).__dict__)
-    except Exception:  # noqa: BLE001 - a colder sandbox, never a zygote that does not start
+    except Exception:  # a colder sandbox, never a zygote that does not start
         pass
     finally:
         sys.stdout, sys.stderr = real

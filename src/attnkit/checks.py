@@ -9,7 +9,7 @@ exactly what the student reads.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -72,7 +72,7 @@ def _w(label: str) -> str:
     return label + " " if label and (label[-1].isascii() and label[-1] not in "。，") else label
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     raise AssertionError(message)
 
 
@@ -281,7 +281,7 @@ def answer_int(value: Any, name: str) -> int:
     number = _integral(value)
     if number is None:
         fail(_("{name} 应是一个整数（倍数），实际得到的是 {value}。").format(name=name, value=repr(value)))
-    return number  # type: ignore[return-value]
+    return number
 
 
 def answer_bool(value: Any, name: str) -> bool:

@@ -525,8 +525,8 @@ def grade_jobs(
         feed(start_worker())
     try:
         while remaining and pool:
-            for outbox in multiprocessing.connection.wait(list(pool), timeout=0.5):
-                worker = pool[outbox]
+            for ready in multiprocessing.connection.wait(list(pool), timeout=0.5):
+                worker = pool[ready]
                 try:
                     message = worker.outbox.recv()  # the same connection, typed as what worker_main sends
                 except (EOFError, OSError):

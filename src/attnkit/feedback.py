@@ -23,7 +23,8 @@ _ENV = jinja2.Environment(
 )
 # gettext in the templates: ``_("… %(name)s …", name=…)`` with its variables escaped; looked up in
 # the language current when the page is rendered.
-_ENV.install_gettext_callables(gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True)
+_ENV.install_gettext_callables(  # type: ignore[attr-defined]  # a method the i18n extension adds to the Environment
+    gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True)
 # Every page carries this as a second wall behind escaping: no script, no frame, nothing fetched
 # from anywhere; only the inline styles the templates use, and data: images.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -82,7 +83,7 @@ def heat(value: float | None) -> str:
 
 
 def _weights_differ(panel: dict[str, Any]) -> bool:
-    student, expected = panel.get("student"), panel.get("expected")
+    student, expected = panel.get("student"), panel["expected"]
     if student is None:
         return True
     return any(abs(s - e) > 1e-4 for srow, erow in zip(student, expected, strict=True) for s, e in zip(srow, erow, strict=True))
@@ -143,7 +144,7 @@ def report_html(
     bins = [0] * 10
     for score, maximum in ((r["score"], r["max_score"] or 100) for r in all_results):
         bins[min(9, int(10 * score / maximum))] += 1
-    tests: dict[str, dict[str, Any]] = {}
+    tests: dict[tuple[str, str], dict[str, Any]] = {}  # by (assignment, test name)
     for r in all_results:
         for t in r["tests"]:
             entry = tests.setdefault((r["assignment"], t["name"]),

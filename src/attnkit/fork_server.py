@@ -58,10 +58,10 @@ def start_sandbox(channel: socket.socket, settings: dict[str, Any], shell: Inter
             raise IsolationError(0, "the zygote could not set up this sandbox")
         sandbox.isolation = lock_down(SandboxContext(mode, byte == b"1", channel.fileno(), settings, sandbox.output))
         sandbox.serve()
-    except BaseException as error:  # noqa: BLE001 - report set-up failures, then die quietly
+    except BaseException as error:  # report set-up failures, then die quietly
         try:
             protocol.send(channel, {"ready": False, "error": f"{type(error).__name__}: {error}"})
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             pass
     finally:
         os._exit(0)
@@ -278,7 +278,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
     # The release notebooks' cells (public: the students' own starting point), compiled once here.
     for source in config.get("cells", []):
-        shell.prepare_cell(str(source))
+        shell.prepare_cell(str(source))  # type: ignore[attr-defined]  # added by attnkit.cells (fast path)
     # The grader's language, its catalogue compiled now: the project's files are out of view after
     # _isolate, and every sandbox forked from here inherits it in memory.
     i18n.set_language(config.get("lang"), export=False)
@@ -308,7 +308,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 1)
         except OSError:
-            message = b""
+            message, fds = b"", []
         if not message:
             # The grader is done. Nothing here needs flushing, and an orderly interpreter exit
             # (torch, IPython, matplotlib) costs about half a second per worker.

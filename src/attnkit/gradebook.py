@@ -196,7 +196,7 @@ def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes
             nb, resources = getattr(preprocessors, step)(config=config).preprocess(nb, resources)
         saver = KitAutoGrades(config=config)
         saver.kit_scores = scores
-        nb, resources = saver.preprocess(nb, resources)
+        nb, resources = saver.preprocess(nb, resources)  # type: ignore[arg-type]  # nbconvert says its ResourcesDict; nbgrader passes dicts
         # The course's late-submission policy, as nbgrader autograde applies it after grading.
         nb, resources = preprocessors.AssignLatePenalties(config=config).preprocess(nb, resources)
         nb, resources = SafeMarkup(config=config).preprocess(nb, resources)
@@ -204,7 +204,7 @@ def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes
         target.mkdir(parents=True, exist_ok=True)
         atomic_write(target / name, nbformat.writes(nb))
         return
-    except Exception:  # noqa: BLE001 - unreadable or broken notebooks are saved as nbgrader does below
+    except Exception:  # unreadable or broken notebooks are saved as nbgrader does below
         pass
     # Not a notebook nbgrader can read (invalid JSON, missing, broken metadata): like nbgrader's
     # "No submitted file", every cell is settled automatically; attnkit's scores still count.
@@ -241,8 +241,9 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
         for results in all_results:
             student, assignment = results["student_id"], results["assignment"]
             folder = submitted / student / assignment if submitted is not None else None
-            real_folder = folder is not None and folder.is_dir() and not folder.is_symlink()
-            timestamp = submission_timestamp(submitted, folder) if real_folder else None
+            # The student's folder if it is a real one (not a link): only then is anything read from it.
+            real_folder = folder if folder is not None and folder.is_dir() and not folder.is_symlink() else None
+            timestamp = submission_timestamp(submitted, real_folder) if submitted is not None and real_folder is not None else None
             with Gradebook(db_url) as gradebook:
                 gradebook.update_or_create_student(student)
                 extra = {"timestamp": timestamp} if timestamp is not None else {}
@@ -250,9 +251,10 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
                 notebook_names = [nb.name for nb in gradebook.find_assignment(assignment).notebooks]
             target = database.parent / "autograded" / student / assignment
             if submitted is not None:
-                copy_other_files(submitted, folder if real_folder else None, target, root / "solutions" / assignment, timestamp)
+                copy_other_files(submitted, real_folder, target, root / "solutions" / assignment, timestamp)
             for name in notebook_names:
-                data, why = graded_bytes(submitted, folder, results, f"{name}.ipynb") if real_folder else (None, "")
+                data, why = (graded_bytes(submitted, real_folder, results, f"{name}.ipynb")
+                             if submitted is not None and real_folder is not None else (None, ""))
                 if why:
                     notices.append(why)
                 save_submission(db_url, results, f"{name}.ipynb", data, target, config)

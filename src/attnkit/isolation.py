@@ -190,9 +190,9 @@ def _user_namespace_can_mount() -> str:
             os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
-        answer = pipe.read().decode()
+        refusal = pipe.read().decode()
     os.waitpid(child, 0)
-    return answer
+    return refusal
 
 
 def enter_private_namespace() -> Mode:
@@ -323,6 +323,7 @@ def clone_sandbox() -> int:
     around the call exactly as ``os.fork()`` does it.
     """
     flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | signal.SIGCHLD
+    assert SYS_CLONE is not None  # enter_private_namespace gives this layer only where it is known
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = _libc.syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(flags), None, None, None, None)
     errno = ctypes.get_errno()
@@ -346,6 +347,7 @@ def map_sandbox_user(pid: int, mode: Mode) -> None:
 def _pivot_into(root: str) -> None:
     """Make ``root`` the whole filesystem: the host's tree is detached, not just covered."""
     os.chdir(root)
+    assert SYS_PIVOT_ROOT is not None  # known wherever SYS_CLONE is (the namespace layer's)
     _check(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
     os.chdir("/")
@@ -383,6 +385,7 @@ def drop_capabilities() -> None:
             break  # EINVAL: past the last capability this kernel knows
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     empty = (_CapData * 2)()
+    assert SYS_CAPSET is not None  # known on both machines the kit runs on (x86_64, aarch64)
     _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), empty), "capset")
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import io
 import json
 import os
@@ -210,7 +211,7 @@ def folder_entries(root: Path, unplaced: list[tuple[str, str]]) -> Iterator[Entr
                 unplaced.append((str(path), _("不是普通文件")))
                 continue
             yield Entry(PurePosixPath(path.relative_to(root).as_posix()), info.st_size, info.st_mtime,
-                        lambda path=path: _read_capped(path))
+                        functools.partial(_read_capped, path))
 
 
 def _read_capped(path: Path) -> bytes:

@@ -79,8 +79,9 @@ def lms_lateness(record: dict[str, Any] | None) -> dict[str, str] | None:
     """What the LMS said about lateness, for the pages: its flag (Canvas's ``_LATE_``) and the time."""
     if not record or record.get("late") is not True:
         return None
-    lms = record.get("lms") if isinstance(record.get("lms"), str) else ""
-    when = record.get("submitted_utc") if isinstance(record.get("submitted_utc"), str) else ""
+    lms, when = record.get("lms"), record.get("submitted_utc")
+    lms = lms if isinstance(lms, str) else ""
+    when = when if isinstance(when, str) else ""
     return {"lms": lms_title(lms), "submitted_utc": when[:40]}
 
 
@@ -107,7 +108,8 @@ def canvas_file_id(record: dict[str, Any]) -> str:
     found = record.get("lms_file_id")
     if isinstance(found, str) and found:
         return found
-    origin = record.get("origin") if isinstance(record.get("origin"), str) else ""
+    origin = record.get("origin")
+    origin = origin if isinstance(origin, str) else ""
     for candidate in (PurePosixPath(origin).name, origin.rsplit(":", 1)[-1]):
         claimed = claim(PurePosixPath(candidate), "canvas") if CANVAS.match(candidate) else None
         if claimed and claimed.student_id == record.get("student_id"):

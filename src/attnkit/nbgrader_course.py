@@ -207,7 +207,9 @@ class KitFeedbackExporter(HTMLExporter):
     """``nbgrader generate_feedback``'s exporter: the kit's page for a notebook attnkit graded
     (it carries the results), nbgrader's own feedback page for any other."""
 
-    def from_notebook_node(self, nb: NotebookNode, resources: dict[str, Any] | None = None, **kw: Any) -> tuple[str, dict[str, Any]]:
+    # The page is a str, as HTMLExporter's own override says (ignoring its base's NotebookNode the same way).
+    def from_notebook_node(self, nb: NotebookNode, resources: dict[str, Any] | None = None,  # type: ignore[override]
+                           **kw: Any) -> tuple[str, dict[str, Any]]:
         carried = nb.metadata.get(RESULTS_KEY, {}).get("results")
         if not isinstance(carried, dict) or carried.get("assignment") not in _assignment_names():
             return super().from_notebook_node(nb, resources, **kw)

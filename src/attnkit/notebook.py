@@ -219,6 +219,11 @@ class Notebook:
         return not self.problem
 
 
+def _object(value: object) -> dict[str, Any]:
+    """A field that should hold a JSON object: itself if it does, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def _text(source: object) -> str:
     if isinstance(source, list):
         return "".join(part for part in source if isinstance(part, str))
@@ -300,8 +305,8 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
             section = _heading(_text(cell.get("source"))) or section
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        nbgrader = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
+        meta = _object(cell.get("metadata"))
+        nbgrader = _object(meta.get("nbgrader"))
         raw_id = nbgrader.get("grade_id", "")
         # str() of a deeply nested list would recurse too; an id is a short string or nothing.
         grade_id = raw_id[:200] if isinstance(raw_id, str) else ""
@@ -309,7 +314,7 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
             notebook.notes.append(_("单元格 {grade_id} 出现了不止一次（按顺序全部运行，后定义的生效）").format(grade_id=grade_id))
         seen_ids.add(grade_id)
         is_check = bool(nbgrader.get("grade")) and not nbgrader.get("solution")
-        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        tags = found if isinstance(found := meta.get("tags"), list) else []
         notebook.cells.append(CodeCell(index, _text(cell.get("source")), grade_id, is_check, SKIP_TAG in tags, section))
     # What is graded is the cells' text: outputs and attachments (an embedded image) do not count.
     graded = sum(len(_text(cell.get("source")).encode("utf-8", "surrogatepass")) for cell in cells if isinstance(cell, dict))

@@ -104,7 +104,7 @@ def call_with(name: str, args: tuple | list, kwargs: dict[str, Any], substitutes
     return {"op": CALL_WITH, "name": name, "args": list(args), "kwargs": kwargs, "substitutes": sorted(substitutes)}
 
 
-def in_place(request: CallWithRequest) -> CallWithRequest:
+def in_place(request: Mapping[str, Any]) -> dict[str, Any]:
     """``request`` (a :func:`call_with`'s) to run in the sandbox itself, the stand-ins bound for the
     call only and restored after: only for a sandbox the grader replaces before any other use
     (``Submission._forget_swaps``)."""

@@ -33,7 +33,7 @@ import gc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -437,7 +437,7 @@ class GradingPlugin:
         gc.disable()
         try:
             for current, item in runs:
-                if current is None:  # the submissions so far are done: close before asking for more
+                if current is None or item is None:  # the submissions so far are done: close before asking for more
                     self._run_deferred(submission_id, opened)
                     self._close(submission_id, opened)
                     submission_id, opened = None, None
@@ -448,11 +448,13 @@ class GradingPlugin:
                     submission_id, opened = current, None
                     try:
                         opened = self.open(current)
-                    except Exception as error:  # noqa: BLE001 - pytest too fails each test's setup with it
+                    except Exception as error:  # pytest too fails each test's setup with it
                         opened = error
                 if isinstance(opened, BaseException):
                     self.record(item, current, failure_message(opened), diagnose=False, error=opened)
                     continue
+                # Opened just above; and a plain session holds test functions only.
+                assert opened is not None and isinstance(item, pytest.Function)
                 self._run(item, opened, current)
             self._run_deferred(submission_id, opened)
         finally:
@@ -507,7 +509,7 @@ class GradingPlugin:
             return _SKIPPED
         except (KeyboardInterrupt, pytest.exit.Exception):
             raise
-        except BaseException as failure:  # noqa: BLE001 - a failed test (pytest.fail included)
+        except BaseException as failure:  # a failed test (pytest.fail included)
             return failure
         finally:
             next(hooks, None)
@@ -561,7 +563,7 @@ class GradingPlugin:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
-        proxy = item.funcargs.get("student")
+        proxy = item.funcargs.get("student") if isinstance(item, pytest.Function) else None
         if not isinstance(proxy, Student):
             yield
             return
@@ -607,7 +609,7 @@ class GradingPlugin:
 
     def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None:
         """The test again, with the reference (scoped to the test's own inputs) for ``swap``."""
-        proxy = item.funcargs["student"]
+        proxy = cast(Student, item.funcargs["student"])  # as pytest_pyfunc_call and _run checked
         proxy.calls = []
         proxy.substitutes = self.scoped_reference(item, swap)
         self.swapped[item.nodeid] = swap
@@ -633,17 +635,20 @@ class GradingPlugin:
         """Our own report for a submission's test: the student's message, never pytest's
         traceback (which would show the test's source, and costs a re-parse of the test file per
         failure: most of the grading time for a notebook of stubs)."""
-        submission_id = getattr(item, "callspec", None) and item.callspec.params.get("student")
-        if submission_id is None or (call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception)):
+        callspec = getattr(item, "callspec", None)
+        submission_id = callspec and callspec.params.get("student")
+        excinfo = call.excinfo
+        if submission_id is None or (excinfo is not None and excinfo.errisinstance(pytest.skip.Exception)):
             return None  # pytest's own report
-        failed = call.excinfo is not None
-        message = failure_message(call.excinfo.value) if failed else None
+        failed = excinfo is not None
+        message = failure_message(excinfo.value) if excinfo is not None else None
         report = TestReport(
-            item.nodeid, item.location, {}, "failed" if failed else "passed", message, call.when, [],
-            call.duration, call.start, call.stop, user_properties=item.user_properties,
+            item.nodeid, item.location, {}, "failed" if failed else "passed", message,
+            call.when,  # type: ignore[arg-type]  # an item's own phases: never "collect"
+            [], call.duration, call.start, call.stop, user_properties=item.user_properties,
         )
         if call.when == "call" or (call.when == "setup" and failed):
-            error = call.excinfo.value if failed else None
+            error = excinfo.value if excinfo is not None else None
             self.record(item, str(submission_id), message, diagnose=call.when == "call", error=error)
         return report
 
@@ -652,7 +657,7 @@ class GradingPlugin:
         points = self.points[base_nodeid(item)]
         assignment = assignment_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
-        proxy = item.funcargs.get("student")
+        proxy = item.funcargs.get("student") if isinstance(item, pytest.Function) else None
         if swapped and message is not None:
             message, error = swapped_failure(message, error)
         output = message or ""

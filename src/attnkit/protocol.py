@@ -103,7 +103,8 @@ def memory_order(item: torch.Tensor) -> list[int] | None:
     non-contiguous inputs its callers really give it."""
     if item.dim() < 2 or torch.Tensor.is_contiguous(item) or item.layout is not torch.strided:
         return None
-    order = sorted(range(item.dim()), key=lambda dim: -item.stride(dim))
+    strides = item.stride()
+    order = sorted(range(item.dim()), key=lambda dim: -strides[dim])
     if order == list(range(item.dim())) or not item.permute(order).is_contiguous():
         return None
     return order

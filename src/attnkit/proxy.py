@@ -51,13 +51,13 @@ _MIRRORED = (
     "NotImplementedError", "ZeroDivisionError", "AttributeError", "NameError", "ArithmeticError",
     "LookupError", "MemoryError", "RecursionError", "OverflowError", "UnboundLocalError",
 )
-_MIRROR_CLASSES: dict[str, type[Exception]] = {
+_MIRROR_CLASSES: dict[str, type[StudentRaised]] = {
     name: type(f"Student{name}", (getattr(builtins, name), StudentRaised), {}) for name in _MIRRORED
 }
 
 
 def student_exception(function: str, type_name: str, message: str, where: dict | None = None,
-                      warnings: list[str] | None = None) -> Exception:
+                      warnings: list[str] | None = None) -> StudentRaised:
     """Re-create the student's exception as a trusted class with the same builtin base."""
     cls = _MIRROR_CLASSES.get(type_name, type("StudentException", (StudentRaised,), {}))
     error = cls(message)
@@ -184,7 +184,7 @@ class Student:
 
     @staticmethod
     def _result(name: str, outcome: Outcome) -> Any:
-        if not outcome.raised:
+        if outcome.error_type is None:  # it returned
             return outcome.value
         if outcome.error_type == TIMEOUT:
             raise StudentTimeout(outcome.message)
@@ -274,7 +274,7 @@ class LocalBackend:
         for cell in cells:
             try:
                 exec(compile(cell, filename, "exec"), namespace)
-            except Exception:  # noqa: BLE001 - see the docstring
+            except Exception:  # see the docstring
                 pass
         return cls(namespace)
 

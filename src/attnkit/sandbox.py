@@ -126,14 +126,14 @@ class Zygote:
                 self._pidfd = None
             self.pid = ready["pid"]
         self._ready = True
-        isolation = ready.get("isolation") if isinstance(ready.get("isolation"), dict) else {}
+        isolation = found if isinstance(found := ready.get("isolation"), dict) else {}
         self.isolated = isolation.get("kind") in ("root", "userns", "landlock", "pool")
         self.isolation = isolation
         if not self.isolated and not self._trusted:
             self.close()
             # The cause in our words (a container's seccomp profile, an AppArmor restriction) and
             # what works there: see attnkit.confinement.
-            exposed = isolation.get("exposed") if isinstance(isolation.get("exposed"), list) else []
+            exposed = listed if isinstance(listed := isolation.get("exposed"), list) else []
             self._failure = IsolationUnavailable(confinement.exposure_refusal(exposed) if exposed
                                                  else confinement.refusal(str(isolation.get("why") or "")))
             raise self._failure
@@ -685,7 +685,7 @@ class Submission:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
         description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts,
                                        "replaced_after_swaps": self.replaced_after_swaps}
-        if self._channel is not None and not self._given_up:
+        if self._channel is not None and self._pid is not None and not self._given_up:  # set together by _boot
             description.update(usage_of(self._pid, self.zygote.pid))
         return description
 

@@ -49,6 +49,7 @@ def hold_plan(digest: str, descriptor: int) -> bool:
     _plan = (digest, batch["requests"])
     gc.collect()
     gc.freeze()  # out of every sandbox's collections, like the rest of the zygote's heap
+    return True
 
 
 class Sandbox:

@@ -475,7 +475,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
         suites = discover(Path(autograder))
         zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()),
                         cells=[cell for suite in suites.values() for cell in suite.release_cells()], seed=seed, later=True)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         emit(worker_messages.fatal(_("无法启动沙箱的 zygote 进程：{error}").format(error=error)))
         return
     finally:
@@ -510,7 +510,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
             except GraderError as error:
                 emit(worker_messages.fatal(str(error)))
                 return
-            except BaseException as error:  # noqa: BLE001 - RecursionError, MemoryError, pytest's own
+            except BaseException as error:  # RecursionError, MemoryError, pytest's own
                 if not reported[0]:  # else it broke after its chunk was done and before the next began
                     emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}"))
             else:

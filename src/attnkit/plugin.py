@@ -303,7 +303,12 @@ def failure_message(error: BaseException) -> str:
         if error.type_name == "NotImplementedError":
             return _("{function} 还没有完成（仍是 raise NotImplementedError()）。").format(function=error.function)
         info = error_info(error)
-        text = _("你的 {function} 抛出了 {type}：{error}").format(function=error.function, type=error.type_name, error=error)
+        inner = str(info.get("function") or error.function)
+        if inner != error.function:  # the failing line is in a function it called: say which
+            text = _("你的 {function} 抛出了 {type}，出错的一行在它调用的 {inner} 里：{error}").format(
+                function=error.function, type=error.type_name, inner=inner, error=error)
+        else:
+            text = _("你的 {function} 抛出了 {type}：{error}").format(function=error.function, type=error.type_name, error=error)
         if info.get("text"):
             text += "\n" + _("出错的一行：{place}：{text}").format(place=info["place"], text=info["text"])
         if info.get("explanation"):

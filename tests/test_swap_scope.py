@@ -350,3 +350,48 @@ def test_an_exit_in_a_swapped_call_crashes_that_call_only_and_costs_no_restart()
     finally:
         session.close()
         zygote.close()
+
+
+# The reference's answer spelt in the sandbox's own usage: memory touched and CPU burnt in a
+# swapped call, in proportion to what the stand-in returned (here, 300 MB and a second of CPU).
+SPELLER = """
+import time
+
+
+def helper(x):
+    raise NotImplementedError()
+
+
+def speller(x):
+    answer = helper(x)
+    held = bytearray(answer * 1024 * 1024)  # touched: the peak resident size grows by that much
+    started = time.process_time()
+    while time.process_time() - started < answer / 300:
+        pass
+    return len(held) // (1024 * 1024)
+"""
+
+
+def test_a_swapped_call_cannot_spell_the_reference_in_the_sandbox_usage() -> None:
+    """Swapped calls run in the sandbox itself, and results.json shows the sandbox's peak memory and
+    CPU time: can code that got the reference's answer there spell it in them (300 MB, 1 s of CPU
+    for an answer of 300)? The usage shown must be what the sandbox used before its first swapped
+    call."""
+    from attnkit.notebook import CodeCell
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
+
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, SPELLER)], Limits())
+    try:
+        session.start()
+        before = session.describe()
+        assert before["max_rss_kb"] > 0, before
+        spelt = session.call_with("speller", (1,), {}, {"helper": lambda x: 300})
+        assert spelt.value == 300, spelt  # it held the answer, and used it
+        after = session.describe()
+        assert after["max_rss_kb"] < before["max_rss_kb"] + 100 * 1024, (before, after)
+        assert after["cpu_seconds"] < before["cpu_seconds"] + 0.5, (before, after)
+    finally:
+        session.close()
+        zygote.close()

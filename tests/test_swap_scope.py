@@ -115,7 +115,21 @@ def multi_head_attention(*args, **kwargs):
     return _honest_multi_head(*args, **kwargs)
 '''
 
-STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE, "correct": "pass"}
+# What the stand-in returned, spelt in the sandbox's peak memory: 300 MB touched in each swapped
+# call (the plain run never gets past the stub), for results.json's "max_rss_kb" to show.
+SPELLER = STUB + '''
+_honest_multi_head = multi_head_attention
+_held = []
+
+
+def multi_head_attention(*args, **kwargs):
+    result = _honest_multi_head(*args, **kwargs)
+    if not _held:
+        _held.append(bytearray(300 * 1024 * 1024))
+    return result
+'''
+
+STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE, "speller": SPELLER, "correct": "pass"}
 SWAPPED_NOTE = "这一项用参考的 scaled_attention 代替了你的实现"
 OUT_OF_SCOPE = "参考实现只回答这一项自己的输入"
 
@@ -188,6 +202,18 @@ def test_the_swapped_re_runs_wait_so_one_sandbox_serves_the_whole_submission(gra
     assert results["sandbox"]["replaced_after_swaps"] == 0, results["sandbox"]
     in_order = [(test["grade_id"], test["name"]) for test in graded["correct"][0]["tests"]]  # nothing waited there
     assert [(test["grade_id"], test["name"]) for test in results["tests"]] == in_order
+
+
+@pytest.mark.e2e
+def test_the_usage_in_results_is_the_sandboxs_before_its_swapped_calls(graded):
+    """results.json shows the sandbox's peak memory: a notebook that touches 300 MB only once the
+    reference's stand-in has answered it (its swapped re-runs, in the sandbox itself) could spell
+    the answer in it. Is the peak shown that of before the swapped calls, no higher than an honest
+    stub's, while the correct classmate graded beside keeps 100?"""
+    speller, honest = graded["speller"][0], graded["honest"][0]
+    assert swapped_tests(speller) and all(test["status"] == "passed" for test in swapped_tests(speller))
+    assert speller["sandbox"]["max_rss_kb"] < honest["sandbox"]["max_rss_kb"] + 150 * 1024, (speller["sandbox"], honest["sandbox"])
+    assert graded["correct"][0]["score"] == graded["correct"][0]["max_score"] == 100
 
 
 # The fork's writes, in files and a shared mapping; the sandbox's own reader, asked after.

@@ -136,7 +136,7 @@ def join(items: Any) -> str:
 
 def extract_with_titles(fileobj: Any, keywords: Any, comment_tags: Any, options: Any) -> Any:
     """Babel extraction method for the hidden suite: the usual ``_()`` calls, plus the first line
-    of each test function's docstring (the title the feedback page shows; see plugin.title_of)."""
+    of each test function's docstring (the title the feedback page shows; see markers.title_of)."""
     import ast
 
     from babel.messages.extract import extract_python

@@ -75,6 +75,8 @@ def html_lang() -> str:
     return HTML_LANG[_current]
 
 
+# Per process, never invalidated: the .po files ship with the engine and with each suite, which a
+# run does not change (an edited .po changes ``engine.grader_digest``, so the next run regrades).
 @cache
 def translations(locale_dir: str, domain: str, language: str) -> gettext.NullTranslations:
     """The catalogue of ``domain`` in ``language``, compiled from its .po in memory (cached).

@@ -28,14 +28,9 @@ from attnkit.constants import GraderError
 
 # Per process, never invalidated: the key holds the test's function object, which a re-import replaces.
 _MARKERS: dict[tuple, dict[str, Any]] = {}
-
-
+# On the item (per pytest session: an item lives as long as its session's collection).
 _ITEM_MARKERS = pytest.StashKey[dict[str, Any]]()
-
-
 _ITEM_KEY = pytest.StashKey[str]()
-
-
 
 
 def _marker_args(item: pytest.Item) -> dict[str, Any]:
@@ -103,6 +98,8 @@ def assignment_of(item: pytest.Item) -> Assignment:
 @functools.cache
 def _assignment_of_folder(folder: str) -> Assignment | None:
     # Asked for every test of every submission: the folder walk and path resolution run once.
+    # Per process, never invalidated: it only finds the folder, and the Assignment it returns is
+    # ``assignment._LOADED``'s, kept for the process too (see there).
     return of_path(Path(folder))
 
 
@@ -132,4 +129,6 @@ def title_of(item: pytest.Item) -> str:
 @functools.cache
 def _translated_title(test_file: str, title: str, language: str) -> str:
     # Asked for every test of every submission: the path resolution and lookup run once.
+    # Per process, never invalidated: keyed on the title's own text and the language, so an edited
+    # docstring is another key; the catalogue behind it is ``i18n.translations``'s (per process).
     return i18n.catalogue(Path(test_file).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext(title)

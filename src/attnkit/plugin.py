@@ -81,7 +81,8 @@ class Provider(Protocol):
 # Suites a session in this process found to hold only plain ``student`` tests, by the paths the
 # session was asked to collect and the state of the Python files under them: later sessions of the
 # very same files collect each of their tests once (see the module's docstring). An edited, added
-# or removed file is another suite, learned again.
+# or removed file is another suite, learned again. Per process (a worker keeps one for its whole
+# class); keyed on the files' state, so it never needs invalidating.
 _PLAIN_SUITES: set[tuple] = set()
 
 
@@ -517,7 +518,8 @@ class GradingPlugin:
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:
         """``proxy.probe``, each probe input run once per submission and substitution mode:
-        every failed test of a function asks for the same probes."""
+        every failed test of a function asks for the same probes. The cache lives on the proxy:
+        per submission, gone with its sandbox."""
         from attnkit import protocol
 
         cache: dict[tuple, Outcome] = proxy.__dict__.setdefault("_probe_outcomes", {})

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from attnkit import plugin as plugin_module
-from attnkit.plugin import GradingPlugin, LocalProvider
+from attnkit.plugin import GradingPlugin, LocalProvider, Provider
 from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +187,7 @@ def causal_allowed(size):
 }
 
 
-class SourceProvider:
+class SourceProvider(Provider):
     """Several trusted sources (or trusted notebooks, by path) graded in one pytest session."""
 
     def __init__(self, sources: dict[str, str | Path]) -> None:

@@ -55,12 +55,30 @@ from attnkit.proxy import (
 
 
 class Provider(Protocol):
-    """Where the ``student`` fixture's submissions come from."""
+    """Where the ``student`` fixture's submissions come from. A provider subclasses it: the
+    first three methods are its own, the others have defaults that ask nothing of it (a
+    trusted source in this process: no next chunk, no plan, no scope)."""
 
     def submission_ids(self) -> list[str]: ...
     def open(self, submission_id: str) -> Student: ...
     def close(self, submission_id: str) -> None: ...
-    # Optional: ``learn(submission_id, test_key, proxy)`` after each test, with the calls it made.
+
+    def more(self) -> list[str]:
+        """The ids of the next submissions to grade in the same session, once every one so far is
+        closed (``GradingPlugin._template_runs``); none: the session ends."""
+        return []
+
+    def learn(self, submission_id: str, key: str, proxy: Student) -> None:
+        """After each test of a submission, with the calls it made (``proxy.calls``)."""
+        return None
+
+    def before_swaps(self, submission_id: str, failing: set[str]) -> None:
+        """Before the submission's first swapped re-run; ``failing``: the grade ids that failed or may yet."""
+        return None
+
+    def scope_of(self, key: str) -> dict[str, list[bytes]] | None:
+        """What a swapped-in reference may answer in test ``key`` (``attnkit.scope``); None: unscoped."""
+        return None
 
 
 @dataclass
@@ -337,9 +355,11 @@ class _Deferred:
 class GradingPlugin:
     """Collects per-submission results; registered once per pytest session."""
 
-    def __init__(self, provider: Provider) -> None:
+    def __init__(self, provider: Provider, results: dict[str, list[TestResult]] | None = None) -> None:
         self.provider = provider
-        self.results: dict[str, list[TestResult]] = {}
+        # Submission id -> its test results, in the session's order. ``results``: a dict the
+        # provider's side reads them from as each submission closes (``worker.SubmissionRecords``).
+        self.results: dict[str, list[TestResult]] = {} if results is None else results
         # Base node id -> the test's points (from the source notebook, split by weight).
         self.points: dict[str, float] = {}
         self.fatal = ""  # the suite and its source notebook disagree: grading stops
@@ -470,14 +490,13 @@ class GradingPlugin:
         while the provider has more submissions of this suite for the same session (its optional
         ``more()``: the worker's next chunk), theirs: a worker keeps one session for its whole
         class. ``(None, None)`` between rounds."""
-        more = getattr(self.provider, "more", None)
         submission_ids = list(self.provider.submission_ids())
         while submission_ids:
             for submission_id in submission_ids:
                 for item in items:
                     yield submission_id, item
             yield None, None
-            submission_ids = list(more()) if more is not None else []
+            submission_ids = list(self.provider.more())
 
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
         if submission_id is not None and isinstance(opened, Student):
@@ -536,16 +555,16 @@ class GradingPlugin:
         if submission_id is None or not isinstance(opened, Student) or not deferred:
             self._recorded_at = {}
             return
-        before_swaps = getattr(self.provider, "before_swaps", None)
+        swapped_yet = False
         for waiting in deferred:
             item = waiting.item
             swap = self._swap_for(item, submission_id)
-            if swap and before_swaps is not None:
+            if swap and not swapped_yet:
                 # The provider's own plain calls (a feedback page's evidence) go before the first
                 # swapped one too: for the parts that failed or may yet fail.
                 failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
-                before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
-                before_swaps = None
+                self.provider.before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
+                swapped_yet = True
             if not swap:  # the dependency it waited for passed after all: its own failure stands
                 opened.calls = waiting.calls
                 self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
@@ -575,9 +594,7 @@ class GradingPlugin:
             yield
         finally:
             proxy.begin_test(None)
-            learn = getattr(self.provider, "learn", None)
-            if learn is not None:
-                learn(getattr(proxy, "submission_id", ""), key, proxy)
+            self.provider.learn(getattr(proxy, "submission_id", ""), key, proxy)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -627,8 +644,7 @@ class GradingPlugin:
         from attnkit import scope
 
         reference = assignment_of(item).catalogue().reference_namespace()
-        scope_of = getattr(self.provider, "scope_of", None)
-        return scope.scoped(reference, swap, scope_of(test_key(item)) if scope_of is not None else None)
+        return scope.scoped(reference, swap, self.provider.scope_of(test_key(item)))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> TestReport | None:
@@ -780,7 +796,7 @@ def notebook_source(path: Path) -> list[str]:
     return [cell.source for cell in read_notebook(path).cells]
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     """One trusted source file run in this process. Never use it on a submission."""
 
     def __init__(self, path: Path, api: tuple[str, ...] | None = None) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from attnkit import plugin as plugin_module
 from attnkit.local_provider import LocalProvider
-from attnkit.plugin import GradingPlugin
+from attnkit.plugin import GradingPlugin, Provider
 from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +188,7 @@ def causal_allowed(size):
 }
 
 
-class SourceProvider:
+class SourceProvider(Provider):
     """Several trusted sources (or trusted notebooks, by path) graded in one pytest session."""
 
     def __init__(self, sources: dict[str, str | Path]) -> None:

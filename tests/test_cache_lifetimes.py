@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from attnkit.assignment import discover
-from attnkit.engine import find_jobs
+from attnkit.intake import find_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = ROOT / "tests" / "course"

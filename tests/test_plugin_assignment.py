@@ -176,7 +176,7 @@ def test_an_edited_translation_regrades(course: Path, tmp_path: Path) -> None:
     """Results hold an assignment's messages: does editing its catalogue (.po) change the digest
     every result depends on, so that the class is regraded?"""
     from attnkit.assignment import load
-    from attnkit.engine import grader_digest
+    from attnkit.intake import grader_digest
 
     copy = tmp_path / "course"
     shutil.copytree(course, copy, ignore=IGNORE)

@@ -15,7 +15,7 @@ import pytest
 
 from attnkit import worker
 from attnkit.constants import TIMEOUT
-from attnkit.engine import find_jobs
+from attnkit.intake import find_jobs
 from attnkit.notebook import CodeCell
 from attnkit.policy import Limits
 from attnkit.sandbox import Submission, Zygote

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from attnkit import plugin, worker
-from attnkit.engine import find_jobs
+from attnkit.intake import find_jobs
 from attnkit.policy import Limits
 from attnkit.sandbox import Zygote
 

@@ -40,7 +40,7 @@ import torch
 
 from attnkit import operations, plugin, sandbox, worker
 from attnkit.assignment import discover
-from attnkit.engine import find_jobs
+from attnkit.intake import find_jobs
 from attnkit.policy import Limits
 from attnkit.sandbox import Zygote
 

@@ -47,12 +47,12 @@ from attnkit import i18n
 from attnkit.i18n import _, ngettext
 from attnkit.engine import (
     Job,
-    find_jobs,
     grade_jobs,
     is_current,
     results_path,
     shard_of,
 )
+from attnkit.intake import find_jobs
 from attnkit.files import atomic_write, readable_json
 from attnkit.feedback import causes, feedback_html, late_notice, report_html
 from attnkit.isolation import describe as describe_isolation

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnkit.assignment import discover
+from attnkit.provider import Provider
 from attnkit.proxy import LocalBackend, Student
 
 
@@ -22,7 +23,7 @@ def notebook_source(path: Path) -> list[str]:
     return [cell.source for cell in read_notebook(path).cells]
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     """One trusted source file run in this process. Never use it on a submission."""
 
     def __init__(self, path: Path, api: tuple[str, ...] | None = None) -> None:

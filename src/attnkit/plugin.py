@@ -37,7 +37,7 @@ import gc
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -66,16 +66,8 @@ from attnkit.outcomes import (
     substitution_note,
     swapped_failure,
 )
+from attnkit.provider import Provider
 from attnkit.proxy import Outcome, Student, StudentRaised
-
-
-class Provider(Protocol):
-    """Where the ``student`` fixture's submissions come from."""
-
-    def submission_ids(self) -> list[str]: ...
-    def open(self, submission_id: str) -> Student: ...
-    def close(self, submission_id: str) -> None: ...
-    # Optional: ``learn(submission_id, test_key, proxy)`` after each test, with the calls it made.
 
 
 # Suites a session in this process found to hold only plain ``student`` tests, by the paths the
@@ -141,9 +133,11 @@ class _Deferred:
 class GradingPlugin:
     """Collects per-submission results; registered once per pytest session."""
 
-    def __init__(self, provider: Provider) -> None:
+    def __init__(self, provider: Provider, results: dict[str, list[TestResult]] | None = None) -> None:
         self.provider = provider
-        self.results: dict[str, list[TestResult]] = {}
+        # Submission id -> its test results, in the session's order. ``results``: a dict the
+        # provider's side reads them from as each submission closes (``worker.SubmissionRecords``).
+        self.results: dict[str, list[TestResult]] = {} if results is None else results
         # Base node id -> the test's points (from the source notebook, split by weight).
         self.points: dict[str, float] = {}
         self.fatal = ""  # the suite and its source notebook disagree: grading stops
@@ -274,14 +268,13 @@ class GradingPlugin:
         while the provider has more submissions of this suite for the same session (its optional
         ``more()``: the worker's next chunk), theirs: a worker keeps one session for its whole
         class. ``(None, None)`` between rounds."""
-        more = getattr(self.provider, "more", None)
         submission_ids = list(self.provider.submission_ids())
         while submission_ids:
             for submission_id in submission_ids:
                 for item in items:
                     yield submission_id, item
             yield None, None
-            submission_ids = list(more()) if more is not None else []
+            submission_ids = list(self.provider.more())
 
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
         if submission_id is not None and isinstance(opened, Student):
@@ -340,16 +333,16 @@ class GradingPlugin:
         if submission_id is None or not isinstance(opened, Student) or not deferred:
             self._recorded_at = {}
             return
-        before_swaps = getattr(self.provider, "before_swaps", None)
+        swapped_yet = False
         for waiting in deferred:
             item = waiting.item
             swap = self._swap_for(item, submission_id)
-            if swap and before_swaps is not None:
+            if swap and not swapped_yet:
                 # The provider's own plain calls (a feedback page's evidence) go before the first
                 # swapped one too: for the parts that failed or may yet fail.
                 failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
-                before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
-                before_swaps = None
+                self.provider.before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
+                swapped_yet = True
             if not swap:  # the dependency it waited for passed after all: its own failure stands
                 opened.calls = waiting.calls
                 self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
@@ -379,9 +372,7 @@ class GradingPlugin:
             yield
         finally:
             proxy.begin_test(None)
-            learn = getattr(self.provider, "learn", None)
-            if learn is not None:
-                learn(getattr(proxy, "submission_id", ""), key, proxy)
+            self.provider.learn(getattr(proxy, "submission_id", ""), key, proxy)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -431,8 +422,7 @@ class GradingPlugin:
         from attnkit import scope
 
         reference = assignment_of(item).catalogue().reference_namespace()
-        scope_of = getattr(self.provider, "scope_of", None)
-        return scope.scoped(reference, swap, scope_of(test_key(item)) if scope_of is not None else None)
+        return scope.scoped(reference, swap, self.provider.scope_of(test_key(item)))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> TestReport | None:

@@ -27,6 +27,7 @@ from attnkit.i18n import _
 from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, place_of, read_notebook, read_submitted, redefinitions
 from attnkit import operations, protocol, worker_messages
 from attnkit.proxy import LocalBackend, Outcome, Student, request_of
+from attnkit.plugin import Provider, TestResult
 from attnkit.policy import Limits
 from attnkit.scope import record_inner_calls
 from attnkit.sandbox import SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
@@ -118,7 +119,7 @@ class Plan:
 _plans: dict[str, Plan] = {}
 
 
-class SandboxProvider:
+class SandboxProvider(Provider):
     """The ``student`` fixture's source in a worker: a sandbox per submission, from the zygote.
 
     Before the first submission of an assignment, its hidden tests run once on the assignment's
@@ -349,20 +350,26 @@ def run_chunk(jobs: list[Job], suites: dict[str, Assignment], limits: Limits, zy
                    more if name == names[-1] else None)
 
 
-def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: Zygote, emit: Callable[[Mapping[str, Any]], None],
-               more: Callable[[str], list[Job] | None] | None = None) -> None:
-    import pytest
+class SubmissionRecords:
+    """The records of one pytest session's submissions, each sent to the parent as it closes.
 
-    from attnkit import plugin as plugin_module
-    from attnkit.plugin import GradingPlugin
+    ``results`` is the session's ``GradingPlugin.results`` (the plugin is given this very dict):
+    a submission's test results are taken from it when its sandbox closes (``finished``)."""
 
-    plugin: GradingPlugin
+    def __init__(self, assignment: Assignment, emit: Callable[[Mapping[str, Any]], None]) -> None:
+        self.assignment = assignment
+        self.emit = emit
+        self.results: dict[str, list[TestResult]] = {}
 
-    def finished(opened: Opened) -> None:
-        tests = [result.to_dict() for result in plugin.results.pop(opened.job.key, [])]
+    def started(self, key: str) -> None:
+        """Tells the parent which submission a dying worker was on."""
+        self.emit(worker_messages.started(key))
+
+    def finished(self, opened: Opened) -> None:
+        tests = [result.to_dict() for result in self.results.pop(opened.job.key, [])]
         # Before the sandbox's description: the heatmaps' calls may still replace it.
-        panels = evidence(assignment, opened.student, tests, opened.early_evidence) if opened.session else {}
-        record = {
+        panels = evidence(self.assignment, opened.student, tests, opened.early_evidence) if opened.session else {}
+        self.emit({
             "student_id": opened.job.student_id,
             "assignment": opened.job.assignment,
             "fingerprint": opened.job.fingerprint,
@@ -377,12 +384,20 @@ def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: 
             "sandbox": opened.session.describe() if opened.session else {},
             "evidence": panels,
             "seconds": time.perf_counter() - opened.started,
-        }
-        emit(record)
+        })
 
-    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, finished, started=lambda key: emit(worker_messages.started(key)),
+
+def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: Zygote, emit: Callable[[Mapping[str, Any]], None],
+               more: Callable[[str], list[Job] | None] | None = None) -> None:
+    import pytest
+
+    from attnkit import plugin as plugin_module
+    from attnkit.plugin import GradingPlugin
+
+    records = SubmissionRecords(assignment, emit)
+    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, records.finished, started=records.started,
                                assignment=assignment, more=more)
-    plugin = GradingPlugin(provider)
+    plugin = GradingPlugin(provider, records.results)
     folder = str(assignment.folder)
     args = [
         folder, "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
@@ -443,6 +458,48 @@ def _expendable() -> None:
         pass
 
 
+class ChunkFeed:
+    """The worker's side of its pipes to the parent: the chunks it is sent, in order, and whether
+    the chunk being graded has had its ``chunk_done`` (sent once per chunk, by ``more`` when a
+    session goes on with the next chunk, else after the chunk's session)."""
+
+    def __init__(self, inbox: Any, results: Any) -> None:
+        self.inbox = inbox  # our end of the task pipe
+        self.results = results  # our end of the result pipe
+        self.pid = os.getpid()
+        self.pending: list[list[Job] | None] = []  # received by ``more`` for after its session
+        self.reported = False
+
+    def emit(self, message: Mapping[str, Any]) -> None:
+        self.results.send(worker_messages.from_worker(message, self.pid))
+
+    def next(self) -> list[Job] | None:
+        """The next chunk to grade; None: the parent has no more."""
+        chunk = self.pending.pop() if self.pending else self.inbox.recv()
+        self.reported = False
+        return chunk
+
+    def more(self, assignment: str) -> list[Job] | None:
+        """The current chunk done, the next one if it is all of ``assignment`` (the session goes
+        on with it); else None, and that chunk (or the end) waits for ``next``."""
+        self.done()
+        chunk = self.inbox.recv()
+        if chunk and all(job.assignment == assignment for job in chunk):
+            self.reported = False
+            return chunk
+        self.pending.append(chunk)  # another assignment's, or the end: after this session
+        return None
+
+    def done(self) -> None:
+        self.emit(worker_messages.chunk_done())
+        self.reported = True
+
+    def failed(self, error: BaseException) -> None:
+        """The chunk's session broke; unless it broke after its chunk was done and before the next began."""
+        if not self.reported:
+            self.emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}"))
+
+
 def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None,
                 seed: socket.socket | None = None) -> None:
     """Process entry point: grade chunks received on the pipe ``inbox`` until ``None``; send
@@ -468,10 +525,8 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     import torch
 
     torch.set_num_threads(1)
-    pid = os.getpid()
-
-    def emit(message: Mapping[str, Any]) -> None:
-        results.send(worker_messages.from_worker(message, pid))
+    feed = ChunkFeed(inbox, results)
+    emit = feed.emit
 
     try:
         suites = discover(Path(autograder))
@@ -491,32 +546,17 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
     # of its assignment (``more``): one pytest session (its configuration and collection, ~40 ms)
     # per worker instead of one per chunk. The parent sees the same messages: each chunk's records,
     # then its ``chunk_done`` (sent here, before the next chunk is asked for).
-    pending: list[Any] = []
-    reported = [False]  # the chunk being graded has had its ``chunk_done``
-
-    def more(assignment: str) -> list[Job] | None:
-        emit(worker_messages.chunk_done())
-        reported[0] = True
-        chunk = inbox.recv()
-        if chunk and all(job.assignment == assignment for job in chunk):
-            reported[0] = False
-            return chunk
-        pending.append(chunk)  # another assignment's, or the end: after this session
-        return None
-
     try:
-        while (chunk := pending.pop() if pending else inbox.recv()) is not None:
-            reported[0] = False
+        while (chunk := feed.next()) is not None:
             try:
-                run_chunk(chunk, suites, limits, zygote, emit, more)
+                run_chunk(chunk, suites, limits, zygote, emit, feed.more)
             except GraderError as error:
                 emit(worker_messages.fatal(str(error)))
                 return
             except BaseException as error:  # RecursionError, MemoryError, pytest's own
-                if not reported[0]:  # else it broke after its chunk was done and before the next began
-                    emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}"))
+                feed.failed(error)
             else:
-                if not reported[0]:
-                    emit(worker_messages.chunk_done())
+                if not feed.reported:
+                    feed.done()
     finally:
         zygote.close()

@@ -1,0 +1,130 @@
+"""The parent's and the worker's wiring as named objects (issue 27): intake apart from fan-out,
+``engine.FanOut`` retrying a failed chunk, ``worker.ChunkFeed`` sending one ``chunk_done`` per
+chunk over real pipes, and ``plugin.Provider``'s optional methods as defaults. No sandbox: these
+are the trusted side's bookkeeping, driven through its own objects."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+from attnkit import engine, intake, worker_messages
+from attnkit.plugin import GradingPlugin, LocalProvider, Provider, TestResult
+from attnkit.policy import Limits
+from attnkit.proxy import LocalBackend, Student
+from attnkit.worker import ChunkFeed, Job, SubmissionRecords
+
+from contract import CH19
+
+
+def job(student: str, assignment: str = "ch19") -> Job:
+    return Job(student, assignment, [], f"fp-{student}")
+
+
+def test_intake_is_its_own_module() -> None:
+    """Is intake (finding jobs, fingerprints, folder problems) in intake.py, and engine.py left with
+    the fan-out only?"""
+    for name in ("find_jobs", "grader_digest", "id_problem", "is_renamed", "Skipped", "Intake"):
+        assert hasattr(intake, name), name
+        assert not hasattr(engine, name), name
+    assert hasattr(engine, "FanOut") and hasattr(engine, "grade_jobs")
+
+
+def fan_out(jobs: list[Job], records: list[dict[str, Any]]) -> engine.FanOut:
+    """A run's bookkeeping before any worker starts (no process is started by the constructor)."""
+    return engine.FanOut(jobs, Path("."), 2, Limits(), [], records.append, None)
+
+
+def test_a_failed_chunk_goes_back_culprit_first() -> None:
+    """A chunk that broke on its second submission: is that one retried alone first, then the rest
+    together, and are submissions already recorded left out?"""
+    jobs = [job("a"), job("b"), job("c"), job("d")]
+    records: list[dict[str, Any]] = []
+    run = fan_out(jobs, records)
+    run.work.clear()
+    del run.remaining["d/ch19"]  # recorded before the chunk broke
+    broken = engine._Worker(None, None, None, chunk=jobs, current="b/ch19")
+    run.chunk_failed(broken, "boom")
+    assert broken.chunk is None
+    assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["a/ch19", "c/ch19"]]
+    assert records == [] and run.not_graded == []
+
+
+def test_a_chunk_that_fails_alone_is_recorded_not_graded() -> None:
+    """The one submission left in a failed chunk: a "not graded" record with the reason, its key in
+    the run's not-graded list, and nothing put back to retry?"""
+    records: list[dict[str, Any]] = []
+    run = fan_out([job("a"), job("b"), job("c")], records)
+    run.work.clear()
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[job("a")], current=None), "boom")
+    assert run.not_graded == ["a/ch19"] and "a/ch19" not in run.remaining
+    assert [r["student_id"] for r in records] == ["a"] and records[0]["not_graded"] == "boom"
+    assert records[0]["fingerprint"] == "" and not run.work
+    # Died between submissions: every one is retried on its own.
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[job("b"), job("c")], current=None), "x")
+    assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["c/ch19"]]
+
+
+def received(reader: Any) -> list[dict[str, Any]]:
+    found = []
+    while reader.poll():
+        found.append(reader.recv())
+    return found
+
+
+def test_chunk_feed_sends_one_chunk_done_per_chunk() -> None:
+    """Over real pipes: does ``more`` report the finished chunk and hand over the next one of the
+    same assignment, keep another assignment's chunk (and the end) for ``next``, and does ``failed``
+    stay silent for a chunk already reported?"""
+    context = multiprocessing.get_context("fork")
+    task_reader, task_writer = context.Pipe(duplex=False)
+    result_reader, result_writer = context.Pipe(duplex=False)
+    feed = ChunkFeed(task_reader, result_writer)
+    first, second, other = [job("a")], [job("b")], [job("c", "ch20")]
+    for chunk in (first, second, other, None):
+        task_writer.send(chunk)
+    assert feed.next() == first and not feed.reported
+    assert feed.more("ch19") == second and not feed.reported
+    assert [worker_messages.kind_of(m) for m in received(result_reader)] == [worker_messages.CHUNK_DONE]
+    assert feed.more("ch19") is None and feed.reported
+    feed.failed(RuntimeError("after its chunk was done"))  # nothing: the chunk had its chunk_done
+    assert [worker_messages.kind_of(m) for m in received(result_reader)] == [worker_messages.CHUNK_DONE]
+    assert feed.next() == other and not feed.reported
+    feed.failed(RuntimeError("broke"))
+    messages = received(result_reader)
+    assert [worker_messages.kind_of(m) for m in messages] == [worker_messages.CHUNK_FAILED]
+    assert "RuntimeError: broke" in messages[0][worker_messages.CHUNK_FAILED]
+    assert feed.next() is None
+
+
+class Three(Provider):
+    """A provider with only the three methods a provider must have."""
+
+    def submission_ids(self) -> list[str]:
+        return ["one"]
+
+    def open(self, submission_id: str) -> Student:
+        return Student(LocalBackend.from_source("x = 1\n"), api=CH19.functions)
+
+    def close(self, submission_id: str) -> None:
+        pass
+
+
+def test_a_provider_gets_defaults_for_the_optional_methods() -> None:
+    """No next chunk, nothing learnt, no scope (unscoped references) unless a provider says so."""
+    proxy = Three().open("one")
+    for provider in (Three(), LocalProvider(Path("x.py"), api=())):
+        assert provider.more() == []
+        assert provider.scope_of("test") is None
+        provider.learn("one", "test", proxy)
+        provider.before_swaps("one", {"ch19-1"})
+
+
+def test_records_read_the_plugins_own_results() -> None:
+    """The plugin fills the very dict ``SubmissionRecords`` takes a submission's results from."""
+    records = SubmissionRecords(CH19, lambda message: None)
+    plugin = GradingPlugin(Three(), records.results)
+    plugin.results.setdefault("one", []).append(TestResult("t", "t", "ch19-1", 1.0, 1.0, "passed"))
+    assert records.results is plugin.results and [r.status for r in records.results["one"]] == ["passed"]
+    assert GradingPlugin(Three()).results == {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -889,7 +890,9 @@ class AssignmentSources:
         return Student(LocalBackend.from_cells(self.sources[submission_id], submission_id), api=self.api)
 
     def close(self, submission_id: str) -> None:
-        pass
+        pyplot = sys.modules.get("matplotlib.pyplot")  # a source notebook's figures, drawn in this process
+        if pyplot is not None:
+            pyplot.close("all")
 
 
 @pytest.fixture(scope="module", params=list(ASSIGNMENTS))

@@ -18,7 +18,8 @@ import torch
 
 from attnkit import plugin as plugin_module
 from attnkit.assignment import Assignment
-from attnkit.plugin import GradingPlugin, LocalProvider, notebook_source
+from attnkit.local_provider import LocalProvider, notebook_source
+from attnkit.plugin import GradingPlugin
 from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -799,7 +800,7 @@ FAILING_STYLES = {
 def test_common_torch_failures_are_explained_at_the_students_line(style):
     """Does a common torch failure come back with the student's own failing line (never the
     grader's), a Chinese explanation, and no traceback or path?"""
-    from attnkit.plugin import error_info, failure_message
+    from attnkit.outcomes import error_info, failure_message
 
     line, explanation = FAILING_STYLES[style]
     source = f"import torch\n\ndef scaled_attention(query, key, value, allowed=None):\n    {line}\n    return scores, scores\n"

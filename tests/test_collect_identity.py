@@ -179,3 +179,18 @@ def test_a_renamed_notebook_is_stored_under_the_assignments_name_with_a_note(tmp
     note = json.loads((submitted / "2002" / ASSIGNMENT / "lms.json").read_text(encoding="utf-8"))["notes"]
     assert note and "attention (1).ipynb" in note[0]
     assert "Attention.ipynb" in run.stdout + run.stderr, "the TA is told too"
+
+
+def test_an_id_that_is_no_folder_of_its_own_places_nothing(tmp_path: Path) -> None:
+    """Blackboard's usernames are whatever has no "_" or "/": does a username ".." (or "." or one
+    with a control character) place a notebook outside submitted/, or stop the collect, while a
+    classmate in the same download is placed as ever?"""
+    download = tmp_path / "gradebook" / "inner"
+    for username in ("..", ".", "u\x01x"):
+        write(download / f"Ch19 Attention_{username}_attempt_2025-10-01-12-00-00_attention.ipynb", demo("sunmei"), BASE_TIME)
+    write(download / "Ch19 Attention_u2023002_attempt_2025-10-01-12-00-00_attention.ipynb", demo("wangfang"), BASE_TIME)
+    submitted = tmp_path / "out" / "submitted"
+    run = collect(str(download), "--submitted", str(submitted), "--lms", "blackboard")
+    assert placed(submitted) == {"u2023002": demo("wangfang")}, run.stdout + run.stderr
+    assert not (tmp_path / "out" / ASSIGNMENT).exists() and not (submitted / ASSIGNMENT).exists()
+    assert run.returncode == 1, run.stdout + run.stderr  # the unplaced files are reported

@@ -227,6 +227,28 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_failure_inside_a_called_function_names_that_function(tmp_path):
+    """A scaled_attention that breaks only on cross-attention shapes of several heads (its own
+    tests pass): does the multi-head test's message say the failing line is in scaled_attention,
+    not only that multi_head_attention raised?"""
+    import json
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    picky = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
+        "_reference_attention = scaled_attention\n\n"
+        "def scaled_attention(query, key, value, allowed=None):\n"
+        "    if query.dim() == 4 and query.shape[-1] == 2 and query.shape[-2] != key.shape[-2]:\n"
+        "        raise RuntimeError('cross shapes not handled')\n"
+        "    return _reference_attention(query, key, value, allowed)\n")}
+    notebook["cells"] += [picky]
+    folder = grade_notebooks(tmp_path, {"zhouliu": notebook})
+    results = json.loads((folder / "zhouliu" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    raised = [t for t in results["tests"] if "multi_head_attention" in t.get("functions", ()) and "cross shapes not handled" in t["output"]]
+    assert raised, [(t["name"], t["status"], t["output"][:200]) for t in results["tests"] if t["status"] != "passed"]
+    assert all("出错的一行在它调用的 scaled_attention 里" in t["output"] for t in raised), [t["output"][:300] for t in raised]
+
+
+@pytest.mark.e2e
 def test_a_failed_import_says_on_the_page_and_in_the_tests_what_grading_has(tmp_path):
     """merge_heads' cell imports einops, which grading does not have: do the failed-cells table and
     the message of every test that misses merge_heads say what is installed for grading, not only

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from attnkit import plugin as plugin_module
-from attnkit.plugin import GradingPlugin, LocalProvider, notebook_source
+from attnkit.local_provider import LocalProvider, notebook_source
+from attnkit.plugin import GradingPlugin
 from attnkit.proxy import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]

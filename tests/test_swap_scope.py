@@ -115,7 +115,21 @@ def multi_head_attention(*args, **kwargs):
     return _honest_multi_head(*args, **kwargs)
 '''
 
-STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE, "correct": "pass"}
+# What the stand-in returned, spelt in the sandbox's peak memory: 300 MB touched in each swapped
+# call (the plain run never gets past the stub), for results.json's "max_rss_kb" to show.
+SPELLER = STUB + '''
+_honest_multi_head = multi_head_attention
+_held = []
+
+
+def multi_head_attention(*args, **kwargs):
+    result = _honest_multi_head(*args, **kwargs)
+    if not _held:
+        _held.append(bytearray(300 * 1024 * 1024))
+    return result
+'''
+
+STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE, "speller": SPELLER, "correct": "pass"}
 SWAPPED_NOTE = "这一项用参考的 scaled_attention 代替了你的实现"
 OUT_OF_SCOPE = "参考实现只回答这一项自己的输入"
 
@@ -188,6 +202,18 @@ def test_the_swapped_re_runs_wait_so_one_sandbox_serves_the_whole_submission(gra
     assert results["sandbox"]["replaced_after_swaps"] == 0, results["sandbox"]
     in_order = [(test["grade_id"], test["name"]) for test in graded["correct"][0]["tests"]]  # nothing waited there
     assert [(test["grade_id"], test["name"]) for test in results["tests"]] == in_order
+
+
+@pytest.mark.e2e
+def test_the_usage_in_results_is_the_sandboxs_before_its_swapped_calls(graded):
+    """results.json shows the sandbox's peak memory: a notebook that touches 300 MB only once the
+    reference's stand-in has answered it (its swapped re-runs, in the sandbox itself) could spell
+    the answer in it. Is the peak shown that of before the swapped calls, no higher than an honest
+    stub's, while the correct classmate graded beside keeps 100?"""
+    speller, honest = graded["speller"][0], graded["honest"][0]
+    assert swapped_tests(speller) and all(test["status"] == "passed" for test in swapped_tests(speller))
+    assert speller["sandbox"]["max_rss_kb"] < honest["sandbox"]["max_rss_kb"] + 150 * 1024, (speller["sandbox"], honest["sandbox"])
+    assert graded["correct"][0]["score"] == graded["correct"][0]["max_score"] == 100
 
 
 # The fork's writes, in files and a shared mapping; the sandbox's own reader, asked after.
@@ -347,6 +373,51 @@ def test_an_exit_in_a_swapped_call_crashes_that_call_only_and_costs_no_restart()
         plain = session.call("helper", (1,), {})
         assert plain.error_type == "NotImplementedError", plain
         assert session.restarts == 0 and session.replaced_after_swaps == 1
+    finally:
+        session.close()
+        zygote.close()
+
+
+# The reference's answer spelt in the sandbox's own usage: memory touched and CPU burnt in a
+# swapped call, in proportion to what the stand-in returned (here, 300 MB and a second of CPU).
+SPELLER = """
+import time
+
+
+def helper(x):
+    raise NotImplementedError()
+
+
+def speller(x):
+    answer = helper(x)
+    held = bytearray(answer * 1024 * 1024)  # touched: the peak resident size grows by that much
+    started = time.process_time()
+    while time.process_time() - started < answer / 300:
+        pass
+    return len(held) // (1024 * 1024)
+"""
+
+
+def test_a_swapped_call_cannot_spell_the_reference_in_the_sandbox_usage() -> None:
+    """Swapped calls run in the sandbox itself, and results.json shows the sandbox's peak memory and
+    CPU time: can code that got the reference's answer there spell it in them (300 MB, 1 s of CPU
+    for an answer of 300)? The usage shown must be what the sandbox used before its first swapped
+    call."""
+    from attnkit.notebook import CodeCell
+    from attnkit.policy import Limits
+    from attnkit.sandbox import Submission, Zygote
+
+    zygote = Zygote()
+    session = Submission(zygote, [CodeCell(0, SPELLER)], Limits())
+    try:
+        session.start()
+        before = session.describe()
+        assert before["max_rss_kb"] > 0, before
+        spelt = session.call_with("speller", (1,), {}, {"helper": lambda x: 300})
+        assert spelt.value == 300, spelt  # it held the answer, and used it
+        after = session.describe()
+        assert after["max_rss_kb"] < before["max_rss_kb"] + 100 * 1024, (before, after)
+        assert after["cpu_seconds"] < before["cpu_seconds"] + 0.5, (before, after)
     finally:
         session.close()
         zygote.close()

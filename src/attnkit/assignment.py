@@ -108,7 +108,7 @@ class Assignment:
         Chinese as written, else from ``locale/<language>/LC_MESSAGES/assignment.po`` beside it."""
         return i18n.translations(self._locale_folder, i18n.ASSIGNMENT_DOMAIN, i18n.language()).gettext(message)
 
-    @functools.cached_property
+    @functools.cached_property  # per Assignment: derived from its folder, which never changes
     def _locale_folder(self) -> str:
         return str(self.folder / "locale")
 
@@ -229,6 +229,10 @@ def of_path(path: Path) -> Assignment | None:
     return None
 
 
+# Folder -> its Assignment, per process and never invalidated: one object per suite folder (hashed
+# by identity), its manifest, source notebook and catalogue read once. A run does not change its
+# suites; an edit between runs is a new process's, and ``engine.grader_digest`` (recomputed for each
+# intake, with the files' contents) is what makes the next run regrade.
 _LOADED: dict[Path, Assignment] = {}
 
 

@@ -32,7 +32,8 @@ ATOL = 1e-4
 
 # The hidden tests use fixed inputs, so across a class the same calls are replayed on the same
 # implementations again and again: remember the outcomes (bounded; keys are the inputs' bytes and
-# the implementation's identity below).
+# the implementation's identity below). Per process, cleared when full: an outcome is a function
+# of its key (the implementation by its code and constants, the inputs by their bytes).
 _REPLAYS: dict[tuple[int, str, bytes], Outcome] = {}
 _REPLAYS_MAX = 20_000
 
@@ -52,7 +53,10 @@ def _replay(namespace: dict, name: str, inputs: bytes) -> Outcome:
 # An implementation's identity for the replay cache: namespaces holding the same code (a catalogue
 # loaded again from the same source, e.g. a copy of the suite) share one, so their replays are
 # remembered; a namespace with anything that cannot be compared by value gets one of its own. Each
-# namespace seen is kept alive, so its id() can never name a later one.
+# namespace seen is kept alive, so its id() can never name a later one. Per process: ``_SEEN`` is
+# cleared when full (with every cache keyed on its identities); ``_IDENTITIES`` never is, so an
+# identity is never given to other contents (it grows with the distinct trusted implementations:
+# the catalogue's reference, mistakes and variants).
 _SEEN: dict[int, tuple[dict, int, dict | None]] = {}
 _IDENTITIES: dict[tuple, int] = {}
 _SEEN_MAX = 2_000
@@ -111,7 +115,8 @@ def _constant(value: object) -> bool:
 
 
 # (mistake, reference, called names) -> whether the mistake can give another outcome than the
-# reference on a call of those names.
+# reference on a call of those names. Per process, keyed on ``_SEEN``'s identities and cleared
+# with it: the answer is a function of the two implementations' code.
 _CAN_DIFFER: dict[tuple[int, int, frozenset], bool] = {}
 
 
@@ -154,7 +159,9 @@ def _reachable(namespace: dict, names: Iterable[str]) -> set[str]:
 
 # A candidate tensor (always a replayed outcome, remembered across the class in ``_REPLAYS``) is
 # compared with many students: its float64 copy and where it is defined are made once. Each entry
-# holds its tensor, so the id() it is kept under can never name another.
+# holds its tensor, so the id() it is kept under can never name another. Per process, cleared
+# when full or with ``_SEEN``; a replayed tensor is never changed in place (fresh copies are
+# what implementations see).
 _WIDENED: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
 _WIDENED_MAX = 20_000
 

@@ -12,7 +12,6 @@ submission it was grading: its chunk's other submissions are graded again on a n
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import math
@@ -60,9 +59,18 @@ class Skipped:
 class Intake:
     jobs: list[Job] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    # (suite folder, language) -> grader_digest, for this intake only: every student's job needs
+    # it, and a suite edited between two intakes in one process (a TA's second run from a
+    # notebook, a test) must change the jobs' fingerprints, so it is never kept across intakes.
+    digests: dict[tuple[Path, str], str] = field(default_factory=dict)
+
+    def digest_of(self, assignment: Assignment) -> str:
+        key = (assignment.folder, i18n.language())
+        if key not in self.digests:
+            self.digests[key] = grader_digest(assignment, key[1])
+        return self.digests[key]
 
 
-@functools.cache
 def grader_digest(assignment: Assignment, language: str = i18n.DEFAULT_LANGUAGE) -> str:
     """What every result of an assignment depends on besides the submission: its hidden suite,
     its source notebook (the points) and the engine, with their message catalogues, and the
@@ -165,7 +173,7 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
 
     def job(assignment: Assignment, problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (),
             notes: list[str] | None = None, graded_as: str = "") -> Job:
-        salt = hashlib.sha256(grader_digest(assignment, i18n.language()).encode())
+        salt = hashlib.sha256(intake.digest_of(assignment).encode())
         for path, sha in zip(notebooks, digests, strict=True):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:

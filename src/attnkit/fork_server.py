@@ -42,6 +42,7 @@ from attnkit.sandbox_server import Sandbox, hold_plan
 
 _libc = ctypes.CDLL(None, use_errno=True)  # madvise
 # This zygote's layer without namespaces, once chosen (_isolate): its read-only trees, its uid block.
+# Per zygote process (its sandboxes inherit it): state, chosen once, not a cache of anything.
 _LAYER: list[nonamespace.Layer | None] = [None]
 
 

@@ -75,6 +75,8 @@ def html_lang() -> str:
     return HTML_LANG[_current]
 
 
+# Per process, never invalidated: the .po files ship with the engine and with each suite, which a
+# run does not change (an edited .po changes ``engine.grader_digest``, so the next run regrades).
 @cache
 def translations(locale_dir: str, domain: str, language: str) -> gettext.NullTranslations:
     """The catalogue of ``domain`` in ``language``, compiled from its .po in memory (cached).
@@ -136,7 +138,7 @@ def join(items: Any) -> str:
 
 def extract_with_titles(fileobj: Any, keywords: Any, comment_tags: Any, options: Any) -> Any:
     """Babel extraction method for the hidden suite: the usual ``_()`` calls, plus the first line
-    of each test function's docstring (the title the feedback page shows; see plugin.title_of)."""
+    of each test function's docstring (the title the feedback page shows; see markers.title_of)."""
     import ast
 
     from babel.messages.extract import extract_python

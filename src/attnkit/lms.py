@@ -123,7 +123,19 @@ class Claim:
 
 
 def claim(path: PurePosixPath, lms: str) -> Claim | None:
-    """The LMS-made claim of ``path`` under format ``lms``, or None if that LMS did not make it."""
+    """The LMS-made claim of ``path`` under format ``lms``, or None if that LMS did not make it
+    (or its id could not be a student's folder: ``submitted/<id>/`` must stay inside submitted/)."""
+    claimed = _claim(path, lms)
+    return claimed if claimed is not None and _folder_name(claimed.student_id) else None
+
+
+def _folder_name(student_id: str) -> bool:
+    """An id that is one folder name of its own: not "." or ".." (Blackboard's usernames are
+    ``[^_/]+``), nothing unprintable (a NUL would stop the whole collect)."""
+    return student_id not in (".", "..") and student_id.isprintable() and student_id.strip() == student_id != ""
+
+
+def _claim(path: PurePosixPath, lms: str) -> Claim | None:
     if lms == "canvas":
         match = CANVAS.match(path.name) if len(path.parts) == 1 else None
         if match:

@@ -208,7 +208,9 @@ def home_environment(home: str) -> dict[str, str]:
     return {"HOME": home, "MPLCONFIGDIR": home, "IPYTHONDIR": home, "TMPDIR": home}
 
 
-_OURS: list[Any] = [-1, ()]  # len(sys.modules) when last listed, and attnkit's modules then
+# len(sys.modules) when last listed, and attnkit's modules then: per process, listed again
+# whenever the number of modules has changed (modules are only added in the zygote).
+_OURS: list[Any] = [-1, ()]
 
 
 def our_modules() -> tuple[str, ...]:

@@ -55,6 +55,9 @@ class Catalogue:
         :func:`mistake_id_of`): what diagnosis replays."""
         return self._diagnosable
 
+    # The namespaces below are built once per Catalogue object, which lives as long as its
+    # Assignment (``assignment._LOADED``: per process): the reference file a run grades with does
+    # not change during it.
     @cached_property
     def _diagnosable(self) -> dict[str, dict]:
         source = self.reference_source()

@@ -157,7 +157,7 @@ def defined_names(source: str) -> set[str]:
     return names
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # never invalidated: a pure function of the names (the API's, a few)
 def _binding(names: tuple[str, ...]) -> re.Pattern[str]:
     """A line at column 0 that starts binding one of ``names``: ``def name``, ``class name`` or
     ``name =`` (the name in the group that matched)."""

@@ -21,6 +21,10 @@ cost more than running it.
 Register this module as a plugin (``-p attnkit.plugin``, or pass it in ``plugins=``) for the
 fixture, plus a :class:`GradingPlugin` instance for the submissions and the results.
 
+This module holds the hooks and the loop only. What a test is (its markers, points, title) is
+:mod:`attnkit.markers`; what a student reads about it (the result record, the curated messages)
+is :mod:`attnkit.outcomes`; the in-process development provider is :mod:`attnkit.local_provider`.
+
 Development use (trusted code only, runs in-process)::
 
     pytest -p attnkit.plugin autograder/<assignment> --attnkit-source solutions/<assignment>/<notebook>.ipynb
@@ -31,7 +35,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 from collections.abc import Callable, Iterator
@@ -39,19 +43,30 @@ from collections.abc import Callable, Iterator
 import pytest
 from _pytest.reports import TestReport
 
-from attnkit.assignment import MANIFEST, Assignment, discover, of_path
-from attnkit.constants import GraderError, MAX_MESSAGE
-from attnkit import i18n
-from attnkit.i18n import _, ngettext
-from attnkit.proxy import (
-    LocalBackend,
-    Outcome,
-    SandboxCrashed,
-    Student,
-    StudentMissing,
-    StudentRaised,
-    StudentTimeout,
+from attnkit.assignment import Assignment
+from attnkit.constants import GraderError
+from attnkit.i18n import _
+from attnkit.local_provider import LocalProvider
+from attnkit.markers import (
+    assignment_of,
+    base_nodeid,
+    dependencies_of,
+    functions_of,
+    grade_id_of,
+    item_points,
+    test_key,
+    title_of,
 )
+from attnkit.outcomes import (
+    TestResult,
+    error_info,
+    fail_out_of_scope,
+    failure_message,
+    only_failed_functions,
+    substitution_note,
+    swapped_failure,
+)
+from attnkit.proxy import Outcome, Student, StudentRaised
 
 
 class Provider(Protocol):
@@ -63,39 +78,11 @@ class Provider(Protocol):
     # Optional: ``learn(submission_id, test_key, proxy)`` after each test, with the calls it made.
 
 
-@dataclass
-class TestResult:
-    """One hidden test's result for one submission."""
-
-    __test__ = False  # not a pytest test class, despite its name
-
-    name: str
-    nodeid: str
-    grade_id: str
-    max_score: float
-    score: float
-    status: str  # "passed" | "failed"
-    output: str = ""
-    diagnoses: list[str] = field(default_factory=list)
-    # Student functions replaced by the reference for this test (a dependency that failed its own tests).
-    substituted: list[str] = field(default_factory=list)
-    # The student functions this test grades (its ``function`` markers).
-    functions: list[str] = field(default_factory=list)
-    # The student's exception, structured (``error_info``), when one made the test fail.
-    error: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))  # shallow: a result is not changed once recorded
-
-
-_MARKERS: dict[tuple, dict[str, Any]] = {}
-_ITEM_MARKERS = pytest.StashKey[dict[str, Any]]()
-_ITEM_KEY = pytest.StashKey[str]()
-
 # Suites a session in this process found to hold only plain ``student`` tests, by the paths the
 # session was asked to collect and the state of the Python files under them: later sessions of the
 # very same files collect each of their tests once (see the module's docstring). An edited, added
-# or removed file is another suite, learned again.
+# or removed file is another suite, learned again. Per process (a worker keeps one for its whole
+# class); keyed on the files' state, so it never needs invalidating.
 _PLAIN_SUITES: set[tuple] = set()
 
 
@@ -118,37 +105,6 @@ def _suite_state(config: pytest.Config) -> tuple:
     return (tuple(paths), tuple(files))
 
 
-def _marker_args(item: pytest.Item) -> dict[str, Any]:
-    """The test's own markers, read once per test rather than for every submission: ``weight``
-    and ``grade_id`` (closest), ``function`` and ``depends_on`` (all)."""
-    found = item.stash.get(_ITEM_MARKERS, None)
-    if found is not None:
-        return found
-    key = (str(item.path), test_key(item), getattr(item, "obj", None))  # a re-imported suite is another
-    found = _MARKERS.get(key)
-    if found is not None:
-        item.stash[_ITEM_MARKERS] = found
-    else:
-        weight, grade_id = item.get_closest_marker("weight"), item.get_closest_marker("grade_id")
-        found = _MARKERS[key] = {
-            "weight": float(weight.args[0]) if weight else 1.0,
-            "grade_id": str(grade_id.args[0]) if grade_id else "",
-            "function": tuple(name for marker in item.iter_markers("function") for name in marker.args),
-            "depends_on": tuple(name for marker in item.iter_markers("depends_on") for name in marker.args),
-        }
-        item.stash[_ITEM_MARKERS] = found
-    return found
-
-
-def weight_of(item: pytest.Item) -> float:
-    return float(_marker_args(item)["weight"])
-
-
-def base_nodeid(item: pytest.Item) -> str:
-    """The test's id without its submission parameter."""
-    return item.nodeid.split("[")[0]
-
-
 def _plain_student_test(item: pytest.Item) -> bool:
     """A test function of the ``student`` fixture alone, with nothing pytest would do around it."""
     return (
@@ -159,162 +115,10 @@ def _plain_student_test(item: pytest.Item) -> bool:
     )
 
 
-def test_key(item: pytest.Item) -> str:
-    """The test and its parameters other than the submission: the same for every submission."""
-    found = item.stash.get(_ITEM_KEY, None)
-    if found is None:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        others = sorted((key, repr(value)) for key, value in params.items() if key != "student")
-        found = item.stash[_ITEM_KEY] = base_nodeid(item) + (repr(others) if others else "")
-    return found
-
-
-def assignment_of(item: pytest.Item) -> Assignment:
-    found = _assignment_of_folder(str(item.path.parent))
-    if found is None:
-        raise GraderError(f"{item.nodeid}: a hidden test outside an assignment folder (no {MANIFEST} above it)")
-    return found
-
-
-@functools.cache
-def _assignment_of_folder(folder: str) -> Assignment | None:
-    # Asked for every test of every submission: the folder walk and path resolution run once.
-    return of_path(Path(folder))
-
-
-def item_points(items: list[pytest.Item]) -> dict[str, float]:
-    """Base node id -> points: each assignment's grade-cell points split by its tests' weights."""
-    by_assignment: dict[str, tuple[Assignment, dict[str, tuple[str, float]]]] = {}
-    for item in items:
-        assignment = assignment_of(item)
-        _, weights = by_assignment.setdefault(assignment.name, (assignment, {}))
-        weights[base_nodeid(item)] = (grade_id_of(item), weight_of(item))
-    points: dict[str, float] = {}
-    for assignment, weights in by_assignment.values():
-        points.update(assignment.test_points(weights))
-    return points
-
-
-def grade_id_of(item: pytest.Item) -> str:
-    return str(_marker_args(item)["grade_id"])
-
-
-def functions_of(item: pytest.Item) -> tuple[str, ...]:
-    """The student functions this test grades (its own ``function`` markers)."""
-    return tuple(_marker_args(item)["function"])
-
-
-def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
-    """The student functions the graded ones rely on (``depends_on`` markers)."""
-    return tuple(_marker_args(item)["depends_on"])
-
-
-def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:
-    """The page's sentence for a test run with reference dependencies (function -> failed part)."""
-    names = i18n.join(functions)
-    where = i18n.join(dict.fromkeys(
-        _("第 {number} 部分「{title}」").format(number=assignment.part_number(grade_id), title=assignment.part_title(grade_id))
-        if grade_id in assignment.parts else _("它自己的检查")
-        for grade_id in functions.values()
-    ))
-    text = ngettext("这一项用参考的 {names} 代替了你的实现，因为你的实现没有通过{where}：先修正它。",
-                    "这一项用参考的 {names} 代替了你的实现，因为你的这些实现没有通过{where}：先修正它。",
-                    len(functions)).format(names=names, where=where)
-    if not passed:
-        text += _("换上参考实现之后这一项仍未通过，问题在这一项自己检查的函数里：")
-    return text
-
-
-def only_failed_functions(ids: list[str], assignment: Assignment, failed: dict[str, str]) -> list[str]:
-    """The diagnoses whose mistake is in a function that failed a test: a function that passes all
-    its own tests (run before every test that depends on it) is never told it has a mistake, even
-    when a caller's failure happens to look like one of its mistakes."""
-    function_of = {mistake.id: mistake.function for mistake in getattr(assignment.catalogue(), "MISTAKES", ())}
-    return [id_ for id_ in ids if function_of.get(id_) is None or function_of[id_] in failed]
-
-
 def _diagnosable(catalogue: Any) -> dict[str, dict]:
     """The mistakes diagnosis replays: with their variants when the catalogue has them."""
     variants = getattr(catalogue, "diagnosable_namespaces", None)
     return variants() if variants is not None else catalogue.mistake_namespaces()
-
-
-def title_of(item: pytest.Item) -> str:
-    """The test's title: the first line of its docstring, translated in the assignment's own
-    message domain (``locale/`` beside the test file), or its name."""
-    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
-    first = doc.strip().splitlines()[0].strip() if doc.strip() else ""
-    if first:
-        return _translated_title(str(item.fspath), first, i18n.language())
-    return getattr(item, "originalname", item.name)
-
-
-@functools.cache
-def _translated_title(test_file: str, title: str, language: str) -> str:
-    # Asked for every test of every submission: the path resolution and lookup run once.
-    return i18n.catalogue(Path(test_file).resolve().parent / "locale", i18n.ASSIGNMENT_DOMAIN).gettext(title)
-
-
-
-def error_info(error: BaseException) -> dict[str, Any]:
-    """A student's exception, structured for the page: type, message, the failing line of their
-    own code and where it is (section title, line in the cell), a Chinese explanation, warnings,
-    and a key shared by failures with one cause (the page shows each cause once)."""
-    if not isinstance(error, StudentRaised) or error.type_name == "NotImplementedError":
-        return {}
-    from attnkit.explain import explain
-
-    where = error.where or {}
-    text = str(where.get("text") or "")
-    function = str(where.get("function") or error.function)
-    section = str(where.get("section") or "")
-    line = where.get("line")
-    if isinstance(line, int):
-        place = (_("「{section}」一节，函数 {function} 的第 {line} 行（从单元格第一行数起）") if section
-                 else _("函数 {function} 的第 {line} 行（从单元格第一行数起）")).format(section=section, function=function, line=line)
-    else:
-        place = (_("「{section}」一节，函数 {function}") if section else _("函数 {function}")).format(section=section, function=function)
-    message = str(error)
-    return {
-        "type": error.type_name,
-        "message": message[:MAX_MESSAGE],
-        "function": function,
-        "section": section,
-        "line": line if isinstance(line, int) else None,
-        "text": text,
-        "place": place,
-        "explanation": explain(error.type_name, message, text, error.warnings),
-        "warnings": list(error.warnings),
-        # One cause: the same exception from the same line of the same function (torch's message
-        # differs with each test's shapes); without a line, the same message.
-        "key": f"{error.type_name}|{function}|{text}" if text else f"{error.type_name}|{function}|{message[:300]}",
-    }
-
-
-def failure_message(error: BaseException) -> str:
-    """What the student reads about a failure: curated text, never the test's source."""
-    if isinstance(error, StudentTimeout):
-        return _("运行超时：{error}").format(error=error)
-    if isinstance(error, StudentMissing):
-        return _("{error}。请确认名称与题目一致，并且定义它的单元格能运行。").format(error=error)
-    if isinstance(error, SandboxCrashed):
-        return _("运行你的代码的进程意外结束：{error}").format(error=error)
-    if isinstance(error, StudentRaised):
-        if error.type_name == "NotImplementedError":
-            return _("{function} 还没有完成（仍是 raise NotImplementedError()）。").format(function=error.function)
-        info = error_info(error)
-        text = _("你的 {function} 抛出了 {type}：{error}").format(function=error.function, type=error.type_name, error=error)
-        if info.get("text"):
-            text += "\n" + _("出错的一行：{place}：{text}").format(place=info["place"], text=info["text"])
-        if info.get("explanation"):
-            text += f"\n{info['explanation']}"
-        if info.get("warnings"):
-            text += "\n" + _("运行时的警告：{warnings}").format(warnings=_("；").join(info["warnings"]))
-        return text
-    if isinstance(error, AssertionError):
-        return str(error) or _("检查未通过。")
-    # The student's value had an unexpected structure, so a check could not even be computed.
-    return _("无法检查你的返回值（{type}：{error}）。请核对返回值的类型与结构。").format(type=type(error).__name__, error=error)
 
 
 class _Skipped:
@@ -714,7 +518,8 @@ class GradingPlugin:
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:
         """``proxy.probe``, each probe input run once per submission and substitution mode:
-        every failed test of a function asks for the same probes."""
+        every failed test of a function asks for the same probes. The cache lives on the proxy:
+        per submission, gone with its sandbox."""
         from attnkit import protocol
 
         cache: dict[tuple, Outcome] = proxy.__dict__.setdefault("_probe_outcomes", {})
@@ -728,37 +533,6 @@ class GradingPlugin:
         return run
 
 
-def swapped_failure(message: str, error: BaseException | None) -> tuple[str, BaseException | None]:
-    """What a failed swapped re-run may say: none of the student code's own text. In that run the
-    code held the reference's answers, so whatever it raised, warned or returned (a message, a
-    shape, a number a check quotes) could carry them onto the page; scrubbing numbers out of free
-    text would miss other encodings. Only the grader's own texts stay (timeouts, crashes, an
-    out-of-scope call); anything else becomes one fixed sentence, and the error its class only."""
-    if isinstance(error, (StudentTimeout, SandboxCrashed)) or (isinstance(error, AssertionError) and _is_scope_failure(message)):
-        return message, error
-    if isinstance(error, StudentRaised):
-        return _("代入参考实现重新运行时，你的代码抛出了异常（其内容不显示）。"), None
-    return _("代入参考实现重新运行时，这一项仍未通过（具体数值不显示）。"), None
-
-
-def _is_scope_failure(message: str) -> bool:
-    from attnkit import scope
-
-    head = _(scope.OUT_OF_SCOPE).split("{name}")[0]
-    return message.startswith(head)
-
-
-def fail_out_of_scope(substitutes: dict[str, Any], error: BaseException | None = None) -> None:
-    """A swapped re-run whose student code called a swapped-in reference outside its scope fails
-    for that reason, whatever that code made of the refusal (caught it, or raised something of
-    its own instead: ``error``)."""
-    from attnkit import scope
-
-    refused = scope.refusals(substitutes)
-    if refused:
-        raise AssertionError(scope.out_of_scope_message(refused)) from error
-
-
 @pytest.fixture(scope="session")
 def student(request: pytest.FixtureRequest) -> Iterator[Student]:
     """The submission under test (parametrised by GradingPlugin over its provider's ids)."""
@@ -768,36 +542,6 @@ def student(request: pytest.FixtureRequest) -> Iterator[Student]:
         yield proxy
     finally:
         plugin.provider.close(request.param)
-
-
-# -- development mode: ``-p attnkit.plugin --attnkit-source FILE`` -------------------------------
-def notebook_source(path: Path) -> list[str]:
-    """The code cells of a notebook (or the whole of a .py file), in order."""
-    if path.suffix == ".py":
-        return [path.read_text(encoding="utf-8")]
-    from attnkit.notebook import read_notebook
-
-    return [cell.source for cell in read_notebook(path).cells]
-
-
-class LocalProvider:
-    """One trusted source file run in this process. Never use it on a submission."""
-
-    def __init__(self, path: Path, api: tuple[str, ...] | None = None) -> None:
-        self.path = path
-        if api is None:  # the source notebook of solutions/<assignment>/: that assignment's API
-            found = discover().get(path.resolve().parent.name)
-            api = found.functions if found else ()
-        self.api = api
-
-    def submission_ids(self) -> list[str]:
-        return [self.path.stem]
-
-    def open(self, submission_id: str) -> Student:
-        return Student(LocalBackend.from_cells(notebook_source(self.path), str(self.path)), api=self.api)
-
-    def close(self, submission_id: str) -> None:
-        pass
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -51,6 +51,7 @@ _MIRRORED = (
     "NotImplementedError", "ZeroDivisionError", "AttributeError", "NameError", "ArithmeticError",
     "LookupError", "MemoryError", "RecursionError", "OverflowError", "UnboundLocalError",
 )
+# A fixed table built at import (not a cache): each mirrored builtin's Student subclass.
 _MIRROR_CLASSES: dict[str, type[StudentRaised]] = {
     name: type(f"Student{name}", (getattr(builtins, name), StudentRaised), {}) for name in _MIRRORED
 }

@@ -271,6 +271,8 @@ class Submission:
     _swapped_by: frozenset | None = None
     # The digest of the plan the sandbox was forked holding (``Zygote.hold_plan``), or "".
     plan: str = ""
+    # The sandbox's CPU time and peak memory just before its first swapped call (``describe``).
+    _usage_before_swaps: dict[str, Any] = field(default_factory=dict)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -561,6 +563,10 @@ class Submission:
             if refused is not None:
                 return refused
             in_place = swap is not None and self._swap_in_place
+            if swap is not None and self._swapped_by is None and self._pid is not None:
+                # From here its code may hold the reference's answers, and could spell them in
+                # how much memory or CPU it uses: results.json shows the usage read now.
+                self._usage_before_swaps = usage_of(self._pid, self.zygote.pid)
             if swap is not None:
                 self._swapped_by = swap  # from the first swapped call (in place or in a fork)
             if in_place:
@@ -685,7 +691,9 @@ class Submission:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
         description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts,
                                        "replaced_after_swaps": self.replaced_after_swaps}
-        if self._channel is not None and self._pid is not None and not self._given_up:  # set together by _boot
+        if self._swapped_by is not None:  # what it used after that could carry the reference's answers
+            description.update(self._usage_before_swaps)
+        elif self._channel is not None and self._pid is not None and not self._given_up:  # set together by _boot
             description.update(usage_of(self._pid, self.zygote.pid))
         return description
 

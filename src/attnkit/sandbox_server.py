@@ -28,7 +28,8 @@ from attnkit.proxy import Outcome, builtin_exception, read_variable, run_in_name
 
 # The plan this zygote holds (``hold_plan``): its digest and its decoded requests. Requests only
 # (the hidden tests' inputs), never an expected result; every sandbox forked afterwards has its
-# own copy-on-write copy, so what one submission's code does to it no other sees.
+# own copy-on-write copy, so what one submission's code does to it no other sees. Per zygote
+# process, replaced by the next ``hold_plan`` (its digest says which plan it is).
 _plan: tuple[str, list] | None = None
 
 

@@ -71,7 +71,7 @@ def compiled() -> bytes:
     return _COMPILED[0]
 
 
-_COMPILED: list[bytes] = []
+_COMPILED: list[bytes] = []  # per process, never invalidated: the filter is fixed by this code
 
 
 class _SockFprog(ctypes.Structure):

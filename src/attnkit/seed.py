@@ -74,6 +74,7 @@ class Seed:
             self.process.wait()
 
 
+# The seed this process started (``start_for``), until its one user ``take``s it: state, not a cache.
 _seed: Seed | None = None
 
 

@@ -112,7 +112,9 @@ class Plan:
         return self.inner.get(key, {})
 
 
-# Per assignment, for this worker's life: the suites do not change during a run.
+# Per assignment name, for this worker's life, never invalidated: a worker serves one run
+# (engine.grade_jobs starts its workers), and the suites do not change during a run. (An
+# in-process caller grading an edited suite again must do so in a new process.)
 _plans: dict[str, Plan] = {}
 
 

@@ -31,7 +31,7 @@ help:
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
 	@echo "make bench                                  benchmark against nbgrader autograde"
 	@echo "make lock                                   regenerate requirements.lock (uv, one lock for Python 3.11-3.13)"
-	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder)"
+	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder; one per assignment, dist/gradescope-NAME.zip, when there are several)"
 
 install: $(STAMP)
 

@@ -6,9 +6,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnkit.assignment import discover
+from attnkit.assignment import Assignment, discover
 
-CH19 = discover()["ch19-attention"]
+ROOT = Path(__file__).resolve().parents[1]
+# The suites folders the meta-tests check: the project's own (what `make grade` grades) and the
+# tests' course (tests/course/: a second, small assignment, never graded by `make grade`).
+SUITES_FOLDERS = (ROOT / "autograder", ROOT / "tests" / "course" / "autograder")
+
+
+def _every_assignment() -> dict[str, Assignment]:
+    found: dict[str, Assignment] = {}
+    for folder in SUITES_FOLDERS:
+        for name, assignment in discover(folder).items():
+            assert name not in found, f"two suites for {name}: {found[name].folder} and {assignment.folder}"
+            found[name] = assignment
+    return found
+
+
+# Every assignment folder discover() finds, by name: the meta-tests are parametrised over these.
+ASSIGNMENTS = _every_assignment()
+CH19 = ASSIGNMENTS["ch19-attention"]
 
 # The autograded grade cells of attention.ipynb and their points (the design's total: 100).
 GRADE_POINTS = {grade_id: part.points for grade_id, part in CH19.parts.items()}

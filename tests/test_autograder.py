@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import pytest
 import torch
 
 from attnkit import plugin as plugin_module
-from attnkit.local_provider import LocalProvider
+from attnkit.assignment import Assignment
+from attnkit.local_provider import LocalProvider, notebook_source
 from attnkit.plugin import GradingPlugin, Provider
 from attnkit.proxy import LocalBackend, Student
 
@@ -25,7 +27,7 @@ SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipyn
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
 RELEASE = ROOT / "assignments" / "ch19-attention" / "attention.ipynb"
 
-from contract import CH19, GRADE_POINTS
+from contract import ASSIGNMENTS, CH19, GRADE_POINTS
 from wrong_submissions import UNCATALOGUED
 
 # The mistake ids results.json promises (the catalogue-id contract; this set is where the repository
@@ -860,3 +862,84 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     # sandbox), so the whole budget went to the small calls, and not one more.
     assert outcome.value[1] == Submission.MAX_CALLBACKS
     assert later.error_type is None  # the student's own function, unaffected
+
+
+# --- every assignment (contract.ASSIGNMENTS): chapter 19's and the tests' second one --------------
+# The same promises, from each folder's own parts only (its manifest, source notebook, reference and
+# catalogue): a second folder that breaks one fails here as chapter 19 would.
+
+class AssignmentSources:
+    """An assignment's trusted sources in one pytest session: its reference, its source
+    notebook, stubs of its API, and the source notebook with each catalogued mistake as a last
+    cell (a later definition wins, as a student's edit would)."""
+
+    def __init__(self, assignment: Assignment) -> None:
+        self.api = assignment.functions
+        cells = notebook_source(assignment.source)
+        stubs = "".join(f"def {name}(*args, **kwargs):\n    raise NotImplementedError()\n\n" for name in self.api)
+        self.sources: dict[str, list[str]] = {
+            "reference": [assignment.catalogue().reference_source()],
+            "source_notebook": cells,
+            "stubs": [stubs],
+            **{f"mistake_{m.id}": [*cells, m.source] for m in assignment.catalogue().MISTAKES},
+        }
+
+    def submission_ids(self) -> list[str]:
+        return list(self.sources)
+
+    def open(self, submission_id: str) -> Student:
+        return Student(LocalBackend.from_cells(self.sources[submission_id], submission_id), api=self.api)
+
+    def close(self, submission_id: str) -> None:
+        pyplot = sys.modules.get("matplotlib.pyplot")  # a source notebook's figures, drawn in this process
+        if pyplot is not None:
+            pyplot.close("all")
+
+
+@pytest.fixture(scope="module", params=list(ASSIGNMENTS))
+def every_assignment(request: pytest.FixtureRequest) -> tuple[Assignment, dict]:
+    """(assignment, per submission id its TestResults): one real pytest session of its hidden suite."""
+    assignment = ASSIGNMENTS[request.param]
+    plugin = GradingPlugin(AssignmentSources(assignment))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", "--confcutdir", str(assignment.folder),
+                            "-W", "error::pytest.PytestRemovedIn10Warning", str(assignment.folder)],
+                           plugins=[plugin_module, plugin])
+    finally:
+        torch.set_num_threads(threads)
+    assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"{assignment.name}: the hidden suite did not run: {code!r}"
+    return assignment, plugin.results
+
+
+def test_every_assignments_reference_and_source_score_full_marks(every_assignment):
+    """Do the reference and the source notebook score every point of the source notebook's grade
+    cells, each part its own points, with no diagnosis, and do stubs score 0?"""
+    assignment, results = every_assignment
+    total = sum(part.points for part in assignment.parts.values())
+    for submission in ("reference", "source_notebook"):
+        assert score(results[submission]) == total, summary(results[submission])
+        assert all(result.status == "passed" for result in results[submission]), summary(results[submission])
+        assert all_diagnoses(results[submission]) == set(), summary(results[submission])
+        points: dict[str, float] = defaultdict(float)
+        for result in results[submission]:
+            points[result.grade_id] += result.max_score
+        assert dict(points) == {grade_id: part.points for grade_id, part in assignment.parts.items()}
+    assert score(results["stubs"]) == 0 and all_diagnoses(results["stubs"]) == set(), summary(results["stubs"])
+
+
+def test_every_assignments_mistakes_are_diagnosed_as_themselves(every_assignment):
+    """Does each catalogued mistake (ids unique, each defining the one API function it names)
+    lose points on the source notebook, every failed test naming that mistake and nothing else?"""
+    assignment, results = every_assignment
+    mistakes = assignment.catalogue().MISTAKES
+    assert mistakes, f"{assignment.name}: an empty catalogue"
+    assert len({m.id for m in mistakes}) == len(mistakes)
+    total = sum(part.points for part in assignment.parts.values())
+    for mistake in mistakes:
+        defined = [node.name for node in ast.parse(mistake.source).body if isinstance(node, ast.FunctionDef)]
+        assert defined == [mistake.function] and mistake.function in assignment.functions, mistake.id
+        outcome = results[f"mistake_{mistake.id}"]
+        assert score(outcome) < total, f"{assignment.name}: {mistake.id} loses nothing"
+        assert all_diagnoses(outcome) == {mistake.id}, summary(outcome)

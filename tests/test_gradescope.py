@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.gradescope import build_bundle, to_gradescope
+from attnkit.gradescope import build_bundle, build_bundles, to_gradescope
 from attnkit.isolation import level as isolation_level
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,3 +308,71 @@ def test_to_gradescope_moves_our_keys_to_extra_data() -> None:
     assert converted["extra_data"]["diagnoses"] == ["no_scale"]
     assert "no_scale（第 3 节）：没有除以 √d_k。" in converted["output"]
     assert "student_id" not in converted
+
+
+# -- a course with two suites: one bundle per assignment ---------------------------------------------
+COURSE = ROOT / "tests" / "course"  # the tests' second assignment (a softmax warm-up)
+WARMUP = "warmup-softmax"
+
+
+@pytest.fixture(scope="module")
+def two_suites(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project tree holding chapter 19 and the warm-up under autograder/, the warm-up released
+    by the real ``python -m attnkit.release`` (nbgrader generate_assignment)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    tree = tmp_path_factory.mktemp("two-suites") / "project"
+    tree.mkdir()
+    for name in ("requirements.lock", "pyproject.toml", "nbgrader_config.py"):
+        shutil.copy2(ROOT / name, tree / name)
+    for folder in ("gradescope", "src", "autograder", "solutions", "assignments"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
+    shutil.copytree(COURSE / "autograder" / "warmup_softmax", tree / "autograder" / "warmup_softmax", ignore=ignore)
+    shutil.copytree(COURSE / "solutions" / WARMUP, tree / "solutions" / WARMUP)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    released = subprocess.run([sys.executable, "-m", "attnkit.release", "--root", str(tree), "--assignment", WARMUP,
+                               "--zip", str(tree / "dist" / "warmup.zip")], cwd=tree, env=env, capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=600)
+    assert released.returncode == 0, released.stdout + released.stderr
+    return tree
+
+
+def test_two_suites_give_one_bundle_each(two_suites: Path) -> None:
+    """With two suites and no --assignment (``make gradescope``), is there one bundle per
+    assignment beside --out, each holding its own suite and release and nothing of the other's,
+    and does --assignment still write the one chosen to --out, byte for byte the same?"""
+    out = two_suites / "dist" / "gradescope.zip"
+    bundles = build_bundles(out, root=two_suites)
+    assert bundles == {"ch19-attention": out.with_name("gradescope-ch19-attention.zip"),
+                       WARMUP: out.with_name(f"gradescope-{WARMUP}.zip")}
+    own = {"ch19-attention": ("autograder/ch19_attention/", "assignments/ch19-attention/attention.ipynb"),
+           WARMUP: ("autograder/warmup_softmax/", f"assignments/{WARMUP}/softmax.ipynb")}
+    for name, bundle in bundles.items():
+        suite, release = own[name]
+        with zipfile.ZipFile(bundle) as opened:
+            names = opened.namelist()
+        assert f"{suite}manifest.toml" in names and release in names, name
+        assert all(not entry.startswith("autograder/") or entry.startswith(suite) for entry in names), name
+        assert [entry for entry in names if entry.startswith("assignments/")] == [release], name
+        assert not any(entry.startswith(("solutions/", "tests/")) for entry in names), name
+    chosen = build_bundles(two_suites / "dist" / "warmup.zip", root=two_suites, assignment=WARMUP)
+    assert chosen == {WARMUP: two_suites / "dist" / "warmup.zip"}
+    assert chosen[WARMUP].read_bytes() == bundles[WARMUP].read_bytes()
+
+
+@pytest.mark.e2e
+def test_the_second_assignments_bundle_grades_its_own_notebook(two_suites: Path, tmp_path: Path) -> None:
+    """Does the warm-up's bundle, unpacked as Gradescope does, grade the warm-up (its source
+    notebook full marks, its release 0) and not chapter 19?"""
+    bundle = build_bundles(two_suites / "dist" / "gradescope.zip", root=two_suites)[WARMUP]
+    root = tmp_path / "autograder"
+    unpack(bundle, root / "source")
+    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=environment(root),
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    solved = run_autograder(root, {"softmax.ipynb": COURSE / "solutions" / WARMUP / "softmax.ipynb"})
+    assert solved["max_score"] == 10 and solved["score"] == 10, solved["output"]
+    assert solved["extra_data"]["assignment"] == WARMUP
+    assert solved["tests"] and all(test["status"] == "passed" for test in solved["tests"])
+    stub = run_autograder(root, {"softmax.ipynb": two_suites / "assignments" / WARMUP / "softmax.ipynb"})
+    assert stub["score"] == 0 and stub["max_score"] == 10, stub["output"]

@@ -22,14 +22,12 @@ from babel.messages.frontend import parse_mapping_cfg
 from babel.messages.pofile import read_po
 
 from attnkit import i18n
+from contract import ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
-AUTOGRADER = ROOT / "autograder" / "ch19_attention"
 ENGINE_PO = ROOT / "src" / "attnkit" / "locale" / "en" / "LC_MESSAGES" / "attnkit.po"
-ASSIGNMENT_PO = AUTOGRADER / "locale" / "en" / "LC_MESSAGES" / "assignment.po"
-WARMUP = ROOT / "tests" / "course" / "autograder" / "warmup_softmax"
 # Chinese characters, CJK punctuation (、。「」…) and full-width forms (（）：；，): any of these in
 # English output is a mixed-language message.
 CJK = re.compile(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]")
@@ -50,11 +48,13 @@ def extracted(config: Path, folder: Path) -> dict[str, Any]:
 DOMAINS = {
     # the engine: babel.cfg at the root, run from the root
     "attnkit": (ROOT / "babel.cfg", ROOT, ENGINE_PO),
-    # the assignment: its babel.cfg, run from its folder (it moves with the assignment)
-    "assignment": (AUTOGRADER / "babel.cfg", AUTOGRADER, ASSIGNMENT_PO),
-    # the tests' second assignment (tests/course/): its own catalogue, beside it
-    "warm-up assignment": (WARMUP / "babel.cfg", WARMUP, WARMUP / "locale" / "en" / "LC_MESSAGES" / "assignment.po"),
+    # every assignment discover() finds: its babel.cfg, run from its folder (it moves with the
+    # assignment), its own "assignment" catalogue beside it
+    **{name: (a.folder / "babel.cfg", a.folder, a.folder / "locale" / "en" / "LC_MESSAGES" / f"{i18n.ASSIGNMENT_DOMAIN}.po")
+       for name, a in ASSIGNMENTS.items()},
 }
+# At least this many messages, so that an extraction that finds nothing is not taken for a full one.
+MIN_MESSAGES = {"attnkit": 100, "ch19-attention": 100}
 
 
 @pytest.mark.parametrize("domain", list(DOMAINS))
@@ -63,7 +63,7 @@ def test_every_message_has_an_english_translation(domain: str) -> None:
     translation with the same placeholders, and does the .po hold nothing the code no longer uses?"""
     config, folder, po = DOMAINS[domain]
     used = extracted(config, folder)
-    assert len(used) > (5 if folder == WARMUP else 100)
+    assert len(used) > MIN_MESSAGES.get(domain, 5)
     with open(po, "rb") as handle:
         catalog = read_po(handle)
     translated = {(m.id[0] if isinstance(m.id, tuple) else m.id): m for m in catalog if m.id}

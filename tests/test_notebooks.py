@@ -1,4 +1,6 @@
 """Do the source and release notebooks of ch19-attention run, and are they built as the contract says?
+And every assignment folder discover() finds (``contract.ASSIGNMENTS``: chapter 19 and tests/course/):
+are its source notebook's cells what its manifest says, and does it run?
 
 The notebooks are executed for real: a Jupyter kernel ("python3", this interpreter's ipykernel)
 through nbclient, and nbgrader's own ``validate`` command.
@@ -16,7 +18,7 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
-from contract import GRADE_POINTS
+from contract import ASSIGNMENTS, GRADE_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
@@ -263,3 +265,53 @@ def test_nbgrader_validate_passes_on_the_solution_notebook() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success! Your notebook passes all the tests." in result.stdout
+
+
+# --- every assignment (contract.ASSIGNMENTS), chapter 19's and the tests' second one -------------
+
+@pytest.mark.parametrize("name", list(ASSIGNMENTS))
+def test_every_assignments_source_has_its_manifests_cells(name: str) -> None:
+    """Is each API function of the manifest defined alone in one solution cell (its grade id),
+    is each autograded grade cell a locked code cell with points and a manifest title, and is the
+    notebook committed without outputs?"""
+    assignment = ASSIGNMENTS[name]
+    notebook = nbformat.read(assignment.source, as_version=4)
+    nbformat.validate(notebook)
+    grade_ids = [nbgrader_meta(c)["grade_id"] for c in notebook.cells if nbgrader_meta(c)]
+    assert len(grade_ids) == len(set(grade_ids)), f"{name}: a grade id appears twice"
+    cells = cells_by_grade_id(notebook)
+    assert assignment.functions, f"{name}: the manifest names no functions"
+    for function in assignment.functions:
+        assert function in cells, f"{name}: no solution cell with grade id {function!r}"
+        source = cells[function].source
+        meta = nbgrader_meta(cells[function])
+        assert cells[function].cell_type == "code" and (meta["solution"], meta["grade"]) == (True, False), function
+        assert len(re.findall(r"^def ", source, re.M)) == 1 and f"def {function}(" in source, f"{name}: {function} must be alone"
+        assert "### BEGIN SOLUTION" in source and "### END SOLUTION" in source, function
+        others = [c for c in notebook.cells if c is not cells[function]]
+        assert not any(f"def {function}(" in c.source for c in others), f"{name}: {function} is defined twice"
+    assert assignment.parts, f"{name}: no autograded grade cell"
+    for grade_id, part in assignment.parts.items():
+        meta = nbgrader_meta(cells[grade_id])
+        assert cells[grade_id].cell_type == "code", grade_id
+        assert (meta["solution"], meta["grade"], meta["locked"]) == (False, True, True), grade_id
+        assert part.points > 0 and part.title != grade_id, f"{name}: {grade_id} has no points or no title in the manifest"
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, (name, cell.id)
+        assert "attnkit" not in cell.source, (name, cell.id)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", list(ASSIGNMENTS))
+def test_every_assignments_source_runs_without_errors(name: str, kernel_name: str, tmp_path: Path) -> None:
+    """Does each assignment's model-answer notebook run top to bottom in a real kernel, its
+    visible checks (the grade cells) passing without stderr?"""
+    assignment = ASSIGNMENTS[name]
+    executed = execute(assignment.source, kernel_name, tmp_path, allow_errors=True)
+    cells = cells_by_grade_id(executed)
+    for cell in executed.cells:
+        if cell.cell_type == "code":
+            assert errors_of(cell) == [], (name, cell.id, cell.source[:80])
+    for grade_id in assignment.parts:
+        assert stderr_of(cells[grade_id]) == "", f"{name}: {grade_id} wrote to stderr"

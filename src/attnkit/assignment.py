@@ -197,9 +197,11 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
 
 def solutions_beside(autograder: Path) -> Path:
     """The source notebooks that go with a suites folder: ``../solutions`` beside it (a course
-    folder, a Gradescope bundle), else this project's (a copy of the suites taken elsewhere)."""
+    folder), or where it would be when the releases lie beside it instead (a Gradescope bundle:
+    :func:`load` then reads each release, never another tree's notebooks for this suite), else
+    this project's (a copy of the suites taken elsewhere)."""
     beside = autograder.parent / "solutions"
-    return beside if beside.is_dir() else SOLUTIONS_ROOT
+    return beside if beside.is_dir() or (autograder.parent / "assignments").is_dir() else SOLUTIONS_ROOT
 
 
 def discover(autograder: Path = AUTOGRADER_ROOT) -> dict[str, Assignment]:

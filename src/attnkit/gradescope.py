@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m attnkit.gradescope [--out dist/gradescope.zip]     # build the bundle
+    python -m attnkit.gradescope [--out dist/gradescope.zip] [--assignment NAME]   # build the bundle(s)
     python -m attnkit.gradescope results SRC DEST                # attnkit results.json -> Gradescope's
 
 The zip's root is what Gradescope unpacks into ``/autograder/source``. It mirrors this repository
@@ -16,6 +16,12 @@ sandboxes. Contents:
 - ``autograder/<assignment>/``: the one assignment's hidden suite (tests, manifest, the catalogue of
   mistakes, references), and ``assignments/<assignment>/``: its release notebook, whose grade cells
   give the points (nbgrader copies them from the source notebook).
+
+One bundle grades one assignment (Gradescope gives an autograder to one assignment, and
+``run_autograder`` grades every upload as the assignment whose suite the bundle holds). With one
+suite under ``autograder/``, ``make gradescope`` writes ``--out``; with several and no
+``--assignment``, one bundle per assignment beside it, ``dist/gradescope-<name>.zip``
+(:func:`bundle_paths`); ``--assignment NAME`` writes only NAME's, to ``--out``.
 
 Never the solutions, the project's own tests or any submission. Entries carry a fixed date and
 mode (scripts 0755), so an unchanged tree builds a byte-identical zip.
@@ -103,6 +109,29 @@ def bundle_entries(root: Path = ROOT, assignment: str | None = None) -> list[tup
         raise BundleError(f"the release notebook is missing: {release} (make release)")
     entries.append((release.relative_to(root).as_posix(), release))
     return entries
+
+
+def bundle_paths(destination: Path, root: Path = ROOT, assignment: str | None = None) -> dict[str, Path]:
+    """Assignment name -> where its bundle goes: ``destination`` for the one chosen (or the only
+    suite), else ``<stem>-<name><suffix>`` beside ``destination`` for each suite."""
+    from attnkit.assignment import discover
+
+    try:
+        suites = discover(root / "autograder")
+    except GraderError as error:
+        raise BundleError(str(error)) from None
+    if assignment is not None:
+        if assignment not in suites:
+            raise BundleError(f"no hidden suite for {assignment!r} ({', '.join(suites)})")
+        return {assignment: destination}
+    if len(suites) == 1:
+        return {name: destination for name in suites}
+    return {name: destination.with_name(f"{destination.stem}-{name}{destination.suffix}") for name in suites}
+
+
+def build_bundles(destination: Path, root: Path = ROOT, assignment: str | None = None) -> dict[str, Path]:
+    """Every bundle :func:`bundle_paths` names, built (each atomically); name -> its zip."""
+    return {name: build_bundle(path, root, name) for name, path in bundle_paths(destination, root, assignment).items()}
 
 
 def build_bundle(destination: Path, root: Path = ROOT, assignment: str | None = None) -> Path:
@@ -233,16 +262,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope", description="Build the Gradescope autograder bundle.")
     parser.add_argument("--out", type=Path, default=ROOT / DEFAULT_OUT, help=f"where to write the zip (default {DEFAULT_OUT})")
-    parser.add_argument("--assignment", default=None, help="the assignment to grade (default: the only one)")
+    parser.add_argument("--assignment", default=None,
+                        help="the assignment to grade (default: every one, each in its own bundle; one alone goes to --out)")
     args = parser.parse_args(argv[1:] if argv[:1] == ["build"] else argv)
     try:
-        bundle = build_bundle(args.out.resolve(), assignment=args.assignment)
+        bundles = build_bundles(args.out.resolve(), assignment=args.assignment)
     except BundleError as error:
         print(f"cannot build the bundle: {error}", file=sys.stderr)
         return 1
-    with zipfile.ZipFile(bundle) as opened:
-        count = len(opened.namelist())
-    print(f"Gradescope bundle: {bundle} ({count} files)")
+    for name, bundle in bundles.items():
+        with zipfile.ZipFile(bundle) as opened:
+            count = len(opened.namelist())
+        print(f"Gradescope bundle for {name}: {bundle} ({count} files)")
     return 0
 
 

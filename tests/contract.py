@@ -2,7 +2,10 @@
 from the source notebook (the one place they are stated; the engine reads them the same way); a
 submission made from the source notebook, and what of a record a student is shown and scored on."""
 
+import contextlib
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +58,25 @@ def comparable(record: dict) -> dict[str, Any]:
         "cells": [(c["index"], c["ok"], c["error_type"], c["message"], c["output"]) for c in record["cells"]],
         "problems": record["problems"],
     }
+
+
+@contextlib.contextmanager
+def own_imports(package: str) -> Iterator[None]:
+    """Around a pytest session of a suite whose package name (``warmup_softmax``) another folder
+    in this process also has (the tests' course, a copy of it in tmp_path): its modules come from
+    its own folder, and whatever was imported under that name before is back afterwards, as is
+    sys.path (pytest's prepend import puts the suite's parent there)."""
+    def ours(name: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    saved = {name: module for name, module in sys.modules.items() if ours(name)}
+    path = list(sys.path)
+    for name in saved:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        for name in [name for name in sys.modules if ours(name)]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+        sys.path[:] = path

@@ -27,7 +27,7 @@ SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipyn
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
 RELEASE = ROOT / "assignments" / "ch19-attention" / "attention.ipynb"
 
-from contract import ASSIGNMENTS, CH19, GRADE_POINTS
+from contract import ASSIGNMENTS, CH19, GRADE_POINTS, own_imports
 from wrong_submissions import UNCATALOGUED
 
 # The mistake ids results.json promises (the catalogue-id contract; this set is where the repository
@@ -868,7 +868,7 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
 # The same promises, from each folder's own parts only (its manifest, source notebook, reference and
 # catalogue): a second folder that breaks one fails here as chapter 19 would.
 
-class AssignmentSources:
+class AssignmentSources(Provider):
     """An assignment's trusted sources in one pytest session: its reference, its source
     notebook, stubs of its API, and the source notebook with each catalogued mistake as a last
     cell (a later definition wins, as a student's edit would)."""
@@ -904,9 +904,10 @@ def every_assignment(request: pytest.FixtureRequest) -> tuple[Assignment, dict]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", "--confcutdir", str(assignment.folder),
-                            "-W", "error::pytest.PytestRemovedIn10Warning", str(assignment.folder)],
-                           plugins=[plugin_module, plugin])
+        with own_imports(assignment.folder.name):
+            code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", "--confcutdir", str(assignment.folder),
+                                "-W", "error::pytest.PytestRemovedIn10Warning", str(assignment.folder)],
+                               plugins=[plugin_module, plugin])
     finally:
         torch.set_num_threads(threads)
     assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"{assignment.name}: the hidden suite did not run: {code!r}"

@@ -17,6 +17,8 @@ from attnkit.local_provider import LocalProvider, notebook_source
 from attnkit.plugin import GradingPlugin
 from attnkit.proxy import LocalBackend, Student
 
+from contract import own_imports
+
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = ROOT / "tests" / "course"
 
@@ -63,8 +65,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def grade(folder: Path, notebook: Path) -> list[tuple]:
     grading = GradingPlugin(LocalProvider(notebook, api=("softmax",)))
-    code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
-                       plugins=[plugin_module, grading])
+    with own_imports(folder.name):  # this copy's package, not the tests' course's of the same name
+        code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
+                           plugins=[plugin_module, grading])
     assert code in (0, 1), code
     results = grading.results[notebook.stem]
     return [(r.nodeid, r.status, r.score, r.output, r.error.get("type")) for r in results]
@@ -149,8 +152,9 @@ def test_a_suite_seen_plain_is_collected_once_in_later_sessions(suite, tmp_path:
 
     def session() -> tuple[int, dict[str, list[tuple]]]:
         grading, collected = GradingPlugin(ManySources(sources)), Collected()
-        code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
-                           plugins=[plugin_module, grading, collected])
+        with own_imports(folder.name):
+            code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
+                               plugins=[plugin_module, grading, collected])
         assert code in (0, 1), code
         assert gc.isenabled()
         return collected.count, {key: [(r.nodeid, r.status, r.score, r.output, r.diagnoses) for r in results]

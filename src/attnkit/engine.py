@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import json
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -32,7 +31,7 @@ from collections.abc import Callable, Iterator
 
 import attnkit
 from attnkit.assignment import Assignment
-from attnkit.constants import STUDENTS_FOLDER, GraderError
+from attnkit.constants import GraderError
 from attnkit import i18n, worker_messages
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
@@ -292,19 +291,6 @@ def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
         return jobs
     index, count = shard
     return [job for position, job in enumerate(jobs) if position % count == index - 1]
-
-
-def results_path(out: Path, job: Job | dict) -> Path:
-    student_id = job.student_id if isinstance(job, Job) else job["student_id"]
-    assignment = job.assignment if isinstance(job, Job) else job["assignment"]
-    return out / STUDENTS_FOLDER / student_id / assignment / "results.json"
-
-
-def is_current(out: Path, job: Job) -> bool:
-    try:
-        return json.loads(results_path(out, job).read_text(encoding="utf-8")).get("fingerprint") == job.fingerprint
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 MIN_CHUNK = 4  # below this, a chunk's round trip to this process costs more than the balance it buys

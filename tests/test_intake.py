@@ -510,7 +510,7 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
     """A record as a hostile notebook could make it (every message, output, problem and note huge and
     full of characters that escaping multiplies): is results.json under 1 MB and feedback.html under
     4 MB, with a note that something was cut, and the scores untouched?"""
-    from attnkit.cli import bounded_feedback
+    from attnkit.store import bounded_feedback
     from contract import CH19
     from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, TRUNCATED_NOTE, results_json
 

@@ -11,7 +11,6 @@ submission it was grading: its chunk's other submissions are graded again on a n
 from __future__ import annotations
 
 import ctypes
-import json
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
 
-from attnkit.constants import STUDENTS_FOLDER, GraderError
+from attnkit.constants import GraderError
 from attnkit import i18n, worker_messages
 from attnkit.i18n import _
 from attnkit.seed import Seed
@@ -38,19 +37,6 @@ def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
         return jobs
     index, count = shard
     return [job for position, job in enumerate(jobs) if position % count == index - 1]
-
-
-def results_path(out: Path, job: Job | dict) -> Path:
-    student_id = job.student_id if isinstance(job, Job) else job["student_id"]
-    assignment = job.assignment if isinstance(job, Job) else job["assignment"]
-    return out / STUDENTS_FOLDER / student_id / assignment / "results.json"
-
-
-def is_current(out: Path, job: Job) -> bool:
-    try:
-        return json.loads(results_path(out, job).read_text(encoding="utf-8")).get("fingerprint") == job.fingerprint
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 MIN_CHUNK = 4  # below this, a chunk's round trip to this process costs more than the balance it buys

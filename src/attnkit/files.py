@@ -1,5 +1,6 @@
 """Writing the grader's own files: atomically (a crash leaves the old file or the new one, never
-half of one) and reproducibly (a zip of unchanged files is byte-identical)."""
+half of one), reproducibly (a zip of unchanged files is byte-identical) and, in a CSV, as text a
+spreadsheet will not run (``csv_text``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from typing import Any
 from collections.abc import Iterable
 
 ZIP_TIMESTAMP = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can carry: no real time
+
+# OWASP, CSV injection: a cell starting with one of these is a formula to a spreadsheet; a
+# leading single quote makes it text. Only text cells are escaped: our scores stay numbers.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str) -> str:
+    return "'" + value if value.startswith(_FORMULA_START) else value
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:

@@ -411,8 +411,7 @@ def record(candidate: Candidate) -> dict:
 
 def write_roster(path: Path, roster: dict[str, str], lms: str) -> None:
     """roster.csv (student_id, name, lms); rows of an earlier collect are kept, this one's win."""
-    from attnkit.cli import csv_text
-    from attnkit.files import atomic_write
+    from attnkit.files import atomic_write, csv_text
 
     rows: dict[str, tuple[str, str]] = {}
     if path.is_file():

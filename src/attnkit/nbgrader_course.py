@@ -43,7 +43,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import SaveAutoGrades
 
 from attnkit.commands import attnkit_command
-from attnkit.engine import results_path
+from attnkit.store import results_path
 from attnkit.notebook import Unsafe, read_submitted
 from attnkit import i18n
 from attnkit.i18n import _
@@ -191,7 +191,7 @@ class SafeMarkup(SanitizeHTML):
 def kit_page(results: dict[str, Any], db_url: str | None) -> str:
     """The kit's feedback page for these results, with the gradebook's lateness (if any)."""
     from attnkit.assignment import discover
-    from attnkit.cli import bounded_feedback
+    from attnkit.store import bounded_feedback
     from attnkit.gradebook import lateness
 
     suites = discover()

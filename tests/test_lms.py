@@ -15,15 +15,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
 
+import commands
+from commands import tool_env
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
 ASSIGNMENT = "ch19-attention"
 
@@ -33,8 +34,7 @@ def demo(student: str) -> bytes:
 
 
 def attnkit(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", **({"COLUMNS": columns} if columns else {}))
-    return subprocess.run([sys.executable, "-m", "attnkit", *args], capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    return commands.attnkit(*args, env=tool_env(**({"COLUMNS": columns} if columns else {})))
 
 
 def write(path: Path, data: bytes, mtime: float) -> None:

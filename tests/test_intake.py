@@ -103,7 +103,7 @@ def socket_inodes(pid: int) -> set[str]:
 def worker_serving(sandbox: int, workers: list[int]) -> int | None:
     """The worker at the other end of a sandbox's channel. Not an ancestor: the sandbox's zygote is
     a child of the zygotes' seed, beside the workers. Unix sockets' peers as ``ss`` lists them."""
-    listing = subprocess.run(["ss", "-xH"], capture_output=True, text=True, check=True).stdout
+    listing = run_command(["ss", "-xH"], env=os.environ, check=True).stdout
     peers = {fields[5]: fields[7] for fields in map(str.split, listing.splitlines()) if len(fields) >= 8}
     theirs = {peers[inode] for inode in socket_inodes(sandbox) if inode in peers}
     return next((worker for worker in workers if socket_inodes(worker) & theirs), None)

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 import commands
-from commands import tool_env
+from commands import run_command, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "submitted"
@@ -258,7 +258,7 @@ def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: 
     page = graded["out"] / "students" / "1002" / ASSIGNMENT / "feedback.html"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = run_command([chromium, *flags, "--dump-dom", page.as_uri()], env=os.environ, timeout=120).stdout
     notice = re.search(r'<div class="problem late" id="late" data-late-source="lms">(.*?)</div>', dom)
     assert notice, dom[:2000]
     results = json.loads((page.parent / "results.json").read_text(encoding="utf-8"))

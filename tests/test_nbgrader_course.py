@@ -338,7 +338,7 @@ def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path
 ])
 def test_the_demo_class_never_enters_the_course_gradebook(variables: tuple[str, ...], gradebook: str) -> None:
     # --no-print-directory: under `make test` (MAKELEVEL set) make would end with "Leaving directory".
-    result = subprocess.run(["make", "--no-print-directory", "-n", "grade", *variables], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = run_command(["make", "--no-print-directory", "-n", "grade", *variables], cwd=ROOT, env=os.environ, timeout=60)
     assert result.returncode == 0, result.stderr
     command = result.stdout.strip().splitlines()[-1]
     assert command.endswith(f"--gradebook {gradebook}"), command

@@ -82,3 +82,33 @@ def outside_copies() -> Iterator[list[Path]]:
     yield copies
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- the demo class graded once per session (tests/test_i18n.py, tests/test_feedback_browser.py) --------
+from collections.abc import Callable
+
+from commands import ROOT as CHECKOUT
+from commands import attnkit, tool_env
+
+GradedClass = tuple[Path, subprocess.CompletedProcess]
+
+
+@pytest.fixture(scope="session")
+def graded_demo_class(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], GradedClass]:
+    """``graded_demo_class(lang)``: examples/submitted graded by the console script (--jobs 2) in
+    ``lang`` ("zh": no --lang, the default; "en": --lang en), ATTNKIT_LANG unset and COLUMNS=200
+    (the summary table unwrapped): its output folder and the run, each language graded once per
+    session. Tests only read it (a test that changes an output copies it first)."""
+    graded: dict[str, GradedClass] = {}
+
+    def grade(lang: str) -> GradedClass:
+        if lang not in graded:
+            out = tmp_path_factory.mktemp(f"demo-class-{lang}") / "out"
+            env = {k: v for k, v in tool_env(COLUMNS="200").items() if k != "ATTNKIT_LANG"}
+            run = attnkit("grade", "--submitted", str(CHECKOUT / "examples" / "submitted"), "--out", str(out), "--jobs", "2",
+                          *(() if lang == "zh" else ("--lang", lang)), script=True, env=env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            graded[lang] = (out, run)
+        return graded[lang]
+
+    return grade

@@ -135,16 +135,12 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]")
 
 
 @pytest.fixture(scope="module")
-def english_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The whole demo class graded with --lang en: its output folder."""
+def english_class(graded_demo_class) -> Path:
+    """The whole demo class graded with --lang en (conftest.py's, the same class tests/test_i18n.py
+    reads): its output folder."""
     if CHROMIUM is None:
         pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
-    base = tmp_path_factory.mktemp("browser_en")
-    env = {k: v for k, v in os.environ.items() if k != "ATTNKIT_LANG"}
-    env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"
-    run_command([BIN / "attnkit", "grade", "--submitted", str(DEMO), "--out", str(base / "out"), "--jobs", "2", "--quiet", "--lang", "en"],
-                check=True, env=env)
-    return base / "out"
+    return graded_demo_class("en")[0]
 
 
 def quoted_from_notebooks(results: list[dict]) -> list[str]:

@@ -11,3 +11,104 @@ import os
 # imports numpy or torch.
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
+
+
+# -- the TA of the isolation tests (tests/test_isolation.py, test_isolation_layers.py, test_settings_harness.py)
+import pwd
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ta_machine import GRADER_PACKAGES, ROOT, SYSTEM_PYTHON, USER, lock_digest, tempfile_folder, thin_venv
+
+
+@pytest.fixture(scope="session")
+def ta_user() -> pwd.struct_passwd:
+    """An ordinary user, as a TA on a shared machine is: no root, no sudo (needs root to create;
+    the tests that ask for it skip themselves without root)."""
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+        return pwd.getpwnam(USER)
+
+
+@pytest.fixture(scope="module")
+def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
+    """The distribution's Python with a world-readable virtualenv holding the grader's packages
+    (kept between runs under /var/tmp, keyed by the lock), and a readable copy of the course."""
+    if not Path(SYSTEM_PYTHON).is_file():
+        pytest.skip(f"{SYSTEM_PYTHON} is missing")
+    venv = Path(f"/var/tmp/attnkit-test-venv-{lock_digest()}")
+    if not (venv / ".complete").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-c", str(ROOT / "requirements.lock"), *GRADER_PACKAGES],
+            check=True, capture_output=True,
+        )
+        (venv / ".complete").touch()
+    course = Path(tempfile_folder("attnkit-course-")) / "course"
+    for part in ("src", "autograder", "solutions"):  # solutions/: the grade cells give the points
+        shutil.copytree(ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [course.parent, *course.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    # The shared virtualenv's packages and this checkout's src, through a virtualenv of this run's
+    # own: a .pth written into the shared one would be another concurrent run's checkout by the
+    # time the grader starts.
+    shared = next((venv / "lib").glob("python3*/site-packages"))
+    return thin_venv(Path(tempfile_folder("attnkit-test-python-")) / "venv", [shared, course / "src"]), course
+
+
+@pytest.fixture(scope="module")
+def outside_copies() -> Iterator[list[Path]]:
+    """World-readable copies of the reference outside any project, where a careless TA or
+    another course might leave them."""
+    tag = secrets.token_hex(4)
+    folders = [Path(f"/opt/attnkit-leak-{tag}"), Path(f"/var/lib/attnkit-leak-{tag}")]
+    reference = next((ROOT / "autograder").rglob("reference.py"))
+    copies = []
+    for folder in folders:
+        folder.mkdir(parents=True)
+        folder.chmod(0o755)
+        copy = folder / "reference.py"
+        shutil.copy(reference, copy)
+        copy.chmod(0o644)
+        copies.append(copy)
+    yield copies
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- the demo class graded once per session (tests/test_i18n.py, tests/test_feedback_browser.py) --------
+from collections.abc import Callable
+
+from commands import ROOT as CHECKOUT
+from commands import attnkit, tool_env
+
+GradedClass = tuple[Path, subprocess.CompletedProcess]
+
+
+@pytest.fixture(scope="session")
+def graded_demo_class(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], GradedClass]:
+    """``graded_demo_class(lang)``: examples/submitted graded by the console script (--jobs 2) in
+    ``lang`` ("zh": no --lang, the default; "en": --lang en), ATTNKIT_LANG unset and COLUMNS=200
+    (the summary table unwrapped): its output folder and the run, each language graded once per
+    session. Tests only read it (a test that changes an output copies it first)."""
+    graded: dict[str, GradedClass] = {}
+
+    def grade(lang: str) -> GradedClass:
+        if lang not in graded:
+            out = tmp_path_factory.mktemp(f"demo-class-{lang}") / "out"
+            env = {k: v for k, v in tool_env(COLUMNS="200").items() if k != "ATTNKIT_LANG"}
+            run = attnkit("grade", "--submitted", str(CHECKOUT / "examples" / "submitted"), "--out", str(out), "--jobs", "2",
+                          *(() if lang == "zh" else ("--lang", lang)), script=True, env=env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            graded[lang] = (out, run)
+        return graded[lang]
+
+    return grade

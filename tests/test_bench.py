@@ -16,17 +16,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from bench import ASSIGNMENT, NOTEBOOK, make_class, nbgrader_durations, sample_by_kind, spread
+from commands import ROOT, run_command
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
     figures = tmp_path_factory.mktemp("bench") / "figures.json"
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    result = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "bench.py"), "--quick", "--json", str(figures)],
-        env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1200,
-    )
+    result = run_command([sys.executable, ROOT / "tools" / "bench.py", "--quick", "--json", figures], timeout=1200)
     assert result.returncode == 0, f"bench failed:\n{result.stdout}\n{result.stderr}"
     return result, json.loads(figures.read_text(encoding="utf-8"))
 
@@ -102,10 +98,7 @@ def test_the_profiler_reports_every_phase(tmp_path: Path) -> None:
     """Does ``tools/profile_grading.py`` grade a small synthetic class and print the worker's CPU
     by phase, the sandboxes' CPU and the single requests?"""
     make_class(tmp_path / "submitted", 12)
-    result = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "tools" / "profile_grading.py"), str(tmp_path / "submitted"), "7"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
-    )
+    result = run_command([sys.executable, ROOT / "tools" / "profile_grading.py", tmp_path / "submitted", "7"], env=os.environ)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith("7 submissions, per submission: wall"), out

@@ -6,8 +6,10 @@ the same output, displayed values, tracebacks, errors and namespace?"""
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
+
+from commands import run_command
 
 CELLS = [
     "x = 1\ny = x + 1\ny",  # a displayed last expression
@@ -81,7 +83,7 @@ print(json.dumps(records))
 
 
 def run(kind: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, kind, json.dumps(CELLS)], capture_output=True, text=True, timeout=300)
+    done = run_command([sys.executable, "-c", SCRIPT, kind, json.dumps(CELLS)], env=os.environ, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

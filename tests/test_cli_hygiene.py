@@ -18,20 +18,11 @@ import pytest
 
 from attnkit import __version__
 from attnkit.gradescope import VISIBILITIES, to_gradescope
+from commands import BIN, attnkit, python_m, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
 ASSIGNMENT = "ch19-attention"
-
-
-def env() -> dict[str, str]:
-    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-
-
-def attnkit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnkit", *args], capture_output=True, text=True, env=env(),
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def small_class(folder: Path, students: tuple[str, ...] = ("xiaolin", "lilei")) -> Path:
@@ -43,7 +34,7 @@ def small_class(folder: Path, students: tuple[str, ...] = ("xiaolin", "lilei")) 
 def test_version_and_python_m() -> None:
     run = attnkit("--version")
     assert run.returncode == 0 and run.stdout.strip() == f"attnkit {__version__}"
-    script = subprocess.run([str(BIN / "attnkit"), "--version"], capture_output=True, text=True, env=env())
+    script = attnkit("--version", script=True)
     assert script.stdout == run.stdout
 
 
@@ -56,7 +47,7 @@ def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: st
     command = [str(BIN / "attnkit")] if entry == "script" else [sys.executable, *entry.split()]
     submitted = small_class(tmp_path / "submitted", ("xiaolin", "lilei", "wangfang", "chenjing"))
     process = subprocess.Popen([*command, "grade", "--submitted", str(submitted), "--out", str(tmp_path / "out"), "--jobs", "2", "--quiet"],
-                               env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seeds: set[int] = set()
     zygotes: dict[int, int] = {}  # pid -> parent
     while process.poll() is None:
@@ -114,7 +105,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     # A terminal's foreground job takes Ctrl-C: SIGINT at its default even where this test runs
     # with it ignored (a background job of a non-interactive shell, as CI may start it).
     process = subprocess.Popen([sys.executable, "-m", "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1"],
-                               env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not list(out.glob("students/*/*/results.json")):
@@ -165,8 +156,7 @@ def test_gradescope_visibility_is_configurable(tmp_path: Path) -> None:
         to_gradescope(results, visibility="sometimes")
     source = tmp_path / "results.json"
     source.write_text(json.dumps(results))
-    run = subprocess.run([sys.executable, "-m", "attnkit.gradescope", "results", str(source), str(tmp_path / "gs.json"), "--visibility", "hidden"],
-                         capture_output=True, text=True, env=env())
+    run = python_m("attnkit.gradescope", "results", str(source), str(tmp_path / "gs.json"), "--visibility", "hidden")
     assert run.returncode == 0, run.stderr
     assert json.loads((tmp_path / "gs.json").read_text())["visibility"] == "hidden"
     assert 'ATTNKIT_VISIBILITY="${ATTNKIT_VISIBILITY:-after_published}"' in (ROOT / "gradescope" / "run_autograder").read_text()

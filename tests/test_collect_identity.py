@@ -13,12 +13,12 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
+from commands import attnkit, tool_env
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
 ASSIGNMENT = "ch19-attention"
 HOUR = 3600.0
@@ -30,9 +30,7 @@ def demo(student: str) -> bytes:
 
 
 def collect(*args: str, tz: str = "UTC") -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", TZ=tz)
-    return subprocess.run([sys.executable, "-m", "attnkit", "collect", *args], capture_output=True, text=True,
-                          env=env, timeout=600, stdin=subprocess.DEVNULL)
+    return attnkit("collect", *args, env=tool_env(TZ=tz))
 
 
 def write(path: Path, data: bytes, mtime: float) -> None:

@@ -8,25 +8,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import commands
+from commands import BIN, run_command, tool_env
 from contract import code_cell
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 PERFECT = ROOT / "examples" / "submitted" / "xiaolin" / "ch19-attention" / "attention.ipynb"
 ASSIGNMENT = "ch19-attention"
 
 
 def attnkit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([str(BIN / "attnkit"), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    """The console script, as a TA types it."""
+    return commands.attnkit(*args, script=True, timeout=timeout)
 
 
 def notebook() -> dict:
@@ -173,9 +173,8 @@ def test_pages_are_written_in_chinese(graded: dict) -> None:
 def test_the_gradebook_exports_the_class(graded: dict) -> None:
     """Does `nbgrader export` read our scores back out of the gradebook?"""
     export = graded["base"] / "export.csv"
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    subprocess.run([str(BIN / "nbgrader"), "export", "--db", f"sqlite:///{graded['base'] / 'gradebook.db'}", "--to", str(export)],
-                   check=True, capture_output=True, cwd=graded["base"], env=env)
+    run_command([BIN / "nbgrader", "export", "--db", f"sqlite:///{graded['base'] / 'gradebook.db'}", "--to", str(export)],
+                check=True, cwd=graded["base"])
     rows = {r["student_id"]: r for r in csv.DictReader(export.open(encoding="utf-8"))}
     assert float(rows["perfect"]["raw_score"]) == 100
     assert float(rows["invalid"]["raw_score"]) == 0
@@ -205,9 +204,8 @@ def test_an_interrupted_run_resumes(tmp_path: Path) -> None:
     submitted, out = tmp_path / "submitted", tmp_path / "out"
     for index in range(12):
         submit(submitted, f"s{index:02d}", notebook())
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     process = subprocess.Popen([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet"],
-                               env=env, start_new_session=True)
+                               env=tool_env(), start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list(out.glob("students/*/*/results.json"))) < 2:
         time.sleep(0.05)

@@ -187,16 +187,17 @@ def test_the_page_shows_a_diagnosis_once_per_part(results):
 def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
     """Each student's notebook graded by the real ``attnkit grade``; the students' output folder."""
     import json
-    import subprocess
+    import os
     import sys
+
+    from commands import run_command
 
     for student, notebook in notebooks.items():
         target = tmp_path / "in" / student / CH19.name
         target.mkdir(parents=True)
         (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
-    attnkit = Path(sys.executable).with_name("attnkit")
-    run = subprocess.run([str(attnkit), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)
+    run = run_command([Path(sys.executable).with_name("attnkit"), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
+                      env=os.environ)
     assert run.returncode in (0, 1), run.stderr[-2000:]
     return tmp_path / "out" / "students"
 

@@ -6,16 +6,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from commands import BIN, run_command
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Without these, Chromium tries to reach Google's services, which this network refuses.
@@ -31,14 +30,13 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("browser")
     submitted = base / "submitted"
     shutil.copytree(DEMO / "wangfang", submitted / "wangfang")
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
-                   check=True, env=env, timeout=300)
+    run_command([BIN / "attnkit", "grade", "--submitted", str(submitted), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
+                check=True, timeout=300)
     return base / "out" / "students" / "wangfang" / "ch19-attention" / "feedback.html"
 
 
 def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
+    return run_command([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], env=os.environ, timeout=120)
 
 
 def test_rendered_page_names_the_mistake_in_chinese(page: Path, tmp_path: Path) -> None:
@@ -83,9 +81,8 @@ def key_t_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = base / "submitted" / "keyt" / "ch19-attention"
     target.mkdir(parents=True)
     (target / "attention.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(base / "submitted"), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
-                   check=True, env=env, timeout=300)
+    run_command([BIN / "attnkit", "grade", "--submitted", str(base / "submitted"), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
+                check=True, timeout=300)
     return base / "out" / "students" / "keyt" / "ch19-attention" / "feedback.html"
 
 
@@ -138,16 +135,12 @@ CJK = __import__("re").compile(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]")
 
 
 @pytest.fixture(scope="module")
-def english_class(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The whole demo class graded with --lang en: its output folder."""
+def english_class(graded_demo_class) -> Path:
+    """The whole demo class graded with --lang en (conftest.py's, the same class tests/test_i18n.py
+    reads): its output folder."""
     if CHROMIUM is None:
         pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
-    base = tmp_path_factory.mktemp("browser_en")
-    env = {k: v for k, v in os.environ.items() if k != "ATTNKIT_LANG"}
-    env["PATH"] = f"{BIN}{os.pathsep}{os.environ['PATH']}"
-    subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(DEMO), "--out", str(base / "out"), "--jobs", "2", "--quiet", "--lang", "en"],
-                   check=True, env=env, timeout=600)
-    return base / "out"
+    return graded_demo_class("en")[0]
 
 
 def quoted_from_notebooks(results: list[dict]) -> list[str]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from commands import run_command
 
 from attnkit.notebook import CodeCell
 from attnkit.sandbox import Submission, Zygote
@@ -44,9 +44,8 @@ run()
 def test_the_grade_command_forks_its_workers_with_one_thread(tmp_path: Path) -> None:
     spy = tmp_path / "forks.json"
     env = {**os.environ, **MANY_THREADS, "FORK_SPY_OUT": str(spy), "PYTHONWARNINGS": "always::DeprecationWarning"}
-    run = subprocess.run([sys.executable, "-c", SPY, "grade", "--submitted", str(ROOT / "examples" / "submitted"),
-                          "--out", str(tmp_path / "graded"), "--jobs", "2"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    run = run_command([sys.executable, "-c", SPY, "grade", "--submitted", str(ROOT / "examples" / "submitted"),
+                       "--out", str(tmp_path / "graded"), "--jobs", "2"], cwd=tmp_path, env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     forks = [json.loads(line) for line in spy.read_text().splitlines()]
     assert len(forks) == 2, forks  # one per worker

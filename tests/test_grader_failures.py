@@ -3,26 +3,22 @@ be collected is the grader's fault, never "not graded" for every student."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
+from commands import attnkit, tool_env
 
 pytestmark = pytest.mark.e2e
 
-BIN = Path(sys.executable).parent
 
 
 def grade(autograder: Path, submitted: Path, out: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", COLUMNS="300")
-    command = [str(BIN / "attnkit"), "grade", "--autograder", str(autograder), "--submitted", str(submitted), "--out", str(out),
-               "--jobs", "2", "--quiet", "--force"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
+    return attnkit("grade", "--autograder", str(autograder), "--submitted", str(submitted), "--out", str(out),
+                   "--jobs", "2", "--quiet", "--force", script=True, env=tool_env(COLUMNS="300"), cwd=cwd)
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from commands import run_command
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,7 +44,7 @@ def run_setup(tmp_path: Path, pythons: dict[str, str], **extra: str) -> subproce
     (root / "source").mkdir(parents=True)
     (root / "venv").write_text("")  # the venv cannot be made: setup stops right after choosing
     env = {"PATH": str(image), "AUTOGRADER_ROOT": str(root), "HOME": str(tmp_path), **extra}
-    return subprocess.run(["/bin/bash", str(ROOT / "gradescope" / "setup.sh")], env=env, capture_output=True, text=True, timeout=120)
+    return run_command(["/bin/bash", ROOT / "gradescope" / "setup.sh"], env=env, timeout=120)
 
 
 def test_ubuntu_24_04_uses_its_own_python_3_12(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,12 @@ import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.frontend import parse_mapping_cfg
 from babel.messages.pofile import read_po
+from commands import BIN, attnkit
 
 from attnkit import i18n
 from contract import ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
 ENGINE_PO = ROOT / "src" / "attnkit" / "locale" / "en" / "LC_MESSAGES" / "attnkit.po"
 # Chinese characters, CJK punctuation (、。「」…) and full-width forms (（）：；，): any of these in
@@ -107,20 +106,14 @@ def grade(out: Path, *lang: str, env_lang: str | None = None) -> subprocess.Comp
     env["COLUMNS"] = "200"  # the summary table's cells are not wrapped
     if env_lang:
         env[i18n.ENV_VARIABLE] = env_lang
-    return subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(DEMO), "--out", str(out), "--jobs", "2", *lang],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return attnkit("grade", "--submitted", str(DEMO), "--out", str(out), "--jobs", "2", *lang, script=True, env=env)
 
 
 @pytest.fixture(scope="module")
-def classes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    """The demo class graded in Chinese (the default) and in English (--lang en)."""
-    base = tmp_path_factory.mktemp("i18n")
-    graded = {}
-    for name, lang in (("zh", ()), ("en", ("--lang", "en"))):
-        run = grade(base / name, *lang)
-        assert run.returncode == 0, run.stderr[-3000:]
-        graded[name] = (base / name, run)
-    return graded
+def classes(graded_demo_class) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """The demo class graded in Chinese (the default) and in English (--lang en), as :func:`grade`
+    does (conftest.py's session fixture: tests/test_feedback_browser.py reads the same English class)."""
+    return {name: graded_demo_class(name) for name in ("zh", "en")}
 
 
 def notebook_data(results: dict[str, Any]) -> list[str]:
@@ -222,8 +215,7 @@ def test_switching_language_regrades_and_env_selects_english(classes, tmp_path: 
 def test_check_command_in_english(tmp_path: Path) -> None:
     """`attnkit check --lang en` (a learner's own notebook): every line it prints is English."""
     env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
-    run = subprocess.run([str(BIN / "attnkit"), "check", str(DEMO / "wangfang" / "ch19-attention" / "attention.ipynb"), "--lang", "en"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = attnkit("check", str(DEMO / "wangfang" / "ch19-attention" / "attention.ipynb"), "--lang", "en", script=True, env=env, timeout=300)
     assert "Total 77/100" in run.stdout and "Diagnosis mask_by_multiplying (section 5)" in run.stdout, run.stdout[-2000:]
     assert not cjk_in(run.stdout + run.stderr), cjk_in(run.stdout + run.stderr)
 
@@ -235,7 +227,7 @@ def test_errors_before_grading_are_english(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     for args in (["grade", "--submitted", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--lang", "en"],
                  ["check", str(tmp_path / "missing.ipynb"), "--lang", "en"]):
-        run = subprocess.run([str(BIN / "attnkit"), *args], capture_output=True, text=True, env=env, timeout=120)
+        run = attnkit(*args, script=True, env=env, timeout=120)
         assert run.returncode == 2 and "Cannot grade:" in run.stderr, run.stderr
         assert not cjk_in(run.stderr), run.stderr
 
@@ -251,8 +243,8 @@ def test_messages_made_inside_the_sandbox_are_english(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "attention.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
-    run = subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"),
-                          "--jobs", "1", "--quiet", "--lang", "en"], capture_output=True, text=True, env=env, timeout=300)
+    run = attnkit("grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"),
+                  "--jobs", "1", "--quiet", "--lang", "en", script=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     results = all_results(tmp_path / "out")[0]
     outputs = [t["output"] for t in results["tests"] if "scaled_attention" in t.get("functions", []) or t["grade_id"] == "check_scaled_attention"]

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from commands import run_command
+
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 OLD_PYTHON = next(iter(sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.10.*/bin/python")))), None) or shutil.which("python3.10")
@@ -32,18 +34,15 @@ def test_make_grade_with_the_system_python_on_a_fresh_clone(tmp_path: Path) -> N
     # The trap of issue 24: an install refused for another Python (here 3.10, below requires-python)
     # leaves a .venv made by it, which the next `make` must not reuse.
     if OLD_PYTHON is not None:
-        refused = subprocess.run(["make", "install", f"PYTHON={OLD_PYTHON}"], cwd=clone, env=env,
-                                 capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        refused = run_command(["make", "install", f"PYTHON={OLD_PYTHON}"], cwd=clone, env=env)
         assert refused.returncode != 0 and (clone / ".venv" / "pyvenv.cfg").is_file()
-    run = subprocess.run(["make", "grade", f"PYTHON={SYSTEM_PYTHON}", "JOBS=2"], cwd=clone, env=env,
-                         capture_output=True, text=True, timeout=2400, stdin=subprocess.DEVNULL)
+    run = run_command(["make", "grade", f"PYTHON={SYSTEM_PYTHON}", "JOBS=2"], cwd=clone, env=env, timeout=2400)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     if OLD_PYTHON is not None:
         assert "rebuilding .venv" in run.stdout, run.stdout[-3000:]
-    version = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    system = subprocess.run([str(SYSTEM_PYTHON), "-c", "import platform; print(platform.python_version())"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    version = run_command([clone / ".venv" / "bin" / "python", "-c", "import platform; print(platform.python_version())"],
+                          env=os.environ, check=True).stdout.strip()
+    system = run_command([SYSTEM_PYTHON, "-c", "import platform; print(platform.python_version())"], env=os.environ, check=True).stdout.strip()
     assert version == system
     with open(clone / "graded" / "grades.csv", encoding="utf-8", newline="") as handle:
         rows = {row["student_id"]: row for row in csv.DictReader(handle)}
@@ -63,8 +62,7 @@ def make_install_says(python: str, venv_python: str, tmp_path: Path) -> str:
     if not (tmp_path / ".venv").exists():
         subprocess.run([venv_python, "-m", "venv", "--without-pip", str(tmp_path / ".venv")], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    return subprocess.run(["make", "-n", "install", f"PYTHON={python}"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, check=True, timeout=120).stdout
+    return run_command(["make", "-n", "install", f"PYTHON={python}"], cwd=tmp_path, env=env, check=True, timeout=120).stdout
 
 
 def test_make_rebuilds_a_venv_made_by_another_python(tmp_path: Path) -> None:

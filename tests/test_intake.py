@@ -31,13 +31,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from commands import BIN, attnkit, run_command
 
 from attacks import ASSIGNMENT, RELEASE, SOLUTION, load, with_cells, write
 
 if not sys.platform.startswith("linux"):
     pytest.skip("FIFOs, sockets, device nodes and /proc are Linux-specific here", allow_module_level=True)
 
-BIN = Path(sys.executable).parent
 LIMITS = ["--cell-timeout", "5", "--call-timeout", "5", "--memory-mb", "1024"]
 # Largest resident set of any one process of the run (the grader, its workers, their sandboxes).
 # Without the size cap, the sparse file or /dev/zero is read whole into the grader: 4 GiB or more.
@@ -103,7 +103,7 @@ def socket_inodes(pid: int) -> set[str]:
 def worker_serving(sandbox: int, workers: list[int]) -> int | None:
     """The worker at the other end of a sandbox's channel. Not an ancestor: the sandbox's zygote is
     a child of the zygotes' seed, beside the workers. Unix sockets' peers as ``ss`` lists them."""
-    listing = subprocess.run(["ss", "-xH"], capture_output=True, text=True, check=True).stdout
+    listing = run_command(["ss", "-xH"], env=os.environ, check=True).stdout
     peers = {fields[5]: fields[7] for fields in map(str.split, listing.splitlines()) if len(fields) >= 8}
     theirs = {peers[inode] for inode in socket_inodes(sandbox) if inode in peers}
     return next((worker for worker in workers if socket_inodes(worker) & theirs), None)
@@ -399,9 +399,7 @@ def test_skipped_folders_are_listed_not_graded(world: World) -> None:
     assert "ch20-transformer" not in {r["assignment"] for r in world.attack.results.values()}
     assert not (world.gradebook.parent / "autograded" / "other_only").exists()
     export = world.base / "export.csv"
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    subprocess.run([str(BIN / "nbgrader"), "export", "--db", f"sqlite:///{world.gradebook}", "--to", str(export)],
-                   check=True, capture_output=True, cwd=world.base, env=env)
+    run_command([BIN / "nbgrader", "export", "--db", f"sqlite:///{world.gradebook}", "--to", str(export)], check=True, cwd=world.base)
     with open(export, newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert {row["assignment"] for row in rows} == {ASSIGNMENT}
@@ -539,8 +537,6 @@ def test_an_empty_class_is_an_error_not_an_empty_report(tmp_path: Path) -> None:
     """An empty submissions folder (a wrong path, an unzip that failed): does the grader say so and
     exit non-zero, rather than write an empty report and exit 0?"""
     (tmp_path / "submitted").mkdir()
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    run = subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"), "--quiet"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = attnkit("grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"), "--quiet", script=True, timeout=300)
     assert run.returncode == 2, run.stderr[-2000:]
     assert "没有任何学生文件夹" in run.stderr

@@ -12,17 +12,15 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from commands import attnkit
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 ASSIGNMENT = "ch19-attention"
 PERFECT = ROOT / "examples" / "submitted" / "xiaolin" / ASSIGNMENT / "attention.ipynb"
 IMAGE_BYTES = 16 * 1024 * 1024  # base64 makes it ~21 MB: the file is over the 20 MB cap, its code is not
@@ -56,9 +54,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
         (folder / name).write_bytes(data)
     assert (submitted / "big_image" / ASSIGNMENT / "attention.ipynb").stat().st_size > 20 * 1024 * 1024
     out = base / "graded"
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    run = subprocess.run([sys.executable, "-m", "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet"],
-                         capture_output=True, text=True, env=env, timeout=900, stdin=subprocess.DEVNULL)
+    run = attnkit("grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet", timeout=900)
     results = {student: json.loads((out / "students" / student / ASSIGNMENT / "results.json").read_text(encoding="utf-8")) for student in files}
     return {"run": run, "results": results, "submitted": submitted, "files": files}
 

@@ -19,13 +19,10 @@ the reason and the fix, and run nothing; `--no-isolation` then grades and says s
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
-import pwd
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -36,19 +33,17 @@ from pathlib import Path
 import pytest
 
 from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, load, with_cells, write
+from commands import run_command
 from settings import as_root, root_without_sys_admin, unprivileged, without_user_namespaces
+from ta_machine import minimal_env, tempfile_folder
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.e2e]
 
 if not sys.platform.startswith("linux") or os.geteuid() != 0:
     pytest.skip("creates users and drops capabilities: needs root on Linux (CI runs as root)", allow_module_level=True)
 
-SYSTEM_PYTHON = "/usr/bin/python3"
-USER = "attnkit-ta"
 MEMORY_MB = 1024
 LIMITS = ["--cell-timeout", "8", "--call-timeout", "5", "--memory-mb", str(MEMORY_MB)]
-# What the grader's virtualenv needs to grade (nbgrader and Jupyter are only for the course tools).
-GRADER_PACKAGES = ["torch==2.13.0", "numpy", "ipython", "matplotlib", "rich", "jinja2", "pytest", "pyseccomp"]
 # Top-level names a sandbox's root may hold: its own folders, the library links, and the first
 # component of each Python tree (kept at its host path so lazy imports still resolve).
 SANDBOX_ROOT_NAMES = {"dev", "etc", "home", "proc", "tmp", "lib", "lib64", "lib32", "libx32", "usr"}
@@ -175,96 +170,11 @@ def run_grader(setting: Callable[[list[str]], list[str]], python: str, submitted
     one these tests run in, wherever the checkout lies)."""
     command = setting([python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
                        "--jobs", "2", "--quiet", "--force", *LIMITS, *extra])
-    process = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, cwd=cwd)
+    process = run_command(command, env=env, cwd=cwd)
     return Run(process.returncode, process.stderr, read_results(out))
 
 
 # -- the three settings ------------------------------------------------------------------------------------
-def lock_digest() -> str:
-    text = (ROOT / "requirements.lock").read_text() + " ".join(GRADER_PACKAGES) + Path(SYSTEM_PYTHON).resolve().name
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-@pytest.fixture(scope="module")
-def ta_user() -> pwd.struct_passwd:
-    """An ordinary user, as a TA on a shared machine is: no root, no sudo."""
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-        return pwd.getpwnam(USER)
-
-
-@pytest.fixture(scope="module")
-def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
-    """The distribution's Python with a world-readable virtualenv holding the grader's packages
-    (kept between runs under /var/tmp, keyed by the lock), and a readable copy of the course."""
-    if not Path(SYSTEM_PYTHON).is_file():
-        pytest.skip(f"{SYSTEM_PYTHON} is missing")
-    venv = Path(f"/var/tmp/attnkit-test-venv-{lock_digest()}")
-    if not (venv / ".complete").is_file():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-c", str(ROOT / "requirements.lock"), *GRADER_PACKAGES],
-            check=True, capture_output=True,
-        )
-        (venv / ".complete").touch()
-    course = Path(tempfile_folder("attnkit-course-")) / "course"
-    for part in ("src", "autograder", "solutions"):  # solutions/: the grade cells give the points
-        shutil.copytree(ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
-    for path in [course.parent, *course.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    # The shared virtualenv's packages and this checkout's src, through a virtualenv of this run's
-    # own: a .pth written into the shared one would be another concurrent run's checkout by the
-    # time the grader starts.
-    shared = next((venv / "lib").glob("python3*/site-packages"))
-    return thin_venv(Path(tempfile_folder("attnkit-test-python-")) / "venv", [shared, course / "src"]), course
-
-
-def thin_venv(folder: Path, paths: list[Path]) -> str:
-    """A virtualenv of the distribution's Python at ``folder`` (no pip) that finds ``paths``
-    through a .pth file; its interpreter."""
-    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(folder)], check=True)
-    site = next((folder / "lib").glob("python3*/site-packages"))
-    (site / "attnkit-test.pth").write_text("".join(f"{path}\n" for path in paths))
-    for path in [folder, *folder.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(path.stat().st_mode | (0o755 if path.is_dir() else 0o644))
-    return str(folder / "bin/python")
-
-
-def tempfile_folder(prefix: str) -> str:
-    """A world-readable temporary folder under /var/tmp (the unprivileged grader reads it)."""
-    folder = tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
-    os.chmod(folder, 0o755)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def outside_copies():
-    """World-readable copies of the reference outside any project, where a careless TA or
-    another course might leave them."""
-    tag = secrets.token_hex(4)
-    folders = [Path(f"/opt/attnkit-leak-{tag}"), Path(f"/var/lib/attnkit-leak-{tag}")]
-    reference = next((ROOT / "autograder").rglob("reference.py"))
-    copies = []
-    for folder in folders:
-        folder.mkdir(parents=True)
-        folder.chmod(0o755)
-        copy = folder / "reference.py"
-        shutil.copy(reference, copy)
-        copy.chmod(0o644)
-        copies.append(copy)
-    yield copies
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def minimal_env(home: str) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
-
-
 @pytest.fixture(scope="module")
 def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
     """The same hostile class graded in the three settings."""

@@ -23,8 +23,6 @@ import pytest
 from attnkit import landlock, policy, seccomp_filter
 from settings import docker_default, userns_without_mount
 
-if os.geteuid() == 0:
-    from test_isolation import outside_copies, ta_user, user_python  # noqa: F401 - fixtures
 
 LANDLOCK = landlock.abi_version()
 needs_landlock = pytest.mark.skipif(LANDLOCK < 1, reason="this kernel has no Landlock")
@@ -356,7 +354,8 @@ def layer_runs(ta_user, user_python, outside_copies):
     """The class graded in each setting (as the test_isolation settings: the distribution's Python
     in a virtualenv under /var/tmp, a copy of the course), and the grader's refusals."""
     _root_only()
-    from test_isolation import run_grader, tempfile_folder, minimal_env
+    from ta_machine import minimal_env, tempfile_folder
+    from test_isolation import run_grader
 
     python, course = user_python
     work = Path(tempfile_folder("attnkit-layers-"))
@@ -495,7 +494,7 @@ NO_ISOLATION_SETTINGS = {
 def private_python(user_python: tuple[str, Path], top: Path) -> str:
     """The test virtualenv's packages and course, through a virtualenv in ``top`` (root's, mode
     700): a Python the pool uid cannot read, as a pyenv under /root is."""
-    from test_isolation import thin_venv
+    from ta_machine import thin_venv
 
     python, _course = user_python
     paths = next((Path(python).parent.parent / "lib").glob("python3*/site-packages/attnkit-test.pth")).read_text().split()
@@ -509,7 +508,8 @@ def no_isolation_runs(ta_user, user_python, outside_copies):
     """The hostile class of the layer tests graded with --no-isolation in each setting above (and,
     root's private Python only, once without it: refused, so no layer was to be had there)."""
     _root_only()
-    from test_isolation import minimal_env, run_grader, tempfile_folder
+    from ta_machine import minimal_env, tempfile_folder
+    from test_isolation import run_grader
 
     _python, course = user_python
     work = Path(tempfile_folder("attnkit-noiso-"))

@@ -7,12 +7,12 @@ parsed by attnkit's own command-line parser, so a wrong shard syntax or an unkno
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import yaml
 
 from attnkit.cli import build_parser
+from commands import run_command
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kubernetes"
 
@@ -27,10 +27,8 @@ def grade_arguments(container: dict, index: int) -> list[str]:
     """What the pod with this completion index passes to `attnkit`, as its shell computes it."""
     shell, flag, script = [*container["command"], *container["args"]]
     assert (shell, flag) == ("/bin/sh", "-c")
-    printed = subprocess.run(
-        [shell, "-c", "attnkit() { printf '%s\\n' \"$@\"; }\n" + script.replace("exec attnkit", "attnkit")],
-        env={"JOB_COMPLETION_INDEX": str(index), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True,
-    )
+    printed = run_command([shell, "-c", "attnkit() { printf '%s\\n' \"$@\"; }\n" + script.replace("exec attnkit", "attnkit")],
+                          env={"JOB_COMPLETION_INDEX": str(index), "PATH": "/usr/bin:/bin"}, check=True)
     return printed.stdout.splitlines()
 
 

@@ -15,15 +15,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
 
+import commands
+from commands import run_command, tool_env
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 DEMO = ROOT / "examples" / "submitted"
 ASSIGNMENT = "ch19-attention"
 
@@ -33,8 +34,7 @@ def demo(student: str) -> bytes:
 
 
 def attnkit(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", **({"COLUMNS": columns} if columns else {}))
-    return subprocess.run([sys.executable, "-m", "attnkit", *args], capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    return commands.attnkit(*args, env=tool_env(**({"COLUMNS": columns} if columns else {})))
 
 
 def write(path: Path, data: bytes, mtime: float) -> None:
@@ -258,7 +258,7 @@ def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: 
     page = graded["out"] / "students" / "1002" / ASSIGNMENT / "feedback.html"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = run_command([chromium, *flags, "--dump-dom", page.as_uri()], env=os.environ, timeout=120).stdout
     notice = re.search(r'<div class="problem late" id="late" data-late-source="lms">(.*?)</div>', dom)
     assert notice, dom[:2000]
     results = json.loads((page.parent / "results.json").read_text(encoding="utf-8"))

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from commands import BIN, run_command, tool_env
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 ASSIGNMENT = "ch19-attention"
 STUDENTS = ("xiaolin", "lilei", "zhaoqiang")
 MANUAL = {"manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row", "manual_q10_no_causal"}
@@ -42,12 +43,8 @@ PAYLOAD = (f"我的解释。<script>fetch('/api/terminals', {{method: 'POST'}}).
 EVIL_SVG = "PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIG9ubG9hZD0iYXR0bmtpdFB3bmVkKCkiLz4="  # <svg onload=attnkitPwned()>
 
 
-def env() -> dict[str, str]:
-    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-
-
 def run(course: Path, *command: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(list(command), cwd=course, env=env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return run_command(command, cwd=course, timeout=timeout)
 
 
 def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
@@ -244,7 +241,7 @@ def formgrader(course: Path) -> object:
     log = open(course / "formgrader.log", "w")
     server = subprocess.Popen([str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
                                f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={course}"],
-                              cwd=course, env=env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                              cwd=course, env=tool_env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -341,7 +338,7 @@ def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path
 ])
 def test_the_demo_class_never_enters_the_course_gradebook(variables: tuple[str, ...], gradebook: str) -> None:
     # --no-print-directory: under `make test` (MAKELEVEL set) make would end with "Leaving directory".
-    result = subprocess.run(["make", "--no-print-directory", "-n", "grade", *variables], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = run_command(["make", "--no-print-directory", "-n", "grade", *variables], cwd=ROOT, env=os.environ, timeout=60)
     assert result.returncode == 0, result.stderr
     command = result.stdout.strip().splitlines()[-1]
     assert command.endswith(f"--gradebook {gradebook}"), command

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
+from commands import BIN, run_command
 from contract import ASSIGNMENTS, GRADE_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,11 +259,7 @@ def test_release_notebook_fails_only_because_of_the_stubs(executed_release) -> N
 @pytest.mark.e2e
 def test_nbgrader_validate_passes_on_the_solution_notebook() -> None:
     """Does the real `nbgrader validate` accept the source notebook?"""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "nbgrader"), "validate", str(SOURCE)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
+    result = run_command([BIN / "nbgrader", "validate", str(SOURCE)], cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success! Your notebook passes all the tests." in result.stdout
 

@@ -8,15 +8,15 @@ import csv
 import html
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from commands import python_m
 
 pytestmark = pytest.mark.e2e
 
@@ -28,9 +28,7 @@ IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=900)
+    return python_m(*args, cwd=cwd, timeout=900)
 
 
 def notebook_with(source: Path, grade_id: str, code: str) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import nbformat
 import pytest
 
 from attnkit.release import README_NAME, build_student_zip, student_readme
+from commands import python_m
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ch19-attention"
@@ -77,11 +76,8 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                         os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run(
-        [sys.executable, "-m", "attnkit.release", "--root", str(course),
-         "--zip", str(course / "dist" / "student.zip")],
-        cwd=course, env=env, capture_output=True, text=True, timeout=300,
-    )
+    result = python_m("attnkit.release", "--root", str(course), "--zip", str(course / "dist" / "student.zip"),
+                      cwd=course, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return course
 

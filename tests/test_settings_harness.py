@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
+from commands import run_command
 from settings import DOCKER_CAPABILITY_MASK, docker_default, unprivileged, userns_without_mount, without_user_namespaces
 
 pytestmark = pytest.mark.root
@@ -30,8 +30,6 @@ if not sys.platform.startswith("linux") or os.geteuid() != 0 or sys.maxsize < 2*
     pytest.skip("loads seccomp filters and creates a user: needs root on 64-bit Linux (CI runs as root)", allow_module_level=True)
 pytest.importorskip("pyseccomp")
 
-if os.geteuid() == 0:  # as tests/test_isolation_layers.py takes it: the same TA as test_isolation's
-    from test_isolation import ta_user  # noqa: F401 - the fixture
 
 SYSCALLS = {"x86_64": {"clone": 56, "clone3": 435, "pivot_root": 155, "setns": 308, "landlock_create_ruleset": 444},
             "aarch64": {"clone": 220, "clone3": 435, "pivot_root": 41, "setns": 268, "landlock_create_ruleset": 444}}
@@ -97,7 +95,7 @@ PROBE = textwrap.dedent(
 
 def probe(prefix_of, python: str = sys.executable) -> dict:
     command = prefix_of([python, "-c", PROBE, json.dumps(SYSCALLS)])
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/")
+    done = run_command(command, env=os.environ, timeout=60, cwd="/")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -174,7 +172,7 @@ def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
     grade = [sys.executable, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet"]
     command = docker_default(grade, landlock=False)
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, cwd=ROOT)
+    done = run_command(command, env=env, cwd=ROOT)
     print(done.stderr[-2000:], file=sys.stderr)
     assert "sysctl" not in done.stderr, done.stderr[-3000:]
     if "cannot read the Python trees" in done.stderr:

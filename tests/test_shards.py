@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from bench import ASSIGNMENT, make_named_class
+from commands import python_m
 
 pytestmark = pytest.mark.e2e
 
@@ -32,10 +32,7 @@ STUDENTS = {
 
 
 def attnkit(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    result = subprocess.run([sys.executable, "-m", "attnkit.cli", *args], env=env, capture_output=True, text=True,
-                            stdin=subprocess.DEVNULL, timeout=600)
+    result = python_m("attnkit.cli", *args)
     assert result.returncode == 0, f"attnkit {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
     return result
 

@@ -9,16 +9,12 @@ with the stand-in it finds in that fork.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from commands import attnkit
 
 from attacks import ASSIGNMENT, SOLUTION, load, with_cells, write
 
-BIN = Path(sys.executable).parent
 
 STUB = '''
 def scaled_attention(query, key, value, allowed=None):
@@ -140,9 +136,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     submitted, out = base / "submitted", base / "out"
     for name, cell in STUDENTS.items():
         write(with_cells(load(SOLUTION), [cell], after_code_cell=-1), submitted / name / ASSIGNMENT)
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    run = subprocess.run([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet", "--force"],
-                         capture_output=True, text=True, timeout=600, env=env)
+    run = attnkit("grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet", "--force", script=True)
     assert run.returncode == 0, run.stderr[-3000:]
     pages = {}
     for name in STUDENTS:

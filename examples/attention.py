@@ -40,11 +40,10 @@ def main():
     changed_key[:, :, 2] += 100
     changed_value[:, :, 2] -= 100
     changed, _ = scaled_attention(query, changed_key, changed_value, allowed)
-    print(f"改变第三个位置后，前两个输出不变："
-          f"{torch.equal(causal[:, :, :2], changed[:, :, :2])}")
+    print(f"改变第三个位置后，前两个输出不变：{torch.equal(causal[:, :, :2], changed[:, :, :2])}")
     # 乘零不是屏蔽：分数 0 经指数函数后仍然贡献 1。
     scores = query @ key.transpose(-2, -1) / sqrt(2)
-    wrong = (scores*allowed).softmax(-1)
+    wrong = (scores * allowed).softmax(-1)
     print(f"错误地将未来分数乘零，第一行未来权重合计：{wrong[0, 0, 0, 1:].sum():.4f}")
 
 

@@ -66,8 +66,9 @@ def main() -> None:
         write(student, with_cell(answered(load(release_path), solution), by_id(mistake).function, by_id(mistake).source))
     # Half finished: the attention and masks done, multi-head and the self-test left as stubs.
     half = answered(load(release_path), solution)
-    stubs = {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
-             for c in load(release_path)["cells"] if c["metadata"].get("nbgrader", {}).get("solution")}
+    stubs = {
+        c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in load(release_path)["cells"] if c["metadata"].get("nbgrader", {}).get("solution")
+    }
     for grade_id in ("split_heads", "merge_heads", "multi_head_attention", "self_test"):
         with_cell(half, grade_id, stubs[grade_id])
     write("zhaoqiang", half)

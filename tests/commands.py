@@ -24,22 +24,39 @@ def tool_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
 
 
-def run_command(command: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-                timeout: float = TIMEOUT, stdin: int | None = subprocess.DEVNULL, check: bool = False) -> subprocess.CompletedProcess[str]:
+def run_command(
+    command: Sequence[str | Path],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = TIMEOUT,
+    stdin: int | None = subprocess.DEVNULL,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """``command``, its output captured as text; ``env`` by default :func:`tool_env`; ``check``: a
     non-zero exit raises (for a step that only prepares the test)."""
-    return subprocess.run([str(part) for part in command], capture_output=True, text=True, timeout=timeout,
-                          env=dict(tool_env() if env is None else env), cwd=cwd, stdin=stdin, check=check)
+    return subprocess.run(
+        [str(part) for part in command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(tool_env() if env is None else env),
+        cwd=cwd,
+        stdin=stdin,
+        check=check,
+    )
 
 
-def python_m(module: str, *args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-             timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+def python_m(
+    module: str, *args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | str | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
     """``python -m module args`` with this interpreter."""
     return run_command([sys.executable, "-m", module, *args], env=env, cwd=cwd, timeout=timeout)
 
 
-def attnkit(*args: str | Path, script: bool = False, env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-            timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+def attnkit(
+    *args: str | Path, script: bool = False, env: Mapping[str, str] | None = None, cwd: Path | str | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
     """The CLI: ``python -m attnkit args``, or with ``script`` the console script the venv installed
     (bin/attnkit, as a TA types it)."""
     if script:

@@ -49,7 +49,8 @@ def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
         subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
         subprocess.run(
             [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-c", str(ROOT / "requirements.lock"), *GRADER_PACKAGES],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         (venv / ".complete").touch()
     course = Path(tempfile_folder("attnkit-course-")) / "course"
@@ -105,8 +106,18 @@ def graded_demo_class(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str
         if lang not in graded:
             out = tmp_path_factory.mktemp(f"demo-class-{lang}") / "out"
             env = {k: v for k, v in tool_env(COLUMNS="200").items() if k != "ATTNKIT_LANG"}
-            run = attnkit("grade", "--submitted", str(CHECKOUT / "examples" / "submitted"), "--out", str(out), "--jobs", "2",
-                          *(() if lang == "zh" else ("--lang", lang)), script=True, env=env)
+            run = attnkit(
+                "grade",
+                "--submitted",
+                str(CHECKOUT / "examples" / "submitted"),
+                "--out",
+                str(out),
+                "--jobs",
+                "2",
+                *(() if lang == "zh" else ("--lang", lang)),
+                script=True,
+                env=env,
+            )
             assert run.returncode == 0, run.stderr[-3000:]
             graded[lang] = (out, run)
         return graded[lang]

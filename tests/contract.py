@@ -66,6 +66,7 @@ def own_imports(package: str) -> Iterator[None]:
     in this process also has (the tests' course, a copy of it in tmp_path): its modules come from
     its own folder, and whatever was imported under that name before is back afterwards, as is
     sys.path (pytest's prepend import puts the suite's parent there)."""
+
     def ours(name: str) -> bool:
         return name == package or name.startswith(package + ".")
 

@@ -52,9 +52,20 @@ LAUNCHER = Path(__file__).resolve()
 # Docker's default capability set (moby's oci/caps/defaults.go), by the names setpriv and
 # capabilities(7) use, with their bit numbers for reading /proc/PID/status.
 DOCKER_CAPABILITIES = {
-    "chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "kill": 5, "setgid": 6, "setuid": 7,
-    "setpcap": 8, "net_bind_service": 10, "net_raw": 13, "sys_chroot": 18, "mknod": 27,
-    "audit_write": 29, "setfcap": 31,
+    "chown": 0,
+    "dac_override": 1,
+    "fowner": 3,
+    "fsetid": 4,
+    "kill": 5,
+    "setgid": 6,
+    "setuid": 7,
+    "setpcap": 8,
+    "net_bind_service": 10,
+    "net_raw": 13,
+    "sys_chroot": 18,
+    "mknod": 27,
+    "audit_write": 29,
+    "setfcap": 31,
 }
 DOCKER_CAPABILITY_MASK = sum(1 << bit for bit in DOCKER_CAPABILITIES.values())
 
@@ -173,10 +184,12 @@ def launch(argv: list[str]) -> None:
     """`docker landlock|no-landlock -- CMD...`, `userns-without-mount USER -- CMD...` or
     `no-user-namespaces USER landlock|no-landlock -- CMD...`."""
     if "--" not in argv or argv.index("--") < 2 or argv[-1] == "--":
-        raise SystemExit(f"usage: {LAUNCHER.name} docker landlock|no-landlock -- CMD... | userns-without-mount USER -- CMD... "
-                         "| no-user-namespaces USER landlock|no-landlock -- CMD...")
-    setting, option, *more = argv[:argv.index("--")]
-    command = argv[argv.index("--") + 1:]
+        raise SystemExit(
+            f"usage: {LAUNCHER.name} docker landlock|no-landlock -- CMD... | userns-without-mount USER -- CMD... "
+            "| no-user-namespaces USER landlock|no-landlock -- CMD..."
+        )
+    setting, option, *more = argv[: argv.index("--")]
+    command = argv[argv.index("--") + 1 :]
     if setting == "no-user-namespaces":
         rules = landlock_denying_filter() if more == ["no-landlock"] else None  # built as root: its library is root's
         become_user_without_user_namespaces(pwd.getpwnam(option))

@@ -67,8 +67,7 @@ def namespaces_available() -> bool:
 ISOLATED = namespaces_available()
 NEEDS_ISOLATION = pytest.mark.skipif(
     not ISOLATED,
-    reason="needs root and unshare(): without namespaces the sandbox runs as the grader's own user "
-    "and sees its files, so these attacks are not even attempted",
+    reason="needs root and unshare(): without namespaces the sandbox runs as the grader's own user and sees its files, so these attacks are not even attempted",
 )
 
 
@@ -188,8 +187,12 @@ def students(s: Setting) -> list[Student]:
             "release",
             "scaled_attention only ever raises ValueError",
         ),
-        Student("monkeypatch", lambda: with_cells(release, [C.monkeypatch_checker(), C.forged_usage()]), "release",
-                "torch/numpy/math comparisons and isinstance patched, resource.getrusage made to report nothing"),
+        Student(
+            "monkeypatch",
+            lambda: with_cells(release, [C.monkeypatch_checker(), C.forged_usage()]),
+            "release",
+            "torch/numpy/math comparisons and isinstance patched, resource.getrusage made to report nothing",
+        ),
         Student("liar", lambda: garbage(C.LIAR_PRELUDE), "garbage", "wrong answers wrapped in a Tensor subclass / objects that equal anything"),
         Student("syntax_error", lambda: with_cells(release, ["def broken(:\n    pass\n"]), "release", "a cell that is a syntax error"),
         Student("bad_json", lambda: RELEASE.read_text(encoding="utf-8")[:5000], "none", "a notebook whose JSON is cut off"),
@@ -642,8 +645,16 @@ def test_every_sandbox_is_isolated(world: World) -> None:
         if isolation is None:  # bad_json, empty: nothing ran
             continue
         needed_items = (
-            "user-namespace", "pid-namespace", "no-network", "no-ipc", "private-proc", "allowlisted-root",
-            "uid-nobody", "no-capabilities", "resource-limits", "cgroup-memory-and-pids",
+            "user-namespace",
+            "pid-namespace",
+            "no-network",
+            "no-ipc",
+            "private-proc",
+            "allowlisted-root",
+            "uid-nobody",
+            "no-capabilities",
+            "resource-limits",
+            "cgroup-memory-and-pids",
         )
         for needed in needed_items:
             assert needed in isolation, (student_id, isolation)
@@ -696,8 +707,14 @@ def test_nothing_can_be_deleted(world: World) -> None:
     # OUT and the submissions: the sandbox only reaches its private copy of /var/tmp, if that is
     # where they lie; on the host they must be whole.
     assert (world.attack.out / "grades.csv").is_file()
-    for path in ("autograder/ch19_attention/catalogue.py", "autograder/ch19_attention/reference.py", "src/attnkit/engine.py",
-                 "solutions", "assignments", "pyproject.toml"):
+    for path in (
+        "autograder/ch19_attention/catalogue.py",
+        "autograder/ch19_attention/reference.py",
+        "src/attnkit/engine.py",
+        "solutions",
+        "assignments",
+        "pyproject.toml",
+    ):
         assert (ROOT / path).exists(), path
     assert world.after == world.before
 
@@ -708,9 +725,21 @@ def test_hidden_tests_stay_hidden(world: World) -> None:
     reference, the solutions, the grader's code, another student's notebook or OUT?"""
     report = world.probe("snoop", "snoop")
     for action in (
-        "open_reference", "open_catalogue", "open_solution", "open_engine", "read_victim",
-        "import_reference", "import_catalogue", "import_checks", "import_ch19_attention", "import_ch19_attention.reference",
-        "import_ch19_attention.catalogue", "import_attnkit", "import_attnkit.checks", "import_attnkit.engine", "import_attnkit.plugin",
+        "open_reference",
+        "open_catalogue",
+        "open_solution",
+        "open_engine",
+        "read_victim",
+        "import_reference",
+        "import_catalogue",
+        "import_checks",
+        "import_ch19_attention",
+        "import_ch19_attention.reference",
+        "import_ch19_attention.catalogue",
+        "import_attnkit",
+        "import_attnkit.checks",
+        "import_attnkit.engine",
+        "import_attnkit.plugin",
     ):
         assert not report[action].startswith("ok"), (action, report[action])
     for folder in ("list_autograder", "list_submitted", "list_out"):  # refused, or an empty mount over it
@@ -844,10 +873,13 @@ def protocol_runs():
     root = workspace_root()
     try:
         solution, release = load(SOLUTION), load(RELEASE)
-        write_class(root / "forged", [
-            Student("bystander", lambda: solution, "solution", ""),
-            Student("forger", lambda: with_cells(release, [C.forged_frame()]), "release", ""),
-        ])
+        write_class(
+            root / "forged",
+            [
+                Student("bystander", lambda: solution, "solution", ""),
+                Student("forger", lambda: with_cells(release, [C.forged_frame()]), "release", ""),
+            ],
+        )
         write_class(root / "drip", [Student("dripper", lambda: with_cells(release, [C.slow_drip()]), "release", "")])
         results: dict[str, Graded] = {}
         threads = [

@@ -33,16 +33,27 @@ from wrong_submissions import UNCATALOGUED
 # The mistake ids results.json promises (the catalogue-id contract; this set is where the repository
 # states it): a course may rely on them, so none may go. The catalogue may add more.
 DESIGN_IDS = {
-    "no_scale", "scale_by_dk", "softmax_wrong_axis", "mask_by_multiplying", "mask_after_softmax",
-    "mask_inverted", "mask_not_applied", "no_empty_row_error", "causal_excludes_diagonal",
-    "causal_upper_triangle", "padding_on_queries", "split_without_transpose",
-    "merge_without_transpose", "missing_output_projection", "causal_true_means_blocked",
+    "no_scale",
+    "scale_by_dk",
+    "softmax_wrong_axis",
+    "mask_by_multiplying",
+    "mask_after_softmax",
+    "mask_inverted",
+    "mask_not_applied",
+    "no_empty_row_error",
+    "causal_excludes_diagonal",
+    "causal_upper_triangle",
+    "padding_on_queries",
+    "split_without_transpose",
+    "merge_without_transpose",
+    "missing_output_projection",
+    "causal_true_means_blocked",
 }
 
 catalogue = CH19.catalogue()  # the hidden suite's own module, imported as pytest imports it
 REFERENCE = catalogue.reference_source()
 
-STUBS = '''
+STUBS = """
 def scaled_attention(query, key, value, allowed=None):
     raise NotImplementedError()
 
@@ -65,11 +76,11 @@ trace_projected = trace_split = trace_weights = trace_mixed = trace_merged = tra
 answer_output_shape = answer_weights_shape = answer_causal_sees_current = None
 answer_heads_split_sequence = answer_weights_factor = answer_output_factor = None
 answer_earlier_outputs_change = answer_growth_factor = None
-'''
+"""
 
 # Correct solutions in other styles: each replaces one or two reference functions.
 ALTERNATIVES = {
-    "einsum": '''
+    "einsum": """
 import math
 import torch
 
@@ -81,8 +92,8 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return torch.einsum("...qk,...kv->...qv", weights, value), weights
-''',
-    "minus_1e9": '''
+""",
+    "minus_1e9": """
 import math
 import torch
 
@@ -94,8 +105,8 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(allowed.logical_not(), -1e9)
     weights = torch.softmax(scores, dim=-1)
     return weights @ value, weights
-''',
-    "manual_stable_softmax": '''
+""",
+    "manual_stable_softmax": """
 import math
 import torch
 
@@ -109,8 +120,8 @@ def scaled_attention(query, key, value, allowed=None):
     exps = shifted.exp()
     weights = exps / exps.sum(dim=-1, keepdim=True)
     return weights @ value, weights
-''',
-    "mask_after_softmax_renormalised": '''
+""",
+    "mask_after_softmax_renormalised": """
 from math import sqrt
 import torch
 
@@ -123,8 +134,8 @@ def scaled_attention(query, key, value, allowed=None):
         weights = weights * allowed
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights @ value, weights
-''',
-    "view_permute": '''
+""",
+    "view_permute": """
 def split_heads(x, num_heads):
     b, t, d = x.shape
     if d % num_heads:
@@ -134,8 +145,8 @@ def split_heads(x, num_heads):
 def merge_heads(x):
     b, h, t, d = x.shape
     return x.permute(0, 2, 1, 3).contiguous().view(b, t, h * d)
-''',
-    "heads_in_a_loop": '''
+""",
+    "heads_in_a_loop": """
 import torch
 
 def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
@@ -149,8 +160,8 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
         outputs.append(out[:, 0])
         all_weights.append(weights[:, 0])
     return torch.cat(outputs, dim=-1) @ w_o, torch.stack(all_weights, dim=1)
-''',
-    "answer_forms": '''
+""",
+    "answer_forms": """
 import numpy as np
 
 trace_projected = [4, 5, 12]
@@ -166,8 +177,8 @@ answer_heads_split_sequence = 0
 answer_weights_factor = 1.0
 answer_output_factor = np.int64(3)
 answer_growth_factor = 9.0
-''',
-    "prints_and_warns": '''
+""",
+    "prints_and_warns": """
 import sys
 import warnings
 
@@ -186,7 +197,7 @@ def causal_allowed(size):
     warnings.warn("deprecated-looking warning", DeprecationWarning)
     print("causal", size, file=sys.stderr)
     return _causal_allowed(size)
-''',
+""",
 }
 
 
@@ -210,7 +221,7 @@ class SourceProvider(Provider):
 
 
 # Well-formed but wrong answers: the feedback must name them without giving the right values away.
-WRONG_ANSWERS = '''
+WRONG_ANSWERS = """
 trace_projected = (4, 5, 4)
 trace_split = (4, 5, 3, 4)
 trace_weights = (4, 3, 5, 4)
@@ -225,10 +236,10 @@ answer_weights_factor = 3
 answer_output_factor = 1
 answer_earlier_outputs_change = True
 answer_growth_factor = 3
-'''
+"""
 RIGHT_ANSWER_TEXTS = ("(4, 5, 12)", "(4, 3, 5, 4)", "(4, 3, 5, 5)", "(6, 9)", "(6, 4)", "True", "False", "[4, 5, 12]")
 # The chapter's own printed answers, which the notebook no longer asks for: copying them must fail.
-CHAPTER_ANSWERS = '''
+CHAPTER_ANSWERS = """
 trace_projected = (2, 3, 8)
 trace_split = (2, 2, 3, 4)
 trace_weights = (2, 2, 3, 3)
@@ -240,14 +251,16 @@ answer_weights_shape = (5, 7)
 answer_weights_factor = 1
 answer_output_factor = 2
 answer_growth_factor = 16
-'''
+"""
 
 
 # The new catalogue entries written in other styles a student would use: each must be diagnosed as
 # exactly its own id (a mask meaning "blocked" must never be called causal_excludes_diagonal).
 NEW_ENTRY_STYLES: dict[str, tuple[str, str]] = {
     # Softmax over the batch: softmax_wrong_axis covers every wrong axis (issue 26).
-    "softmax_dim0": ("softmax_wrong_axis", '''
+    "softmax_dim0": (
+        "softmax_wrong_axis",
+        """
 from math import sqrt
 import torch
 
@@ -259,9 +272,12 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(dim=0)
     return weights @ value, weights
-'''),
+""",
+    ),
     # Softmax over axis 1 (the heads of (B, h, T_q, T_k)).
-    "softmax_dim1": ("softmax_wrong_axis", '''
+    "softmax_dim1": (
+        "softmax_wrong_axis",
+        """
 from math import sqrt
 import torch
 
@@ -273,26 +289,38 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(scores, dim=1)
     return weights @ value, weights
-'''),
-    "triu_function": ("causal_true_means_blocked", '''
+""",
+    ),
+    "triu_function": (
+        "causal_true_means_blocked",
+        """
 import torch
 
 def causal_allowed(size):
     return torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
-'''),
-    "not_tril": ("causal_true_means_blocked", '''
+""",
+    ),
+    "not_tril": (
+        "causal_true_means_blocked",
+        """
 import torch
 
 def causal_allowed(size):
     return ~torch.ones(size, size, dtype=torch.bool).tril()
-'''),
-    "arange_greater": ("causal_true_means_blocked", '''
+""",
+    ),
+    "arange_greater": (
+        "causal_true_means_blocked",
+        """
 import torch
 
 def causal_allowed(size):
     return torch.arange(size)[None, :] > torch.arange(size)[:, None]
-'''),
-    "bias_plus_1e9": ("additive_mask_wrong_sign", '''
+""",
+    ),
+    "bias_plus_1e9": (
+        "additive_mask_wrong_sign",
+        """
 from math import sqrt
 import torch
 
@@ -305,8 +333,11 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores + bias
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
-'''),
-    "literal_1_4142": ("scale_by_fixed_number", '''
+""",
+    ),
+    "literal_1_4142": (
+        "scale_by_fixed_number",
+        """
 import torch
 
 def scaled_attention(query, key, value, allowed=None):
@@ -317,8 +348,11 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
-'''),
-    "value_size_power": ("scale_by_dv", '''
+""",
+    ),
+    "value_size_power": (
+        "scale_by_dv",
+        """
 import torch
 
 def scaled_attention(query, key, value, allowed=None):
@@ -329,8 +363,11 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, -1e9)
     weights = torch.softmax(scores, dim=-1)
     return weights @ value, weights
-'''),
-    "inline_einsum_sqrt_d_model": ("multi_head_scale_by_model_width", '''
+""",
+    ),
+    "inline_einsum_sqrt_d_model": (
+        "multi_head_scale_by_model_width",
+        """
 import math
 import torch
 
@@ -345,9 +382,12 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(-1)
     return merge_heads(weights @ v) @ w_o, weights
-'''),
+""",
+    ),
     # The size of dim 1 as the scale, through size() and a power (issue 26).
-    "dim1_size_power": ("scale_by_dim1", '''
+    "dim1_size_power": (
+        "scale_by_dim1",
+        """
 import torch
 
 def scaled_attention(query, key, value, allowed=None):
@@ -358,9 +398,12 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, -1e9)
     weights = torch.softmax(scores, dim=-1)
     return weights @ value, weights
-'''),
+""",
+    ),
     # The empty-row check over the queries' axis, written as "some column is all blocked".
-    "empty_column_check": ("empty_check_on_keys", '''
+    "empty_column_check": (
+        "empty_check_on_keys",
+        """
 from math import sqrt
 import torch
 
@@ -372,20 +415,24 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
-'''),
-    "one_projection_reused": ("shared_projection", '''
+""",
+    ),
+    "one_projection_reused": (
+        "shared_projection",
+        """
 def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
     source = x if context is None else context
     projected = split_heads(source @ w_q, num_heads)
     heads, weights = scaled_attention(split_heads(x @ w_q, num_heads), projected, projected, allowed)
     return merge_heads(heads) @ w_o, weights
-'''),
+""",
+    ),
 }
 
 # A student whose scaled_attention is wrong and whose multi_head_attention keeps whatever
 # scaled_attention it finds bound during its calls (the reference's stand-in, when the grader swaps
 # it in), and the reference's answers on every input seen so far, to use them in later calls.
-STASHER = '''
+STASHER = """
 _stash = {}
 _seen = []
 _answers = []
@@ -420,13 +467,13 @@ def scaled_attention(query, key, value, allowed=None):
         except Exception:
             pass
     return _own_attention(query, key, value, allowed)
-'''
+"""
 
 
 # Computes no attention at all, yet has both properties the property tests look for: it raises
 # ValueError exactly when a row is empty, and each output depends on its own position only (so
 # nothing from the future leaks, and a changed position's own output moves).
-PROPERTY_FAKER = '''
+PROPERTY_FAKER = """
 import torch
 
 def scaled_attention(query, key, value, allowed=None):
@@ -436,12 +483,15 @@ def scaled_attention(query, key, value, allowed=None):
     batch = torch.broadcast_shapes(*shapes)
     weights = torch.eye(query.shape[-2], key.shape[-2], dtype=query.dtype).expand(*batch, -1, -1)
     return weights @ value + query.mean(dim=-1, keepdim=True), weights
-'''
+"""
 
 
 def submissions() -> dict[str, str | Path]:
     sources: dict[str, str | Path] = {
-        "reference": REFERENCE, "nothing": "", "stubs": STUBS, "wrong_answers": REFERENCE + WRONG_ANSWERS,
+        "reference": REFERENCE,
+        "nothing": "",
+        "stubs": STUBS,
+        "wrong_answers": REFERENCE + WRONG_ANSWERS,
         "property_faker": REFERENCE + PROPERTY_FAKER,
         "chapter_answers": REFERENCE + CHAPTER_ANSWERS,
     }
@@ -611,8 +661,14 @@ def test_feedback_never_shows_test_source(autograder_results):
 
 
 NEW_IDS = (
-    "causal_true_means_blocked", "additive_mask_wrong_sign", "scale_by_dv", "scale_by_fixed_number",
-    "multi_head_scale_by_model_width", "shared_projection", "scale_by_dim1", "empty_check_on_keys",
+    "causal_true_means_blocked",
+    "additive_mask_wrong_sign",
+    "scale_by_dv",
+    "scale_by_fixed_number",
+    "multi_head_scale_by_model_width",
+    "shared_projection",
+    "scale_by_dim1",
+    "empty_check_on_keys",
 )
 
 
@@ -622,9 +678,7 @@ def test_new_entries_are_in_the_catalogue():
     assert set(NEW_IDS) <= ids
 
 
-SINGLE_FUNCTION = [(f"mistake_{m.id}", m.function) for m in catalogue.MISTAKES] + [
-    (f"wrong_{name}", function) for name, (function, _) in UNCATALOGUED.items()
-]
+SINGLE_FUNCTION = [(f"mistake_{m.id}", m.function) for m in catalogue.MISTAKES] + [(f"wrong_{name}", function) for name, (function, _) in UNCATALOGUED.items()]
 
 
 @pytest.mark.parametrize("submission,function", SINGLE_FUNCTION, ids=[name for name, _ in SINGLE_FUNCTION])
@@ -746,8 +800,14 @@ def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
     """The shape trace and the self-test ask for other numbers than the chapter prints: do the
     chapter's own answers fail every question whose numbers changed (and keep the rest)?"""
     results = {r.nodeid.split("::")[-1]: r for r in autograder_results["chapter_answers"]}
-    changed = ("test_projection_and_split", "test_weights_and_mixing", "test_merge_and_output",
-               "test_output_and_weights_shapes", "test_values_times_two", "test_earlier_outputs_and_growth")
+    changed = (
+        "test_projection_and_split",
+        "test_weights_and_mixing",
+        "test_merge_and_output",
+        "test_output_and_weights_shapes",
+        "test_values_times_two",
+        "test_earlier_outputs_and_growth",
+    )
     for name in changed:
         assert results[name].status == "failed", name
     for name in ("test_causal_sees_current", "test_heads_do_not_split_sequence"):
@@ -824,7 +884,9 @@ def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
     from attnkit.policy import Limits
     from attnkit.sandbox import Submission, Zygote
 
-    source = REFERENCE + '''
+    source = (
+        REFERENCE
+        + """
 import torch
 
 def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
@@ -844,14 +906,16 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
             pass
     report.append(answered)
     return report
-'''
+"""
+    )
     reference = catalogue.reference_namespace()
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, source)], Limits())
     try:
         session.start()
-        outcome = session.call_with("multi_head_attention", (torch.zeros(1, 2, 2), *[torch.eye(2)] * 4, 1), {},
-                                    {"scaled_attention": reference["scaled_attention"]})
+        outcome = session.call_with(
+            "multi_head_attention", (torch.zeros(1, 2, 2), *[torch.eye(2)] * 4, 1), {}, {"scaled_attention": reference["scaled_attention"]}
+        )
         later = session.call("scaled_attention", (torch.ones(1, 2, 2),) * 3, {})
     finally:
         session.close()
@@ -867,6 +931,7 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
 # --- every assignment (contract.ASSIGNMENTS): chapter 19's and the tests' second one --------------
 # The same promises, from each folder's own parts only (its manifest, source notebook, reference and
 # catalogue): a second folder that breaks one fails here as chapter 19 would.
+
 
 class AssignmentSources(Provider):
     """An assignment's trusted sources in one pytest session: its reference, its source
@@ -905,9 +970,20 @@ def every_assignment(request: pytest.FixtureRequest) -> tuple[Assignment, dict]:
     torch.set_num_threads(1)
     try:
         with own_imports(assignment.folder.name):
-            code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", "--confcutdir", str(assignment.folder),
-                                "-W", "error::pytest.PytestRemovedIn10Warning", str(assignment.folder)],
-                               plugins=[plugin_module, plugin])
+            code = pytest.main(
+                [
+                    "-q",
+                    "--assert=plain",
+                    "-p",
+                    "no:cacheprovider",
+                    "--confcutdir",
+                    str(assignment.folder),
+                    "-W",
+                    "error::pytest.PytestRemovedIn10Warning",
+                    str(assignment.folder),
+                ],
+                plugins=[plugin_module, plugin],
+            )
     finally:
         torch.set_num_threads(threads)
     assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"{assignment.name}: the hidden suite did not run: {code!r}"

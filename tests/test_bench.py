@@ -81,15 +81,17 @@ def test_sampling_helpers() -> None:
 
 
 def test_nbgrader_log_parsing() -> None:
-    log = "\n".join([
-        "22:21:12.287 [AutogradeApp | INFO] Creating/updating student with ID 'a': {}",
-        "22:21:12.504 [AutogradeApp | INFO] Autograding x",
-        "22:21:17.881 [AutogradeApp | INFO] Setting destination file permissions to 444",
-        "[IPKernelApp] WARNING | noise",
-        "22:21:17.881 [AutogradeApp | INFO] Creating/updating student with ID 'b': {}",
-        "22:21:20.000 [AutogradeApp | INFO] Setting destination file permissions to 444",
-        "22:21:23.300 [AutogradeApp | INFO] Setting destination file permissions to 444",
-    ])
+    log = "\n".join(
+        [
+            "22:21:12.287 [AutogradeApp | INFO] Creating/updating student with ID 'a': {}",
+            "22:21:12.504 [AutogradeApp | INFO] Autograding x",
+            "22:21:17.881 [AutogradeApp | INFO] Setting destination file permissions to 444",
+            "[IPKernelApp] WARNING | noise",
+            "22:21:17.881 [AutogradeApp | INFO] Creating/updating student with ID 'b': {}",
+            "22:21:20.000 [AutogradeApp | INFO] Setting destination file permissions to 444",
+            "22:21:23.300 [AutogradeApp | INFO] Setting destination file permissions to 444",
+        ]
+    )
     assert [round(d, 3) for d in nbgrader_durations(log)] == [5.594, 5.419]
 
 

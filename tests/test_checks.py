@@ -22,8 +22,7 @@ def outcome(got: torch.Tensor, expected: torch.Tensor) -> str | None:
 
 
 def cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
-    pairs = [(torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64))
-             for a, b in itertools.product(SPECIAL, repeat=2)]
+    pairs = [(torch.tensor([a], dtype=torch.float64), torch.tensor([b], dtype=torch.float64)) for a, b in itertools.product(SPECIAL, repeat=2)]
     generator = torch.Generator().manual_seed(12)
     for dtype in (torch.float32, torch.float64):
         atol, rtol = checks.TOLERANCE[dtype]
@@ -48,10 +47,22 @@ def test_the_shortcut_passes_and_fails_exactly_as_the_full_check(monkeypatch: py
     assert None in fast and any(message is not None for message in fast)  # both verdicts were tried
 
 
-@pytest.mark.parametrize("shapes", [
-    [(2, 3), (3,)], [(2, 1, 4), (1, 5, 1)], [(0, 1), (1, 3)], [(0,), (1,)], [(), (2, 2)], [(1,), ()],
-    [(4, 4), (2, 2, 4, 4), (2, 1, 1, 4)], [(2, 3), (3, 2)], [(0,), (3,)], [(2, 1), (1, 2), (3, 1, 1)], [(5,)],
-])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        [(2, 3), (3,)],
+        [(2, 1, 4), (1, 5, 1)],
+        [(0, 1), (1, 3)],
+        [(0,), (1,)],
+        [(), (2, 2)],
+        [(1,), ()],
+        [(4, 4), (2, 2, 4, 4), (2, 1, 1, 4)],
+        [(2, 3), (3, 2)],
+        [(0,), (3,)],
+        [(2, 1), (1, 2), (3, 1, 1)],
+        [(5,)],
+    ],
+)
 def test_broadcast_shape_agrees_with_torch(shapes: list[tuple[int, ...]]) -> None:
     """Does broadcast_shape give torch.broadcast_shapes' result, and refuse (RuntimeError) the
     shapes torch refuses?"""

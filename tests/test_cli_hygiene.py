@@ -46,8 +46,13 @@ def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: st
     one of them gone when the command is?"""
     command = [str(BIN / "attnkit")] if entry == "script" else [sys.executable, *entry.split()]
     submitted = small_class(tmp_path / "submitted", ("xiaolin", "lilei", "wangfang", "chenjing"))
-    process = subprocess.Popen([*command, "grade", "--submitted", str(submitted), "--out", str(tmp_path / "out"), "--jobs", "2", "--quiet"],
-                               env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*command, "grade", "--submitted", str(submitted), "--out", str(tmp_path / "out"), "--jobs", "2", "--quiet"],
+        env=tool_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seeds: set[int] = set()
     zygotes: dict[int, int] = {}  # pid -> parent
     while process.poll() is None:
@@ -104,9 +109,15 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # A terminal's foreground job takes Ctrl-C: SIGINT at its default even where this test runs
     # with it ignored (a background job of a non-interactive shell, as CI may start it).
-    process = subprocess.Popen([sys.executable, "-m", "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1"],
-                               env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1"],
+        env=tool_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not list(out.glob("students/*/*/results.json")):
         time.sleep(0.1)

@@ -60,8 +60,7 @@ def test_a_canvas_file_named_like_moodle_does_not_replace_a_classmate(tmp_path: 
 def test_a_moodle_folder_inside_ones_own_submission_is_data(tmp_path: Path) -> None:
     download = tmp_path / "moodle"
     write(download / "Some Name_33333_assignsubmission_file_" / "attention.ipynb", demo("xiaolin"), BASE_TIME)
-    write(download / "Own Name_44444_assignsubmission_file_" / "Some Name_33333_assignsubmission_file_" / "attention-5.ipynb",
-          demo("sunmei"), BASE_TIME + HOUR)
+    write(download / "Own Name_44444_assignsubmission_file_" / "Some Name_33333_assignsubmission_file_" / "attention-5.ipynb", demo("sunmei"), BASE_TIME + HOUR)
     submitted = tmp_path / "submitted"
     run = collect(str(download), "--submitted", str(submitted))
     assert run.returncode == 1, run.stdout + run.stderr
@@ -147,8 +146,11 @@ def test_the_roster_is_formula_safe_and_keeps_earlier_rows(tmp_path: Path) -> No
 def test_blackboards_download_is_read(tmp_path: Path) -> None:
     download = tmp_path / "gradebook"
     write(download / "Ch19 Attention_u2023001_attempt_2025-10-01-12-00-00_attention.ipynb", demo("sunmei"), BASE_TIME)
-    write(download / "Ch19 Attention_u2023001_attempt_2025-10-01-12-00-00.txt",
-          b"Name: Sun Mei (u2023001)\nAssignment: Ch19 Attention\nDate Submitted: ...\n", BASE_TIME)
+    write(
+        download / "Ch19 Attention_u2023001_attempt_2025-10-01-12-00-00.txt",
+        b"Name: Sun Mei (u2023001)\nAssignment: Ch19 Attention\nDate Submitted: ...\n",
+        BASE_TIME,
+    )
     # A later attempt is newer by Blackboard's own attempt time, whatever the student named the file.
     write(download / "Ch19 Attention_u2023001_attempt_2025-10-02-08-00-00_attention-0.ipynb", demo("xiaolin"), BASE_TIME - HOUR)
     write(download / "Ch19 Attention_u2023002_attempt_2025-10-01-12-00-00_attention.ipynb", demo("wangfang"), BASE_TIME)

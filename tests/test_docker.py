@@ -67,8 +67,12 @@ def rootfs_tarball() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix="attnkit-rootfs-", dir="/var/tmp"))
     try:
-        subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(ROOTFS_PACKAGES)}", "bookworm", str(build / "rootfs"), MIRROR],
-                       check=True, capture_output=True, timeout=1800)
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(ROOTFS_PACKAGES)}", "bookworm", str(build / "rootfs"), MIRROR],
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
         partial = ROOTFS_TAR.with_suffix(".part")
         subprocess.run(["tar", "-C", str(build / "rootfs"), "-cf", str(partial), "."], check=True)
         partial.rename(ROOTFS_TAR)
@@ -89,10 +93,27 @@ class Docker:
         (self.folder / "daemon.json").write_text("{}")  # not the machine's /etc/docker/daemon.json
         self.log = open(self.folder / "dockerd.log", "wb")
         self.process = subprocess.Popen(
-            ["dockerd", "--config-file", str(self.folder / "daemon.json"), "--data-root", str(self.folder / "data"),
-             "--exec-root", str(self.folder / "exec"), "--pidfile", str(self.folder / "dockerd.pid"),
-             "-H", f"unix://{self.socket}", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                "dockerd",
+                "--config-file",
+                str(self.folder / "daemon.json"),
+                "--data-root",
+                str(self.folder / "data"),
+                "--exec-root",
+                str(self.folder / "exec"),
+                "--pidfile",
+                str(self.folder / "dockerd.pid"),
+                "-H",
+                f"unix://{self.socket}",
+                "--bridge=none",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--ip-masq=false",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -104,8 +125,15 @@ class Docker:
         raise AssertionError("dockerd did not answer: " + (self.folder / "dockerd.log").read_text()[-3000:])
 
     def run(self, *args: str, check: bool = True, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-        return subprocess.run([self.client, "-H", f"unix://{self.socket}", *args], capture_output=True, text=True,
-                              check=check, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs)
+        return subprocess.run(
+            [self.client, "-H", f"unix://{self.socket}", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            **kwargs,
+        )
 
     def stop(self) -> None:
         # dockerd stops its containers and its own containerd on SIGTERM.
@@ -163,25 +191,62 @@ def test_grading_a_hostile_class_in_docker_default(docker: Docker, tmp_path: Pat
         prefix = Path(sys.base_prefix).resolve()
         python = ROOT / ".venv" / "bin" / "python"
         container = docker.run(
-            "run", "--rm", "--network", "none", "--user", "0:0",
-            "-v", f"{ROOT}:{ROOT}:ro", "-v", f"{prefix}:{prefix}:ro", "-v", f"{work}:{work}",
-            "-e", "HOME=/root", "-e", "LANG=C.UTF-8", "-w", "/",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "0:0",
+            "-v",
+            f"{ROOT}:{ROOT}:ro",
+            "-v",
+            f"{prefix}:{prefix}:ro",
+            "-v",
+            f"{work}:{work}",
+            "-e",
+            "HOME=/root",
+            "-e",
+            "LANG=C.UTF-8",
+            "-w",
+            "/",
             # The grader's Python lives under /root here (pyenv's), which Debian's image keeps 0700: the
             # sandbox's pool uid could not read it, and the grader refuses, saying to install Python
             # outside root's home or to open it (as a course's image, with Python in /usr, needs no such step).
-            IMAGE, "/bin/sh", "-c", 'chmod 755 /root && exec "$@"', "sh", str(python), "-m", "attnkit.cli", "grade",
-            "--submitted", str(submitted), "--out", str(out),
-            "--jobs", "2", "--quiet", "--force", *LIMITS,
-            check=False, timeout=900,
+            IMAGE,
+            "/bin/sh",
+            "-c",
+            'chmod 755 /root && exec "$@"',
+            "sh",
+            str(python),
+            "-m",
+            "attnkit.cli",
+            "grade",
+            "--submitted",
+            str(submitted),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+            "--quiet",
+            "--force",
+            *LIMITS,
+            check=False,
+            timeout=900,
         )
         inspect = docker.run("info", "--format", "{{json .SecurityOptions}}", check=False).stdout.strip()
         results = {path.parent.parent.name: json.loads(path.read_text()) for path in out.glob("students/*/*/results.json")}
-        print(f"\n[docker] security options {inspect}; exit {container.returncode}; " + ", ".join(
-            f"{sid} {r['score']:g} ({r.get('isolation')}: {r.get('sandbox', {}).get('isolation')})" for sid, r in sorted(results.items()))
-            + "\n" + container.stderr[-2000:], file=sys.stderr)
+        print(
+            f"\n[docker] security options {inspect}; exit {container.returncode}; "
+            + ", ".join(f"{sid} {r['score']:g} ({r.get('isolation')}: {r.get('sandbox', {}).get('isolation')})" for sid, r in sorted(results.items()))
+            + "\n"
+            + container.stderr[-2000:],
+            file=sys.stderr,
+        )
         if container.returncode == 2 and not results and "sysctl" in container.stderr:
-            pytest.xfail("the no-namespace sandbox layer (issue 22) is not in this checkout: the grader refuses in Docker's default profile, "
-                         "advising a sysctl: " + container.stderr.strip()[-400:])
+            pytest.xfail(
+                "the no-namespace sandbox layer (issue 22) is not in this checkout: the grader refuses in Docker's default profile, "
+                "advising a sysctl: " + container.stderr.strip()[-400:]
+            )
         assert container.returncode in (0, 1), container.stderr[-3000:]
         assert set(results) == {"bystander", "stub", "exec_reference", "trespasser"}, sorted(results)
         assert results["bystander"]["score"] == 100, results["bystander"]["tests"]
@@ -205,11 +270,27 @@ def test_the_settings_harness_matches_the_real_container(docker: Docker) -> None
     from test_settings_harness import PROBE, SYSCALLS, probe
 
     prefix = Path(sys.base_prefix).resolve()
-    inside = docker.run("run", "--rm", "--network", "none", "-v", f"{prefix}:{prefix}:ro", IMAGE,
-                        str(prefix / "bin" / "python3"), "-c", PROBE, json.dumps(SYSCALLS))
+    inside = docker.run(
+        "run", "--rm", "--network", "none", "-v", f"{prefix}:{prefix}:ro", IMAGE, str(prefix / "bin" / "python3"), "-c", PROBE, json.dumps(SYSCALLS)
+    )
     real = json.loads(inside.stdout)
     stand_in = probe(lambda command: docker_default(command, landlock=real["landlock_abi"] >= 1))
     print(f"\n[docker] the daemon's container: {real}", file=sys.stderr)
-    compared = ["uid", "caps", "no_new_privs", "seccomp", "unshare_user", "unshare_mount", "setns", "mount", "umount2",
-                "clone_newuser", "clone_newpid", "clone_plain", "clone3", "landlock_abi", "userns_then_mount"]
+    compared = [
+        "uid",
+        "caps",
+        "no_new_privs",
+        "seccomp",
+        "unshare_user",
+        "unshare_mount",
+        "setns",
+        "mount",
+        "umount2",
+        "clone_newuser",
+        "clone_newpid",
+        "clone_plain",
+        "clone3",
+        "landlock_abi",
+        "userns_then_mount",
+    ]
     assert {key: stand_in[key] for key in compared} == {key: real[key] for key in compared}

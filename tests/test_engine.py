@@ -173,8 +173,7 @@ def test_pages_are_written_in_chinese(graded: dict) -> None:
 def test_the_gradebook_exports_the_class(graded: dict) -> None:
     """Does `nbgrader export` read our scores back out of the gradebook?"""
     export = graded["base"] / "export.csv"
-    run_command([BIN / "nbgrader", "export", "--db", f"sqlite:///{graded['base'] / 'gradebook.db'}", "--to", str(export)],
-                check=True, cwd=graded["base"])
+    run_command([BIN / "nbgrader", "export", "--db", f"sqlite:///{graded['base'] / 'gradebook.db'}", "--to", str(export)], check=True, cwd=graded["base"])
     rows = {r["student_id"]: r for r in csv.DictReader(export.open(encoding="utf-8"))}
     assert float(rows["perfect"]["raw_score"]) == 100
     assert float(rows["invalid"]["raw_score"]) == 0
@@ -204,8 +203,9 @@ def test_an_interrupted_run_resumes(tmp_path: Path) -> None:
     submitted, out = tmp_path / "submitted", tmp_path / "out"
     for index in range(12):
         submit(submitted, f"s{index:02d}", notebook())
-    process = subprocess.Popen([str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet"],
-                               env=tool_env(), start_new_session=True)
+    process = subprocess.Popen(
+        [str(BIN / "attnkit"), "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "1", "--quiet"], env=tool_env(), start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(list(out.glob("students/*/*/results.json"))) < 2:
         time.sleep(0.05)

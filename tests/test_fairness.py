@@ -196,8 +196,7 @@ def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
         target = tmp_path / "in" / student / CH19.name
         target.mkdir(parents=True)
         (target / CH19.notebook).write_text(json.dumps(notebook), encoding="utf-8")
-    run = run_command([Path(sys.executable).with_name("attnkit"), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")],
-                      env=os.environ)
+    run = run_command([Path(sys.executable).with_name("attnkit"), "grade", "--submitted", str(tmp_path / "in"), "--out", str(tmp_path / "out")], env=os.environ)
     assert run.returncode in (0, 1), run.stderr[-2000:]
     return tmp_path / "out" / "students"
 
@@ -209,17 +208,29 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     import json
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
-    helper = {"cell_type": "code", "metadata": {"tags": ["skip-grading"]}, "execution_count": None, "outputs": [],
-              "source": "import math\ndef scale_of(query):\n    return math.sqrt(query.shape[-1])\n"}
-    answer = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
-        "def scaled_attention(query, key, value, allowed=None):\n"
-        "    scores = query @ key.transpose(-2, -1) / scale_of(query)\n"
-        "    if allowed is not None:\n"
-        "        if not allowed.any(dim=-1).all():\n"
-        "            raise ValueError('empty row')\n"
-        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
-        "    weights = scores.softmax(dim=-1)\n"
-        "    return weights @ value, weights\n")}
+    helper = {
+        "cell_type": "code",
+        "metadata": {"tags": ["skip-grading"]},
+        "execution_count": None,
+        "outputs": [],
+        "source": "import math\ndef scale_of(query):\n    return math.sqrt(query.shape[-1])\n",
+    }
+    answer = {
+        "cell_type": "code",
+        "metadata": {},
+        "execution_count": None,
+        "outputs": [],
+        "source": (
+            "def scaled_attention(query, key, value, allowed=None):\n"
+            "    scores = query @ key.transpose(-2, -1) / scale_of(query)\n"
+            "    if allowed is not None:\n"
+            "        if not allowed.any(dim=-1).all():\n"
+            "            raise ValueError('empty row')\n"
+            "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+            "    weights = scores.softmax(dim=-1)\n"
+            "    return weights @ value, weights\n"
+        ),
+    }
     notebook["cells"] += [helper, answer]
     text = (grade_notebooks(tmp_path, {"lisi": notebook}) / "lisi" / CH19.name / "feedback.html").read_text(encoding="utf-8")
     assert "NameError" in text and "skip-grading" in text, text[-3000:]
@@ -235,12 +246,19 @@ def test_a_failure_inside_a_called_function_names_that_function(tmp_path):
     import json
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
-    picky = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
-        "_reference_attention = scaled_attention\n\n"
-        "def scaled_attention(query, key, value, allowed=None):\n"
-        "    if query.dim() == 4 and query.shape[-1] == 2 and query.shape[-2] != key.shape[-2]:\n"
-        "        raise RuntimeError('cross shapes not handled')\n"
-        "    return _reference_attention(query, key, value, allowed)\n")}
+    picky = {
+        "cell_type": "code",
+        "metadata": {},
+        "execution_count": None,
+        "outputs": [],
+        "source": (
+            "_reference_attention = scaled_attention\n\n"
+            "def scaled_attention(query, key, value, allowed=None):\n"
+            "    if query.dim() == 4 and query.shape[-1] == 2 and query.shape[-2] != key.shape[-2]:\n"
+            "        raise RuntimeError('cross shapes not handled')\n"
+            "    return _reference_attention(query, key, value, allowed)\n"
+        ),
+    }
     notebook["cells"] += [picky]
     folder = grade_notebooks(tmp_path, {"zhouliu": notebook})
     results = json.loads((folder / "zhouliu" / CH19.name / "results.json").read_text(encoding="utf-8"))
@@ -277,15 +295,22 @@ def test_a_later_redefinition_is_reported_and_the_last_definition_graded(tmp_pat
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
     heading = {"cell_type": "markdown", "metadata": {}, "source": "## 我的实验"}
-    experiment = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": (
-        "def scaled_attention(query, key, value, allowed=None):\n"
-        "    scores = query @ key.transpose(-2, -1)\n"
-        "    if allowed is not None:\n"
-        "        if not allowed.any(dim=-1).all():\n"
-        "            raise ValueError('empty row')\n"
-        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
-        "    weights = scores.softmax(dim=-1)\n"
-        "    return weights @ value, weights\n")}
+    experiment = {
+        "cell_type": "code",
+        "metadata": {},
+        "execution_count": None,
+        "outputs": [],
+        "source": (
+            "def scaled_attention(query, key, value, allowed=None):\n"
+            "    scores = query @ key.transpose(-2, -1)\n"
+            "    if allowed is not None:\n"
+            "        if not allowed.any(dim=-1).all():\n"
+            "            raise ValueError('empty row')\n"
+            "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+            "    weights = scores.softmax(dim=-1)\n"
+            "    return weights @ value, weights\n"
+        ),
+    }
     folder = grade_notebooks(tmp_path, {"zhaoliu": {**notebook, "cells": notebook["cells"] + [heading, experiment]}, "model": notebook})
     results = json.loads((folder / "zhaoliu" / CH19.name / "results.json").read_text(encoding="utf-8"))
     notes = [note for note in results["notes"] if "scaled_attention 在 2 个单元格里都有定义" in note]
@@ -307,8 +332,7 @@ def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, ca
     import json
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
-    answer = next(i for i, cell in enumerate(notebook["cells"])
-                  if cell["cell_type"] == "code" and "def scaled_attention" in "".join(cell["source"]))
+    answer = next(i for i, cell in enumerate(notebook["cells"]) if cell["cell_type"] == "code" and "def scaled_attention" in "".join(cell["source"]))
     source = "".join(notebook["cells"][answer]["source"])
     if case == "full_width_paren":
         notebook["cells"][answer]["source"] = source.replace("def scaled_attention(", "def scaled_attention（", 1)
@@ -319,5 +343,4 @@ def test_a_missing_function_names_the_cell_that_failed_to_define_it(tmp_path, ca
     own = [t for t in results["tests"] if t["grade_id"] == "check_scaled_attention"]
     assert own and all(t["status"] == "failed" for t in own)
     expected = "运行出错（SyntaxError" if case == "full_width_paren" else "带有 skip-grading 标签"
-    assert all("定义它的单元格（「练习 4.1：scaled_attention」一节）" in t["output"] and expected in t["output"] for t in own), \
-        [t["output"][:400] for t in own]
+    assert all("定义它的单元格（「练习 4.1：scaled_attention」一节）" in t["output"] and expected in t["output"] for t in own), [t["output"][:400] for t in own]

@@ -18,8 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "submitted"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Without these, Chromium tries to reach Google's services, which this network refuses.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +39,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("browser")
     submitted = base / "submitted"
     shutil.copytree(DEMO / "wangfang", submitted / "wangfang")
-    run_command([BIN / "attnkit", "grade", "--submitted", str(submitted), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
-                check=True, timeout=300)
+    run_command([BIN / "attnkit", "grade", "--submitted", str(submitted), "--out", str(base / "out"), "--jobs", "1", "--quiet"], check=True, timeout=300)
     return base / "out" / "students" / "wangfang" / "ch19-attention" / "feedback.html"
 
 
@@ -81,8 +89,9 @@ def key_t_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = base / "submitted" / "keyt" / "ch19-attention"
     target.mkdir(parents=True)
     (target / "attention.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
-    run_command([BIN / "attnkit", "grade", "--submitted", str(base / "submitted"), "--out", str(base / "out"), "--jobs", "1", "--quiet"],
-                check=True, timeout=300)
+    run_command(
+        [BIN / "attnkit", "grade", "--submitted", str(base / "submitted"), "--out", str(base / "out"), "--jobs", "1", "--quiet"], check=True, timeout=300
+    )
     return base / "out" / "students" / "keyt" / "ch19-attention" / "feedback.html"
 
 
@@ -101,7 +110,7 @@ def visible_text(page: Path, tmp_path: Path) -> tuple[str, str]:
     probe.write_text(text.replace("</body>", script), encoding="utf-8")
     dom = chromium("--dump-dom", probe.as_uri(), profile=tmp_path / "profile").stdout
     start = dom.index('data-visible="') + len('data-visible="')
-    return dom, html.unescape(dom[start:dom.index('"', start)])
+    return dom, html.unescape(dom[start : dom.index('"', start)])
 
 
 def test_key_t_page_explains_once_and_folds_the_repeats(key_t_page: Path, tmp_path: Path) -> None:
@@ -178,15 +187,21 @@ def test_english_pages_in_the_browser(english_class: Path, tmp_path: Path, which
         mine = [r for r in results if r["student_id"] == "wangfang"]
         assert mine[0]["diagnoses"] == ["mask_by_multiplying"] and any(t["status"] == "failed" for t in mine[0]["tests"])
         quoted = quoted_from_notebooks(mine)
-        expected = ("Chapter 19, Attention · Feedback", "Diagnosis: possible mistakes", "multiplies the scores by zero",
-                    "section 5", "Score per part", "Attention with a mask (sections 5 and 7)")
+        expected = (
+            "Chapter 19, Attention · Feedback",
+            "Diagnosis: possible mistakes",
+            "multiplies the scores by zero",
+            "section 5",
+            "Score per part",
+            "Attention with a mask (sections 5 and 7)",
+        )
     assert '<html lang="en">' in page.read_text(encoding="utf-8")
     dom, seen = visible_text(page, tmp_path)
     for text in expected:
         assert text in seen, text
     for item in quoted:
         seen = seen.replace(item, " ")
-    leaks = [seen[max(0, m.start() - 40): m.end() + 40] for m in CJK.finditer(seen)]
+    leaks = [seen[max(0, m.start() - 40) : m.end() + 40] for m in CJK.finditer(seen)]
     assert not leaks, leaks[:5]
     image = english_screenshot(page, f"{which}_en.png", tmp_path)
     colours = image.getcolors(maxcolors=1 << 20) or []

@@ -44,8 +44,12 @@ run()
 def test_the_grade_command_forks_its_workers_with_one_thread(tmp_path: Path) -> None:
     spy = tmp_path / "forks.json"
     env = {**os.environ, **MANY_THREADS, "FORK_SPY_OUT": str(spy), "PYTHONWARNINGS": "always::DeprecationWarning"}
-    run = run_command([sys.executable, "-c", SPY, "grade", "--submitted", str(ROOT / "examples" / "submitted"),
-                       "--out", str(tmp_path / "graded"), "--jobs", "2"], cwd=tmp_path, env=env, timeout=900)
+    run = run_command(
+        [sys.executable, "-c", SPY, "grade", "--submitted", str(ROOT / "examples" / "submitted"), "--out", str(tmp_path / "graded"), "--jobs", "2"],
+        cwd=tmp_path,
+        env=env,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     forks = [json.loads(line) for line in spy.read_text().splitlines()]
     assert len(forks) == 2, forks  # one per worker
@@ -69,6 +73,6 @@ def test_the_zygote_has_one_thread_when_it_forks_sandboxes() -> None:
             session.close()
         tasks = os.listdir(f"/proc/{zygote.pid}/task")
         assert len(tasks) == 1, tasks
-        assert answer == 256.0 ** 3  # the sandbox ran its torch op: a fork of a multi-threaded pool may hang or fail here
+        assert answer == 256.0**3  # the sandbox ran its torch op: a fork of a multi-threaded pool may hang or fail here
     finally:
         zygote.close()

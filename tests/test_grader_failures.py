@@ -15,10 +15,23 @@ from commands import attnkit, tool_env
 pytestmark = pytest.mark.e2e
 
 
-
 def grade(autograder: Path, submitted: Path, out: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return attnkit("grade", "--autograder", str(autograder), "--submitted", str(submitted), "--out", str(out),
-                   "--jobs", "2", "--quiet", "--force", script=True, env=tool_env(COLUMNS="300"), cwd=cwd)
+    return attnkit(
+        "grade",
+        "--autograder",
+        str(autograder),
+        "--submitted",
+        str(submitted),
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+        "--quiet",
+        "--force",
+        script=True,
+        env=tool_env(COLUMNS="300"),
+        cwd=cwd,
+    )
 
 
 @pytest.fixture
@@ -31,11 +44,15 @@ def course(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("broken", [
-    ("test_ch19_0_broken.py", "def test_typo(student):\n    assert student.scaled_attention(\n"),  # a syntax error
-    ("test_ch19_0_broken.py", "import attnkit_no_such_module\n"),  # a failed import
-    ("test_ch19_0_broken.py", b"x = '\xff\xfe not utf-8'\n"),  # an unreadable file
-], ids=["syntax-error", "import-error", "not-utf8"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        ("test_ch19_0_broken.py", "def test_typo(student):\n    assert student.scaled_attention(\n"),  # a syntax error
+        ("test_ch19_0_broken.py", "import attnkit_no_such_module\n"),  # a failed import
+        ("test_ch19_0_broken.py", b"x = '\xff\xfe not utf-8'\n"),  # an unreadable file
+    ],
+    ids=["syntax-error", "import-error", "not-utf8"],
+)
 def test_a_suite_that_does_not_collect_stops_the_run_with_its_cause(course: Path, broken: tuple[str, str | bytes]) -> None:
     """Does a hidden suite with a file pytest cannot collect stop the run with exit 2, naming the
     file, and grade no one (no grades.csv, no results.json)?"""

@@ -59,8 +59,9 @@ def autograder_root(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     """A simulated /autograder: the bundle unpacked in source/, setup.sh run, run_autograder in place."""
     root = tmp_path_factory.mktemp("autograder")
     unpack(bundle, root / "source")
-    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=environment(root),
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    setup = subprocess.run(
+        ["bash", str(root / "source" / "setup.sh")], env=environment(root), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300
+    )
     assert setup.returncode == 0, setup.stdout + setup.stderr
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")  # as Gradescope does
     return root
@@ -85,8 +86,9 @@ def start_autograder(root: Path, files: dict[str, Path], prefix=None, env: dict[
         (submission / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, submission / name)
     command = [str(root / "run_autograder")]
-    return subprocess.run(prefix(command) if prefix else command, env=env or environment(root), capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=600)
+    return subprocess.run(
+        prefix(command) if prefix else command, env=env or environment(root), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600
+    )
 
 
 # -- an image as Gradescope builds it --------------------------------------------------------------
@@ -95,8 +97,7 @@ def image_environment(root: Path) -> dict[str, str]:
     /usr/bin's), root's HOME, and the machine's pip settings (its local wheels, as an image build
     has the network); no ATTNKIT_VENV, so setup.sh builds $ROOT/venv and run_autograder uses it."""
     env = {key: value for key, value in os.environ.items() if key.startswith("PIP_")}
-    env.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8",
-               AUTOGRADER_ROOT=str(root))
+    env.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root", LANG="C.UTF-8", AUTOGRADER_ROOT=str(root))
     return env
 
 
@@ -123,8 +124,9 @@ def image_root(bundle: Path) -> Iterator[Path]:
             root.mkdir(mode=0o755)
             root.chmod(0o755)
             unpack(bundle, root / "source")
-            setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=image_environment(root),
-                                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=2400)
+            setup = subprocess.run(
+                ["bash", str(root / "source" / "setup.sh")], env=image_environment(root), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=2400
+            )
             assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
             assert f"using {IMAGE_PYTHON}" in setup.stdout, setup.stdout
             shutil.copy(root / "source" / "run_autograder", root / "run_autograder")  # as Gradescope does
@@ -135,10 +137,20 @@ def image_root(bundle: Path) -> Iterator[Path]:
 def test_bundle_contents(bundle: Path) -> None:
     with zipfile.ZipFile(bundle) as opened:
         infos = {info.filename: info for info in opened.infolist()}
-    for name in ("setup.sh", "run_autograder", "requirements.lock", "pyproject.toml", "README.md",
-                 "src/attnkit/cli.py", "src/attnkit/zygote.py", "src/attnkit/templates/feedback.html.j2",
-                 "autograder/ch19_attention/catalogue.py", "autograder/ch19_attention/reference.py",
-                 "autograder/ch19_attention/manifest.toml", "assignments/ch19-attention/attention.ipynb"):
+    for name in (
+        "setup.sh",
+        "run_autograder",
+        "requirements.lock",
+        "pyproject.toml",
+        "README.md",
+        "src/attnkit/cli.py",
+        "src/attnkit/zygote.py",
+        "src/attnkit/templates/feedback.html.j2",
+        "autograder/ch19_attention/catalogue.py",
+        "autograder/ch19_attention/reference.py",
+        "autograder/ch19_attention/manifest.toml",
+        "assignments/ch19-attention/attention.ipynb",
+    ):
         assert name in infos, name
     assert any(name.startswith("autograder/ch19_attention/test_") for name in infos)
     for script in ("setup.sh", "run_autograder"):
@@ -181,13 +193,17 @@ def theft_notebooks(root: Path, tmp_path: Path) -> dict[str, Path]:
     from test_isolation import HUNT, exec_cell
 
     reference = next((root / "source" / "autograder").rglob("reference.py"))
-    forge = _probe("forge", """
+    forge = _probe(
+        "forge",
+        """
         import json, os
         _try("results", lambda: open($results, "w").write(json.dumps({"score": 100, "max_score": 100, "tests": []})))
         _try("hidden_suite", lambda: open(os.path.join($suite, "test_forged.py"), "w").write("def test_ok(): pass\\n"))
-        """, results=str(root / "results" / "results.json"), suite=str(reference.parent))
-    cells = {"exec_reference": exec_cell(str(reference)), "hunter": HUNT.replace("HOME_OF_TA", "/root").replace("KEY_OF_TA", "none"),
-             "forge": forge}
+        """,
+        results=str(root / "results" / "results.json"),
+        suite=str(reference.parent),
+    )
+    cells = {"exec_reference": exec_cell(str(reference)), "hunter": HUNT.replace("HOME_OF_TA", "/root").replace("KEY_OF_TA", "none"), "forge": forge}
     release = load(RELEASE)
     notebooks = {"stub": RELEASE}
     for name, cell in cells.items():
@@ -199,7 +215,7 @@ def forge_report(results: dict) -> dict:
     for cell in results["extra_data"]["cells"]:
         message = str(cell.get("message", ""))
         if message.startswith("ADVPROBE:forge:"):
-            return json.loads(message[len("ADVPROBE:forge:"):])
+            return json.loads(message[len("ADVPROBE:forge:") :])
     raise AssertionError(f"the forging cell did not report: {results['extra_data']['cells']}")
 
 
@@ -295,16 +311,38 @@ def test_no_notebook_is_graded_zero_with_a_reason(autograder_root: Path, tmp_pat
 
 def test_to_gradescope_moves_our_keys_to_extra_data() -> None:
     ours = {
-        "score": 12, "max_score": 20, "seconds": 0.25, "student_id": "me", "assignment": "ch19-attention",
-        "diagnoses": ["no_scale"], "parts": {"check_scaled_attention": {"score": 12, "max_score": 20}},
-        "problems": [], "notes": [], "cells": [],
-        "tests": [{"name": "t", "score": 0, "max_score": 8, "status": "failed", "output": "差了 √d_k",
-                   "grade_id": "check_scaled_attention", "diagnoses": ["no_scale"]}],
+        "score": 12,
+        "max_score": 20,
+        "seconds": 0.25,
+        "student_id": "me",
+        "assignment": "ch19-attention",
+        "diagnoses": ["no_scale"],
+        "parts": {"check_scaled_attention": {"score": 12, "max_score": 20}},
+        "problems": [],
+        "notes": [],
+        "cells": [],
+        "tests": [
+            {
+                "name": "t",
+                "score": 0,
+                "max_score": 8,
+                "status": "failed",
+                "output": "差了 √d_k",
+                "grade_id": "check_scaled_attention",
+                "diagnoses": ["no_scale"],
+            }
+        ],
     }
     converted = to_gradescope(ours, {"no_scale": {"section": "第 3 节", "zh": "没有除以 √d_k。"}})
     assert converted["score"] == 12 and converted["max_score"] == 20
-    assert converted["tests"][0] == {"name": "t", "score": 0, "max_score": 8, "status": "failed", "output": "差了 √d_k",
-                                     "extra_data": {"grade_id": "check_scaled_attention", "diagnoses": ["no_scale"]}}
+    assert converted["tests"][0] == {
+        "name": "t",
+        "score": 0,
+        "max_score": 8,
+        "status": "failed",
+        "output": "差了 √d_k",
+        "extra_data": {"grade_id": "check_scaled_attention", "diagnoses": ["no_scale"]},
+    }
     assert converted["extra_data"]["diagnoses"] == ["no_scale"]
     assert "no_scale（第 3 节）：没有除以 √d_k。" in converted["output"]
     assert "student_id" not in converted
@@ -329,9 +367,15 @@ def two_suites(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(COURSE / "autograder" / "warmup_softmax", tree / "autograder" / "warmup_softmax", ignore=ignore)
     shutil.copytree(COURSE / "solutions" / WARMUP, tree / "solutions" / WARMUP)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    released = subprocess.run([sys.executable, "-m", "attnkit.release", "--root", str(tree), "--assignment", WARMUP,
-                               "--zip", str(tree / "dist" / "warmup.zip")], cwd=tree, env=env, capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, timeout=600)
+    released = subprocess.run(
+        [sys.executable, "-m", "attnkit.release", "--root", str(tree), "--assignment", WARMUP, "--zip", str(tree / "dist" / "warmup.zip")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+    )
     assert released.returncode == 0, released.stdout + released.stderr
     return tree
 
@@ -342,10 +386,11 @@ def test_two_suites_give_one_bundle_each(two_suites: Path) -> None:
     and does --assignment still write the one chosen to --out, byte for byte the same?"""
     out = two_suites / "dist" / "gradescope.zip"
     bundles = build_bundles(out, root=two_suites)
-    assert bundles == {"ch19-attention": out.with_name("gradescope-ch19-attention.zip"),
-                       WARMUP: out.with_name(f"gradescope-{WARMUP}.zip")}
-    own = {"ch19-attention": ("autograder/ch19_attention/", "assignments/ch19-attention/attention.ipynb"),
-           WARMUP: ("autograder/warmup_softmax/", f"assignments/{WARMUP}/softmax.ipynb")}
+    assert bundles == {"ch19-attention": out.with_name("gradescope-ch19-attention.zip"), WARMUP: out.with_name(f"gradescope-{WARMUP}.zip")}
+    own = {
+        "ch19-attention": ("autograder/ch19_attention/", "assignments/ch19-attention/attention.ipynb"),
+        WARMUP: ("autograder/warmup_softmax/", f"assignments/{WARMUP}/softmax.ipynb"),
+    }
     for name, bundle in bundles.items():
         suite, release = own[name]
         with zipfile.ZipFile(bundle) as opened:
@@ -366,8 +411,9 @@ def test_the_second_assignments_bundle_grades_its_own_notebook(two_suites: Path,
     bundle = build_bundles(two_suites / "dist" / "gradescope.zip", root=two_suites)[WARMUP]
     root = tmp_path / "autograder"
     unpack(bundle, root / "source")
-    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=environment(root),
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    setup = subprocess.run(
+        ["bash", str(root / "source" / "setup.sh")], env=environment(root), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300
+    )
     assert setup.returncode == 0, setup.stdout + setup.stderr
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     solved = run_autograder(root, {"softmax.ipynb": COURSE / "solutions" / WARMUP / "softmax.ipynb"})

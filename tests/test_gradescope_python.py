@@ -38,7 +38,7 @@ def run_setup(tmp_path: Path, pythons: dict[str, str], **extra: str) -> subproce
     for tool in ("basename", "chmod", "dirname"):
         (image / tool).symlink_to(shutil.which(tool))
     apt_log = tmp_path / "apt-get.log"
-    (image / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {apt_log}\n")
+    (image / "apt-get").write_text(f'#!/bin/sh\necho "$@" >> {apt_log}\n')
     (image / "apt-get").chmod(0o755)
     root = tmp_path / "autograder"
     (root / "source").mkdir(parents=True)

@@ -38,8 +38,7 @@ def extracted(config: Path, folder: Path) -> dict[str, Any]:
     with open(config, encoding="utf-8") as handle:
         method_map, options_map = parse_mapping_cfg(handle, str(config))
     found: dict[str, Any] = {}
-    for _filename, _lineno, message, _comments, _context in extract_from_dir(
-            str(folder), method_map, options_map, comment_tags=("Translators:",)):
+    for _filename, _lineno, message, _comments, _context in extract_from_dir(str(folder), method_map, options_map, comment_tags=("Translators:",)):
         found[message[0] if isinstance(message, tuple) else message] = message
     return found
 
@@ -49,8 +48,9 @@ DOMAINS = {
     "attnkit": (ROOT / "babel.cfg", ROOT, ENGINE_PO),
     # every assignment discover() finds: its babel.cfg, run from its folder (it moves with the
     # assignment), its own "assignment" catalogue beside it
-    **{name: (a.folder / "babel.cfg", a.folder, a.folder / "locale" / "en" / "LC_MESSAGES" / f"{i18n.ASSIGNMENT_DOMAIN}.po")
-       for name, a in ASSIGNMENTS.items()},
+    **{
+        name: (a.folder / "babel.cfg", a.folder, a.folder / "locale" / "en" / "LC_MESSAGES" / f"{i18n.ASSIGNMENT_DOMAIN}.po") for name, a in ASSIGNMENTS.items()
+    },
 }
 # At least this many messages, so that an extraction that finds nothing is not taken for a full one.
 MIN_MESSAGES = {"attnkit": 100, "ch19-attention": 100}
@@ -135,7 +135,7 @@ def without(text: str, data: list[str]) -> str:
 
 
 def cjk_in(text: str) -> list[str]:
-    return [text[max(0, m.start() - 40): m.end() + 40] for m in CJK.finditer(text)][:5]
+    return [text[max(0, m.start() - 40) : m.end() + 40] for m in CJK.finditer(text)][:5]
 
 
 def all_results(out: Path) -> list[dict[str, Any]]:
@@ -191,8 +191,9 @@ def test_same_scores_in_both_languages(classes) -> None:
         assert a.keys() == b.keys()
         for key in ("student_id", "assignment", "score", "max_score", "parts", "diagnoses", "isolation", "notebooks"):
             assert a[key] == b[key], key
-        assert [(t["grade_id"], t["score"], t["max_score"], t["status"], t["diagnoses"]) for t in a["tests"]] == \
-               [(t["grade_id"], t["score"], t["max_score"], t["status"], t["diagnoses"]) for t in b["tests"]]
+        assert [(t["grade_id"], t["score"], t["max_score"], t["status"], t["diagnoses"]) for t in a["tests"]] == [
+            (t["grade_id"], t["score"], t["max_score"], t["status"], t["diagnoses"]) for t in b["tests"]
+        ]
         assert [sorted(t) for t in a["tests"]] == [sorted(t) for t in b["tests"]]
         assert len(a["problems"]) == len(b["problems"]) and len(a["cells"]) == len(b["cells"])
 
@@ -225,8 +226,10 @@ def test_errors_before_grading_are_english(tmp_path: Path) -> None:
     """The grader's own refusals (an empty submissions folder, a missing notebook) in English."""
     env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
     (tmp_path / "empty").mkdir()
-    for args in (["grade", "--submitted", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--lang", "en"],
-                 ["check", str(tmp_path / "missing.ipynb"), "--lang", "en"]):
+    for args in (
+        ["grade", "--submitted", str(tmp_path / "empty"), "--out", str(tmp_path / "out"), "--lang", "en"],
+        ["check", str(tmp_path / "missing.ipynb"), "--lang", "en"],
+    ):
         run = attnkit(*args, script=True, env=env, timeout=120)
         assert run.returncode == 2 and "Cannot grade:" in run.stderr, run.stderr
         assert not cjk_in(run.stderr), run.stderr
@@ -243,8 +246,21 @@ def test_messages_made_inside_the_sandbox_are_english(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "attention.ipynb").write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != i18n.ENV_VARIABLE}
-    run = attnkit("grade", "--submitted", str(tmp_path / "submitted"), "--out", str(tmp_path / "out"),
-                  "--jobs", "1", "--quiet", "--lang", "en", script=True, env=env, timeout=300)
+    run = attnkit(
+        "grade",
+        "--submitted",
+        str(tmp_path / "submitted"),
+        "--out",
+        str(tmp_path / "out"),
+        "--jobs",
+        "1",
+        "--quiet",
+        "--lang",
+        "en",
+        script=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     results = all_results(tmp_path / "out")[0]
     outputs = [t["output"] for t in results["tests"] if "scaled_attention" in t.get("functions", []) or t["grade_id"] == "check_scaled_attention"]

@@ -40,8 +40,9 @@ def test_make_grade_with_the_system_python_on_a_fresh_clone(tmp_path: Path) -> N
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     if OLD_PYTHON is not None:
         assert "rebuilding .venv" in run.stdout, run.stdout[-3000:]
-    version = run_command([clone / ".venv" / "bin" / "python", "-c", "import platform; print(platform.python_version())"],
-                          env=os.environ, check=True).stdout.strip()
+    version = run_command(
+        [clone / ".venv" / "bin" / "python", "-c", "import platform; print(platform.python_version())"], env=os.environ, check=True
+    ).stdout.strip()
     system = run_command([SYSTEM_PYTHON, "-c", "import platform; print(platform.python_version())"], env=os.environ, check=True).stdout.strip()
     assert version == system
     with open(clone / "graded" / "grades.csv", encoding="utf-8", newline="") as handle:

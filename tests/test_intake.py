@@ -123,8 +123,9 @@ def grade(submitted: Path, out: Path, gradebook: Path | None = None, kill_comm: 
         "sys.exit(code)\n"
     )
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    process = subprocess.Popen([sys.executable, "-c", wrapper, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", wrapper, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     kills = 0
     stop = threading.Event()
 
@@ -287,8 +288,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     try:
         clean = grade(clean_submitted, base / "clean-out")
         attack = grade(submitted, base / "out", gradebook=base / "course" / "gradebook.db", kill_comm=kill_comm)
-        print(f"\n[intake] attack run exit {attack.returncode}, peak RSS {attack.peak_rss / 2**20:.0f} MiB, "
-              f"{attack.kills} worker kill(s); stderr tail:\n{attack.stderr[-3000:]}", file=sys.stderr)
+        print(
+            f"\n[intake] attack run exit {attack.returncode}, peak RSS {attack.peak_rss / 2**20:.0f} MiB, "
+            f"{attack.kills} worker kill(s); stderr tail:\n{attack.stderr[-3000:]}",
+            file=sys.stderr,
+        )
         yield World(base, submitted, marker, token, kill_comm, attack, clean, base / "course" / "gradebook.db", device_node, sockets)
     finally:
         for server in sockets:
@@ -514,12 +518,25 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
 
     flood = '<"&>' * 50_000
     record = {
-        "student_id": "flood", "assignment": ASSIGNMENT, "fingerprint": "x",
-        "tests": [{"name": f"t{i}", "nodeid": f"t{i}", "grade_id": "check_masking", "max_score": 1.0, "score": float(i % 2),
-                   "status": "failed", "output": flood, "diagnoses": []} for i in range(300)],
-        "problems": [flood] * 500, "notes": [flood] * 500,
-        "cells": [{"index": i, "grade_id": "", "ok": False, "error_type": flood, "message": flood, "output": flood, "seconds": 0.0}
-                  for i in range(500)],
+        "student_id": "flood",
+        "assignment": ASSIGNMENT,
+        "fingerprint": "x",
+        "tests": [
+            {
+                "name": f"t{i}",
+                "nodeid": f"t{i}",
+                "grade_id": "check_masking",
+                "max_score": 1.0,
+                "score": float(i % 2),
+                "status": "failed",
+                "output": flood,
+                "diagnoses": [],
+            }
+            for i in range(300)
+        ],
+        "problems": [flood] * 500,
+        "notes": [flood] * 500,
+        "cells": [{"index": i, "grade_id": "", "ok": False, "error_type": flood, "message": flood, "output": flood, "seconds": 0.0} for i in range(500)],
     }
     results = results_json(record, CH19)
     from attnkit.files import readable_json

@@ -151,7 +151,7 @@ class Run:
     def probe(self, student_id: str) -> dict:
         for cell in self.results[student_id]["cells"]:
             if str(cell.get("message", "")).startswith("ISOPROBE:"):
-                return json.loads(cell["message"][len("ISOPROBE:"):])
+                return json.loads(cell["message"][len("ISOPROBE:") :])
         raise AssertionError(f"{student_id}'s probe did not report: {self.results[student_id]['cells']}")
 
 
@@ -163,13 +163,15 @@ def read_results(out: Path) -> dict[str, dict]:
     return found
 
 
-def run_grader(setting: Callable[[list[str]], list[str]], python: str, submitted: Path, out: Path, env: dict[str, str],
-               *extra: str, cwd: Path | None = None) -> Run:
+def run_grader(
+    setting: Callable[[list[str]], list[str]], python: str, submitted: Path, out: Path, env: dict[str, str], *extra: str, cwd: Path | None = None
+) -> Run:
     """``attnkit grade`` as the TA would start it, in ``setting`` (a launcher of tests/settings.py:
     the command -> the argv that runs it there); ``cwd``: the folder it starts in (by default the
     one these tests run in, wherever the checkout lies)."""
-    command = setting([python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out),
-                       "--jobs", "2", "--quiet", "--force", *LIMITS, *extra])
+    command = setting(
+        [python, "-m", "attnkit.cli", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet", "--force", *LIMITS, *extra]
+    )
     process = run_command(command, env=env, cwd=cwd)
     return Run(process.returncode, process.stderr, read_results(out))
 
@@ -186,7 +188,10 @@ def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
         "root-without-sys-admin": (root_without_sys_admin, sys.executable, reference, "/root", minimal_env("/root")),
         "unprivileged": (
             functools.partial(unprivileged, user=ta_user),
-            python, next(course.rglob("reference.py")), ta_user.pw_dir, minimal_env(ta_user.pw_dir),
+            python,
+            next(course.rglob("reference.py")),
+            ta_user.pw_dir,
+            minimal_env(ta_user.pw_dir),
         ),
     }
     work = Path(tempfile_folder("attnkit-iso-"))
@@ -199,8 +204,11 @@ def runs(ta_user, user_python, outside_copies) -> dict[str, Run]:
             for path in [work / name, *(work / name).rglob("*")]:
                 os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
             graded[name] = run_grader(setting, interpreter, submitted, out, env)
-            print(f"\n[isolation] {name}: exit {graded[name].returncode}, " + ", ".join(
-                f"{sid} {r['score']:g} ({r.get('isolation')})" for sid, r in sorted(graded[name].results.items())), file=sys.stderr)
+            print(
+                f"\n[isolation] {name}: exit {graded[name].returncode}, "
+                + ", ".join(f"{sid} {r['score']:g} ({r.get('isolation')})" for sid, r in sorted(graded[name].results.items())),
+                file=sys.stderr,
+            )
         yield graded
     finally:
         shutil.rmtree(work, ignore_errors=True)

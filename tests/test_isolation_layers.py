@@ -48,7 +48,7 @@ def in_child(body: Callable[[], dict]) -> dict:
 
 
 def attempt(action: Callable[[], object]) -> str:
-    """"ok", or the errno name the action failed with."""
+    """ "ok", or the errno name the action failed with."""
     try:
         action()
     except OSError as error:
@@ -79,6 +79,7 @@ def course(tmp_path: Path) -> dict[str, Path]:
 
 def allow_python(work: Path) -> landlock.Allowlist:
     from attnkit.isolation import allowlist
+
     return landlock.Allowlist(read_only=tuple(allowlist([str(work.parent)])), read_write=(str(work),))
 
 
@@ -115,8 +116,10 @@ def test_landlock_denies_tcp_connect_and_bind(course: dict[str, Path]) -> None:
 
     def body() -> dict:
         landlock.restrict_self(allow_python(course["work"]))
-        return {"connect": attempt(lambda: socket.create_connection(("127.0.0.1", port), timeout=2)),
-                "bind": attempt(lambda: socket.create_server(("127.0.0.1", 0)))}
+        return {
+            "connect": attempt(lambda: socket.create_connection(("127.0.0.1", port), timeout=2)),
+            "bind": attempt(lambda: socket.create_server(("127.0.0.1", 0))),
+        }
 
     try:
         result = in_child(body)
@@ -132,6 +135,7 @@ def test_landlock_scopes_signals_to_the_sandbox(course: dict[str, Path]) -> None
         time.sleep(30)
         os._exit(0)
     try:
+
         def body() -> dict:
             before = attempt(lambda: os.kill(bystander, 0))
             landlock.restrict_self(allow_python(course["work"]))
@@ -152,6 +156,7 @@ def test_landlock_absent_is_an_error_not_a_silent_pass(course: dict[str, Path]) 
 
 def test_seccomp_filter_closes_sockets_namespaces_and_clone3() -> None:
     import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     sys_clone3 = 435  # the same number on every architecture
 
@@ -186,9 +191,14 @@ def open_course():
     """A course, a class and an OUT folder that the file modes leave open to everyone (under
     /var/tmp: pytest's own tmp_path is root's, mode 700), and a work folder as the zygote makes one."""
     import tempfile
+
     top = Path(tempfile.mkdtemp(prefix="attnkit-noiso-", dir="/var/tmp"))
-    paths = {"reference": top / "course" / "autograder" / "reference.py", "peer": top / "submitted" / "peer" / "attention.ipynb",
-             "out": top / "out", "work": Path(tempfile.mkdtemp(prefix="sandbox-"))}
+    paths = {
+        "reference": top / "course" / "autograder" / "reference.py",
+        "peer": top / "submitted" / "peer" / "attention.ipynb",
+        "out": top / "out",
+        "work": Path(tempfile.mkdtemp(prefix="sandbox-")),
+    }
     for name in ("reference", "peer"):
         paths[name].parent.mkdir(parents=True)
         paths[name].write_text("def scaled_attention(): ...")
@@ -209,8 +219,9 @@ def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
     from attnkit.isolation import Mode, allowlist
 
     seccomp_filter.compiled()  # as choose does, in the zygote
-    mode, layer = nonamespace._for_trusted_notebooks(Mode("none", "refused for this test"),
-                                                    nonamespace.Layer(read_only=allowlist([str(open_course["hide"])])), abi)
+    mode, layer = nonamespace._for_trusted_notebooks(
+        Mode("none", "refused for this test"), nonamespace.Layer(read_only=allowlist([str(open_course["hide"])])), abi
+    )
     with open("/proc/self/status") as status:
         address_space = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
     settings = {"workdir": str(open_course["work"]), "address_space_base": address_space, "memory_mb": 2048, "cpu_seconds": 60}
@@ -345,7 +356,7 @@ def probe_report(results: dict, name: str) -> dict:
     for cell in results["cells"]:
         message = str(cell.get("message", ""))
         if message.startswith(f"ADVPROBE:{name}:"):
-            return json.loads(message[len(f"ADVPROBE:{name}:"):])
+            return json.loads(message[len(f"ADVPROBE:{name}:") :])
     raise AssertionError(f"no {name} probe in {results['cells']}")
 
 
@@ -384,8 +395,10 @@ def layer_runs(ta_user, user_python, outside_copies):
             runs[name] = run_grader(setting, python, submitted, out, minimal_env(home))
             if name == "docker-20.10":
                 course.parent.chmod(0o755)
-            print(f"\n[layers] {name}: exit {runs[name].returncode}, " + ", ".join(
-                f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())), file=sys.stderr)
+            print(
+                f"\n[layers] {name}: exit {runs[name].returncode}, " + ", ".join(f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())),
+                file=sys.stderr,
+            )
         try:
             listener.accept()
             runs["accepted"] = True  # a sandbox reached the grader's loopback listener
@@ -436,8 +449,11 @@ def test_layer_bystander_full_marks_and_no_theft_pays(layer_runs, setting: str) 
             assert run.score(student_id) <= baseline, (student_id, run.score(student_id))
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: without Landlock (root, Docker 20.10) the pool uid reads what is world-readable "
-                   "outside the course, such as a copy of the reference the TA left in /opt; the README says so")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: without Landlock (root, Docker 20.10) the pool uid reads what is world-readable "
+    "outside the course, such as a copy of the reference the TA left in /opt; the README says so",
+)
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.e2e
@@ -532,8 +548,11 @@ def no_isolation_runs(ta_user, user_python, outside_copies):
                 runs[f"{name}-strict"] = run_grader(setting, python, submitted, out, minimal_env(home))
             runs[name] = run_grader(setting, python, submitted, out, minimal_env(home), "--no-isolation")
             runs[f"{name}-report"] = (out / "report.html").read_text(encoding="utf-8") if (out / "report.html").exists() else ""
-            print(f"\n[no-isolation] {name}: exit {runs[name].returncode}, " + ", ".join(
-                f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())), file=sys.stderr)
+            print(
+                f"\n[no-isolation] {name}: exit {runs[name].returncode}, "
+                + ", ".join(f"{sid} {r['score']:g}" for sid, r in sorted(runs[name].results.items())),
+                file=sys.stderr,
+            )
         try:
             listener.accept()
             runs["accepted"] = True
@@ -619,9 +638,11 @@ def no_markers(tmp_path: Path) -> dict:
 
 def test_refusal_in_a_seccomp_confined_container_names_the_profile_never_a_sysctl(tmp_path: Path) -> None:
     from attnkit import confinement
+
     (tmp_path / ".dockerenv").touch()
-    found = confinement.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t2\n", apparmor_sysctl="",
-                               root=str(tmp_path), environ={}, cgroup="0::/\n")
+    found = confinement.detect(
+        "unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t2\n", apparmor_sysctl="", root=str(tmp_path), environ={}, cgroup="0::/\n"
+    )
     assert found.container == "docker" and found.seccomp_filtered
     text = confinement.cause(found) + confinement.advice(found)
     assert "seccomp" in text and "attnkit-docker.json" in text and "seccompProfile" in text and "--no-isolation" in text
@@ -630,6 +651,7 @@ def test_refusal_in_a_seccomp_confined_container_names_the_profile_never_a_sysct
 
 def test_refusal_under_kubernetes_and_podman_markers(tmp_path: Path) -> None:
     from attnkit import confinement
+
     assert confinement.container_kind(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "0::/\n") == "kubernetes"
     (tmp_path / "run").mkdir()
     (tmp_path / "run/.containerenv").touch()
@@ -640,6 +662,7 @@ def test_refusal_under_kubernetes_and_podman_markers(tmp_path: Path) -> None:
 
 def test_refusal_under_ubuntu_apparmor_names_the_profile_and_sudo(tmp_path: Path) -> None:
     from attnkit import confinement
+
     for why, sysctl in (("mount inside the user namespace: Operation not permitted", ""), ("unshare(CLONE_NEWUSER): Operation not permitted", "1")):
         found = confinement.detect(why, status="Seccomp:\t0\n", apparmor_sysctl=sysctl, **no_markers(tmp_path))
         assert found.userns_restricted and not found.container
@@ -649,6 +672,7 @@ def test_refusal_under_ubuntu_apparmor_names_the_profile_and_sudo(tmp_path: Path
 
 def test_refusal_on_a_plain_host_keeps_the_sysctl_advice(tmp_path: Path) -> None:
     from attnkit import confinement
+
     found = confinement.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t0\n", apparmor_sysctl="0", **no_markers(tmp_path))
     assert not found.container and not found.userns_restricted
     assert "user.max_user_namespaces" in confinement.advice(found)
@@ -656,6 +680,7 @@ def test_refusal_on_a_plain_host_keeps_the_sysctl_advice(tmp_path: Path) -> None
 
 def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
     from attnkit import confinement
+
     text = confinement.exposure_refusal([{"path": "/srv/course", "access": "read", "fix": "chmod -R o-rwx,g-rwx /srv/course"}] * 25)
     assert text.count("chmod -R o-rwx,g-rwx /srv/course") == 20 and "5" in text.splitlines()[-1]
 
@@ -663,6 +688,7 @@ def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
 # -- the uid pool and the probe -----------------------------------------------------------------------
 def test_uid_blocks_are_never_shared_while_held(tmp_path: Path) -> None:
     from attnkit import uid_pool
+
     first, second = uid_pool.claim(str(tmp_path)), uid_pool.claim(str(tmp_path))
     assert second.first == first.first + policy.UIDS_PER_ZYGOTE
     assert first.uid(0) != first.uid(1)  # the sandbox being graded and the one forked ahead
@@ -674,6 +700,7 @@ def test_uid_blocks_are_never_shared_while_held(tmp_path: Path) -> None:
 def open_folder():
     """A folder everyone may enter (pytest's own tmp_path is root's, mode 700)."""
     import tempfile
+
     folder = Path(tempfile.mkdtemp(prefix="attnkit-probe-", dir="/var/tmp"))
     folder.chmod(0o755)
     yield folder
@@ -683,6 +710,7 @@ def open_folder():
 def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_folder: Path) -> None:
     _root_only()
     from attnkit import nonamespace
+
     tmp_path = open_folder
     course = tmp_path / "course"
     (course / "autograder").mkdir(parents=True)

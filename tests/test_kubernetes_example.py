@@ -27,8 +27,11 @@ def grade_arguments(container: dict, index: int) -> list[str]:
     """What the pod with this completion index passes to `attnkit`, as its shell computes it."""
     shell, flag, script = [*container["command"], *container["args"]]
     assert (shell, flag) == ("/bin/sh", "-c")
-    printed = run_command([shell, "-c", "attnkit() { printf '%s\\n' \"$@\"; }\n" + script.replace("exec attnkit", "attnkit")],
-                          env={"JOB_COMPLETION_INDEX": str(index), "PATH": "/usr/bin:/bin"}, check=True)
+    printed = run_command(
+        [shell, "-c", "attnkit() { printf '%s\\n' \"$@\"; }\n" + script.replace("exec attnkit", "attnkit")],
+        env={"JOB_COMPLETION_INDEX": str(index), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     return printed.stdout.splitlines()
 
 

@@ -78,8 +78,7 @@ def collected(downloads: dict[str, Path]) -> dict:
     submitted = downloads["base"] / "submitted"
     canvas = attnkit("collect", str(downloads["canvas"]), str(downloads["canvas_zip"]), "--submitted", str(submitted))
     moodle = attnkit("collect", str(downloads["moodle"]), str(downloads["moodle_zip"]), "--submitted", str(submitted))
-    run = subprocess.CompletedProcess(canvas.args, max(canvas.returncode, moodle.returncode), canvas.stdout + moodle.stdout,
-                                      canvas.stderr + moodle.stderr)
+    run = subprocess.CompletedProcess(canvas.args, max(canvas.returncode, moodle.returncode), canvas.stdout + moodle.stdout, canvas.stderr + moodle.stderr)
     return {"run": run, "submitted": submitted}
 
 
@@ -167,8 +166,7 @@ def test_grade_writes_canvas_bulk_feedback_named_as_canvas_reads_it(graded: dict
     assert graded["run"].returncode == 0, graded["run"].stderr[-3000:]
     entries = zip_entries(graded["out"] / CANVAS_ZIP)
     # The ids of each student's placed (newest) file, as the download named it.
-    assert sorted(entries) == ["lileili_LATE_1002_5003_feedback.html", "wangfang_1003_5007_feedback.html",
-                               "xiaolin_1001_5002_feedback.html"]
+    assert sorted(entries) == ["lileili_LATE_1002_5003_feedback.html", "wangfang_1003_5007_feedback.html", "xiaolin_1001_5002_feedback.html"]
     for name, data in entries.items():
         user, file_id = canvas_reads(name)
         assert data == page_of(graded, user), name
@@ -180,8 +178,11 @@ def test_grade_writes_canvas_bulk_feedback_named_as_canvas_reads_it(graded: dict
 @pytest.mark.e2e
 def test_grade_writes_moodle_bulk_feedback_named_as_moodle_reads_it(graded: dict) -> None:
     entries = zip_entries(graded["out"] / MOODLE_ZIP)
-    assert sorted(entries) == ["Chen Jing_2002_assignsubmission_file_/feedback.html", "Sun Mei_2003_assignsubmission_file_/feedback.html",
-                               "Zhao Qiang_2001_assignsubmission_file_/feedback.html"]
+    assert sorted(entries) == [
+        "Chen Jing_2002_assignsubmission_file_/feedback.html",
+        "Sun Mei_2003_assignsubmission_file_/feedback.html",
+        "Zhao Qiang_2001_assignsubmission_file_/feedback.html",
+    ]
     for name, data in entries.items():
         participant, file_name = moodle_reads(name, {"2001", "2002", "2003"})
         assert file_name == "feedback.html" and data == page_of(graded, participant), name
@@ -256,8 +257,16 @@ def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: 
     if chromium is None:
         pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
     page = graded["out"] / "students" / "1002" / ASSIGNMENT / "feedback.html"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     dom = run_command([chromium, *flags, "--dump-dom", page.as_uri()], env=os.environ, timeout=120).stdout
     notice = re.search(r'<div class="problem late" id="late" data-late-source="lms">(.*?)</div>', dom)
     assert notice, dom[:2000]

@@ -38,8 +38,10 @@ TOKEN = "attnkit-test-token"
 # What a student writes for the TA's browser: a script that reaches the Jupyter API, an event
 # handler, a javascript: link, an SVG attachment (with its own script), raw HTML in a raw cell.
 MARKER = "attnkitPwned"
-PAYLOAD = (f"我的解释。<script>fetch('/api/terminals', {{method: 'POST'}}).then({MARKER})</script>\n\n"
-           f"<img src=x onerror=\"{MARKER}()\"> [看这里](javascript:{MARKER}()) ![图](attachment:evil.svg)")
+PAYLOAD = (
+    f"我的解释。<script>fetch('/api/terminals', {{method: 'POST'}}).then({MARKER})</script>\n\n"
+    f'<img src=x onerror="{MARKER}()"> [看这里](javascript:{MARKER}()) ![图](attachment:evil.svg)'
+)
 EVIL_SVG = "PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIG9ubG9hZD0iYXR0bmtpdFB3bmVkKCkiLz4="  # <svg onload=attnkitPwned()>
 
 
@@ -84,8 +86,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (course / "submitted" / "lilei" / ASSIGNMENT / "notes.txt").write_text("一份学生自己的文件\n")
     hostile = course / "submitted" / "zhaoqiang" / ASSIGNMENT / "attention.ipynb"
     notebook = json.loads(hostile.read_text(encoding="utf-8"))
-    notebook["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": PAYLOAD,
-                                 "attachments": {"evil.svg": {"image/svg+xml": EVIL_SVG}}})
+    notebook["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": PAYLOAD, "attachments": {"evil.svg": {"image/svg+xml": EVIL_SVG}}})
     notebook["cells"].insert(2, {"cell_type": "raw", "metadata": {"format": "text/html"}, "source": f"<script>{MARKER}()</script>"})
     hostile.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     grade(course)
@@ -228,9 +229,12 @@ def free_port() -> int:
 
 
 def api(port: int, path: str, method: str = "GET", body: dict | None = None) -> object:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/formgrader/api/{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/formgrader/api/{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read().decode())
 
@@ -239,9 +243,24 @@ def api(port: int, path: str, method: str = "GET", body: dict | None = None) -> 
 def formgrader(course: Path) -> object:
     port = free_port()
     log = open(course / "formgrader.log", "w")
-    server = subprocess.Popen([str(BIN / "jupyter"), "server", "--no-browser", "--allow-root", f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
-                               f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={course}"],
-                              cwd=course, env=tool_env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            str(BIN / "jupyter"),
+            "server",
+            "--no-browser",
+            "--allow-root",
+            f"--ServerApp.port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={course}",
+        ],
+        cwd=course,
+        env=tool_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -296,9 +315,15 @@ def test_a_refused_cell_change_stops_before_touching_the_release(course: Path) -
     source = course / "solutions" / ASSIGNMENT / "attention.ipynb"
     original = source.read_bytes()
     notebook = json.loads(original)
-    notebook["cells"].append({"cell_type": "markdown", "metadata": {"nbgrader": {
-        "grade": True, "grade_id": "manual_extra", "locked": False, "points": 1, "schema_version": 3, "solution": True, "task": False}},
-        "source": "新题"})
+    notebook["cells"].append(
+        {
+            "cell_type": "markdown",
+            "metadata": {
+                "nbgrader": {"grade": True, "grade_id": "manual_extra", "locked": False, "points": 1, "schema_version": 3, "solution": True, "task": False}
+            },
+            "source": "新题",
+        }
+    )
     source.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     before = tree(course / "assignments")
     try:
@@ -330,12 +355,15 @@ def test_a_failing_generate_assignment_leaves_the_release_as_it_was(course: Path
     assert tree(course / "assignments") == before
 
 
-@pytest.mark.parametrize(("variables", "gradebook"), [
-    ((), "graded/demo-gradebook.db"),                      # the demo class: a gradebook of its own
-    (("OUT=elsewhere",), "elsewhere/demo-gradebook.db"),
-    (("SUBMITTED=submitted",), "gradebook.db"),            # a real class: the course's gradebook
-    (("GRADEBOOK=course.db",), "course.db"),               # said explicitly: that one
-])
+@pytest.mark.parametrize(
+    ("variables", "gradebook"),
+    [
+        ((), "graded/demo-gradebook.db"),  # the demo class: a gradebook of its own
+        (("OUT=elsewhere",), "elsewhere/demo-gradebook.db"),
+        (("SUBMITTED=submitted",), "gradebook.db"),  # a real class: the course's gradebook
+        (("GRADEBOOK=course.db",), "course.db"),  # said explicitly: that one
+    ],
+)
 def test_the_demo_class_never_enters_the_course_gradebook(variables: tuple[str, ...], gradebook: str) -> None:
     # --no-print-directory: under `make test` (MAKELEVEL set) make would end with "Leaving directory".
     result = run_command(["make", "--no-print-directory", "-n", "grade", *variables], cwd=ROOT, env=os.environ, timeout=60)

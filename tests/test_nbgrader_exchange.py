@@ -31,8 +31,17 @@ BIN = Path(sys.executable).parent
 ASSIGNMENT = "ch19-attention"
 DEMO = ROOT / "examples" / "submitted"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.browser, pytest.mark.e2e]
 
@@ -66,8 +75,7 @@ def lend_interpreter(command: list[str], spare: Path) -> list[str]:
     if LOCKED is None:
         return command
     inside = INTERPRETER.parents[1].relative_to(LOCKED)  # .../versions/3.11.7 (bin/python3.11 inside it)
-    script = ('set -e; mount --bind "$1" "$3"; mount -t tmpfs -o mode=755 tmpfs "$1"; mkdir -p "$1/$2"; '
-              'mount --bind "$3/$2" "$1/$2"; shift 3; exec "$@"')
+    script = 'set -e; mount --bind "$1" "$3"; mount -t tmpfs -o mode=755 tmpfs "$1"; mkdir -p "$1/$2"; mount --bind "$3/$2" "$1/$2"; shift 3; exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(LOCKED), str(inside), str(spare), *command]
 
 
@@ -111,17 +119,14 @@ def exchange_run() -> dict:
         (base / "home").mkdir()
         (base / "home").chmod(0o755)
         for role, user in users.items():
-            subprocess.run(["useradd", "--create-home", "--home-dir", str(homes[role]), "--shell", "/bin/sh", user],
-                           check=True, capture_output=True)
+            subprocess.run(["useradd", "--create-home", "--home-dir", str(homes[role]), "--shell", "/bin/sh", user], check=True, capture_output=True)
             created.append(user)
-            (homes[role] / "nbgrader_config.py").write_text(
-                f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.course_id = 'ch19'\n")
+            (homes[role] / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.course_id = 'ch19'\n")
         shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
         shutil.copytree(ROOT / "solutions", course / "solutions")
         shutil.copytree(ROOT / "assignments", course / "assignments")
         with open(course / "nbgrader_config.py", "a") as config:
-            config.write(f"\nc.Exchange.root = {str(exchange)!r}\n"
-                         "c.LateSubmissionPlugin.penalty_method = 'zero'  # a late submission scores 0\n")
+            config.write(f"\nc.Exchange.root = {str(exchange)!r}\nc.LateSubmissionPlugin.penalty_method = 'zero'  # a late submission scores 0\n")
         nbgrader = str(BIN / "nbgrader")
         due = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(hours=1)
         instructor(course, nbgrader, "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(due)}")
@@ -134,8 +139,19 @@ def exchange_run() -> dict:
             assert notebook.is_file(), f"{user} fetched no notebook"
             notebook.write_bytes((DEMO / ANSWERS[role] / ASSIGNMENT / "attention.ipynb").read_bytes())  # the student's answers
             shutil.chown(notebook, user, user)
-            as_user(user, home, str(BIN / "jupyter"), "nbconvert", "--to", "notebook", "--execute", "--inplace", "--allow-errors",
-                    "--ExecutePreprocessor.timeout=120", str(notebook))
+            as_user(
+                user,
+                home,
+                str(BIN / "jupyter"),
+                "nbconvert",
+                "--to",
+                "notebook",
+                "--execute",
+                "--inplace",
+                "--allow-errors",
+                "--ExecutePreprocessor.timeout=120",
+                str(notebook),
+            )
             executed = json.loads(notebook.read_text(encoding="utf-8"))
             assert any(cell.get("outputs") for cell in executed["cells"] if cell["cell_type"] == "code"), "a real kernel ran it"
             if role == "late":
@@ -146,8 +162,9 @@ def exchange_run() -> dict:
             as_user(user, home, nbgrader, "submit", ASSIGNMENT)
 
         instructor(course, nbgrader, "collect", ASSIGNMENT)
-        graded_run = instructor(course, str(BIN / "attnkit"), "grade", "--submitted", "submitted", "--out", "graded", "--jobs", "2",
-                   "--gradebook", "gradebook.db")
+        graded_run = instructor(
+            course, str(BIN / "attnkit"), "grade", "--submitted", "submitted", "--out", "graded", "--jobs", "2", "--gradebook", "gradebook.db"
+        )
         instructor(course, nbgrader, "generate_feedback", ASSIGNMENT)
         instructor(course, nbgrader, "release_feedback", ASSIGNMENT)
         fetched = {}
@@ -211,14 +228,18 @@ def test_screenshot_of_a_fetched_feedback_page(exchange_run: dict, tmp_path: Pat
         pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
     shot = tmp_path / "fetched.png"
     page = exchange_run["fetched"]["late"]
-    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
-                   capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.is_file(), "Chromium wrote no screenshot"
     if (ROOT / "tests" / "artifacts").is_dir():
         shutil.copy(shot, ROOT / "tests" / "artifacts" / "nbgrader-fetched-feedback.png")
     image = Image.open(shot).convert("RGB")
     raw = image.tobytes()
-    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    pixels = [tuple(raw[i : i + 3]) for i in range(0, len(raw), 3)]
     # The late notice is drawn in the page's problem colours (a red border on a pale red box).
     assert sum(1 for r, g, b in pixels if r > 150 and g < 60 and b < 60) > 200, "no red late notice rendered"
     assert sum(1 for r, g, b in pixels if r + g + b < 150) > 2000, "no dark (rendered) text"

@@ -31,9 +31,7 @@ STUDENT_FUNCTIONS = {
     "padding_allowed": "def padding_allowed(lengths, size):",
     "split_heads": "def split_heads(x, num_heads):",
     "merge_heads": "def merge_heads(x):",
-    "multi_head_attention": (
-        "def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):"
-    ),
+    "multi_head_attention": ("def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):"),
 }
 ANSWER_CELLS = {
     "shape_trace": {
@@ -55,8 +53,7 @@ ANSWER_CELLS = {
         "answer_growth_factor": 9,
     },
 }
-MANUAL_CELLS = ("manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row",
-                "manual_q10_no_causal")
+MANUAL_CELLS = ("manual_q1_values", "manual_q3_zero_score", "manual_q9_empty_row", "manual_q10_no_causal")
 # Errors a release notebook may show: stubs raise NotImplementedError; checks then fail.
 ALLOWED_RELEASE_ERRORS_IN_CHECKS = {"AssertionError", "NameError", "NotImplementedError"}
 
@@ -78,19 +75,16 @@ def errors_of(cell: nbformat.NotebookNode) -> list[str]:
 
 def stderr_of(cell: nbformat.NotebookNode) -> str:
     """Return what a code cell wrote to stderr."""
-    return "".join(o.text for o in cell.get("outputs", [])
-                   if o.output_type == "stream" and o.name == "stderr")
+    return "".join(o.text for o in cell.get("outputs", []) if o.output_type == "stream" and o.name == "stderr")
 
 
 @pytest.fixture(scope="module")
 def kernel_name() -> str:
     """Is the "python3" kernel this interpreter's ipykernel? Install it into the venv if not."""
-    own = {"python", "python3", f"python{sys.version_info[0]}.{sys.version_info[1]}",
-           sys.executable}
+    own = {"python", "python3", f"python{sys.version_info[0]}.{sys.version_info[1]}", sys.executable}
     argv = KernelSpecManager().get_kernel_spec("python3").argv
     if argv[0] not in own:
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"],
-                       check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix"], check=True, capture_output=True)
         os.environ["JUPYTER_PREFER_ENV_PATH"] = "1"
         argv = KernelSpecManager().get_kernel_spec("python3").argv
     assert argv[0] in own, f"kernel python3 runs {argv[0]}, not {sys.executable}"
@@ -125,6 +119,7 @@ def executed_release(kernel_name: str, tmp_path_factory: pytest.TempPathFactory)
 
 # --- structure (no kernel) ----------------------------------------------------------------------
 
+
 def test_source_notebook_has_the_contracts_cells() -> None:
     """Does the source notebook hold exactly the contract's solution, answer, check and manual cells?"""
     cells = cells_by_grade_id(nbformat.read(SOURCE, as_version=4))
@@ -155,8 +150,7 @@ def test_each_function_is_alone_in_its_cell_with_a_chinese_docstring() -> None:
         source = cells[grade_id].source
         assert source.splitlines()[0] == signature
         assert re.search(r'^    """[^\n]*[\u4e00-\u9fff]', source, re.M), f"{grade_id}: 中文 docstring"
-        assert source.index('"""') < source.index("### BEGIN SOLUTION") < source.index(
-            "### END SOLUTION")
+        assert source.index('"""') < source.index("### BEGIN SOLUTION") < source.index("### END SOLUTION")
         assert len(re.findall(r"^def ", source, re.M)) == 1, f"{grade_id} must be alone"
         others = [c for c in notebook.cells if c is not cells[grade_id]]
         assert not any(f"def {grade_id}(" in c.source for c in others)
@@ -194,6 +188,7 @@ def test_notebooks_are_committed_without_outputs() -> None:
 
 # --- real execution -----------------------------------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_solution_notebook_runs_and_every_check_passes(executed_source) -> None:
     """Does the model-answer notebook run top to bottom, every check passing without stderr?"""
@@ -210,14 +205,9 @@ def test_solution_notebook_runs_and_every_check_passes(executed_source) -> None:
 @pytest.mark.e2e
 def test_solution_notebook_reproduces_the_chapters_lines(executed_source) -> None:
     """Do the worked-example cells, run with the model answers, print the chapter's numbers?"""
-    printed = "".join(
-        o.text
-        for c in executed_source.cells if c.cell_type == "code"
-        for o in c.outputs if o.output_type == "stream" and o.name == "stdout"
-    )
+    printed = "".join(o.text for c in executed_source.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream" and o.name == "stdout")
     for line in (
-        "未加掩码的权重：[[0.4011, 0.1978, 0.4011], [0.1978, 0.4011, 0.4011], "
-        "[0.2483, 0.2483, 0.5035]]",
+        "未加掩码的权重：[[0.4011, 0.1978, 0.4011], [0.1978, 0.4011, 0.4011], [0.2483, 0.2483, 0.5035]]",
         "第一行加权结果：[8.0222, 5.9889]",
         "因果权重：[[1.0, 0.0, 0.0], [0.3302, 0.6698, 0.0], [0.2483, 0.2483, 0.5035]]",
         "因果输出：[[10.0, 0.0], [3.3024, 6.6976], [7.5174, 7.5174]]",
@@ -231,8 +221,7 @@ def test_solution_notebook_reproduces_the_chapters_lines(executed_source) -> Non
 @pytest.mark.e2e
 def test_figure_one_is_drawn(executed_source) -> None:
     """Is figure 1 (two annotated heatmaps) drawn as an image by the inline backend?"""
-    images = [o for c in executed_source.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "display_data" and "image/png" in o.data]
+    images = [o for c in executed_source.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "display_data" and "image/png" in o.data]
     assert len(images) == 1
 
 
@@ -265,6 +254,7 @@ def test_nbgrader_validate_passes_on_the_solution_notebook() -> None:
 
 
 # --- every assignment (contract.ASSIGNMENTS), chapter 19's and the tests' second one -------------
+
 
 @pytest.mark.parametrize("name", list(ASSIGNMENTS))
 def test_every_assignments_source_has_its_manifests_cells(name: str) -> None:

@@ -23,15 +23,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnkit"
 TENSOR = torch.arange(6, dtype=torch.float32).reshape(2, 3)
 FRAMES = {
     "cell": (operations.cell("x = 1"), {"op": "cell", "source": "x = 1"}),
-    "call": (operations.call("f", (TENSOR, 2), {"allowed": None}),
-             {"op": "call", "name": "f", "args": [TENSOR, 2], "kwargs": {"allowed": None}}),
+    "call": (operations.call("f", (TENSOR, 2), {"allowed": None}), {"op": "call", "name": "f", "args": [TENSOR, 2], "kwargs": {"allowed": None}}),
     "get": (operations.get("answer"), {"op": "get", "name": "answer"}),
-    "call_with": (operations.call_with("f", (TENSOR,), {}, {"split_heads": None, "causal_allowed": None}),
-                  {"op": "call_with", "name": "f", "args": [TENSOR], "kwargs": {}, "substitutes": ["causal_allowed", "split_heads"]}),
-    "plain_call": (operations.plain_call(operations.call_with("f", (TENSOR,), {}, ["g"])),
-                   {"op": "call", "name": "f", "args": [TENSOR], "kwargs": {}}),
-    "swap_begin": (operations.swap_begin(frozenset({"split_heads", "causal_allowed"})),
-                   {"op": "swap_begin", "substitutes": ["causal_allowed", "split_heads"]}),
+    "call_with": (
+        operations.call_with("f", (TENSOR,), {}, {"split_heads": None, "causal_allowed": None}),
+        {"op": "call_with", "name": "f", "args": [TENSOR], "kwargs": {}, "substitutes": ["causal_allowed", "split_heads"]},
+    ),
+    "plain_call": (operations.plain_call(operations.call_with("f", (TENSOR,), {}, ["g"])), {"op": "call", "name": "f", "args": [TENSOR], "kwargs": {}}),
+    "swap_begin": (operations.swap_begin(frozenset({"split_heads", "causal_allowed"})), {"op": "swap_begin", "substitutes": ["causal_allowed", "split_heads"]}),
     "batch": (operations.batch([{"op": "get", "name": "a"}]), {"op": "batch", "requests": [{"op": "get", "name": "a"}]}),
     "batch_budget": (operations.batch([], 30.0), {"op": "batch", "requests": [], "cell_budget": 30.0}),
     "held_batch": (operations.held_batch("ab" * 32), {"op": "batch", "plan": "ab" * 32}),
@@ -67,8 +66,7 @@ def test_each_control_and_worker_message_is_as_before(name: str) -> None:
 
 def test_a_message_is_read_as_its_kind_with_fatal_first() -> None:
     kinds = {name: worker_messages.kind_of(built) for name, (built, _wire) in MESSAGES.items()}
-    assert kinds == {"fatal": "fatal", "started": "started", "chunk_done": "chunk_done", "chunk_failed": "chunk_failed",
-                     "from_worker": "started"}
+    assert kinds == {"fatal": "fatal", "started": "started", "chunk_done": "chunk_done", "chunk_failed": "chunk_failed", "from_worker": "started"}
     assert worker_messages.kind_of({"student_id": "s", "assignment": "a", "tests": [], "pid": 7}) == worker_messages.RECORD
     assert worker_messages.kind_of({**worker_messages.chunk_done(), **worker_messages.fatal("why")}) == worker_messages.FATAL
 
@@ -132,24 +130,55 @@ def test_a_real_sandbox_serves_every_operation_listed() -> None:
 
 # The modules on either side of the sandbox's channel and of the worker's pipe. (plugin.py is not
 # one: its "call" is pytest's report phase.)
-BOUNDARY = ["proxy.py", "sandbox.py", "sandbox_server.py", "fork_server.py", "seed_server.py", "seed.py", "zygote.py",
-            "cells.py", "lockdown.py", "scope.py", "worker.py", "engine.py"]
-SPELLED_HERE_ONLY = {*operations.OPERATIONS, operations.CALLBACK, operations.PLAN, operations.SWAP, operations.SKIPPED,
-                     operations.SWAP_FORKED, operations.SWAP_REFUSED, operations.OP, *worker_messages.KINDS}
+BOUNDARY = [
+    "proxy.py",
+    "sandbox.py",
+    "sandbox_server.py",
+    "fork_server.py",
+    "seed_server.py",
+    "seed.py",
+    "zygote.py",
+    "cells.py",
+    "lockdown.py",
+    "scope.py",
+    "worker.py",
+    "engine.py",
+]
+SPELLED_HERE_ONLY = {
+    *operations.OPERATIONS,
+    operations.CALLBACK,
+    operations.PLAN,
+    operations.SWAP,
+    operations.SKIPPED,
+    operations.SWAP_FORKED,
+    operations.SWAP_REFUSED,
+    operations.OP,
+    *worker_messages.KINDS,
+}
 
 
 def spelled_names(path: Path) -> list[str]:
     """Where ``path``'s code (not its docstrings) writes one of the listed names as a string."""
     tree = ast.parse(path.read_text())
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     # A method's name (``getattr(backend, "call_with")``) is Python's, not the wire's.
-    attributes = {id(node.args[1]) for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                  and node.func.id in ("getattr", "hasattr") and len(node.args) > 1}
-    return [f"{path.name}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | attributes
-            and node.value in SPELLED_HERE_ONLY]
+    attributes = {
+        id(node.args[1])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
+    }
+    return [
+        f"{path.name}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | attributes and node.value in SPELLED_HERE_ONLY
+    ]
 
 
 def test_no_module_at_the_boundary_spells_an_operation_or_a_message() -> None:

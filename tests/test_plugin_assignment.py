@@ -73,11 +73,11 @@ def graded(course: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
         (submitted / student / assignment).mkdir(parents=True, exist_ok=True)
         (submitted / student / assignment / name).write_text(text, encoding="utf-8")
     out = tmp_path_factory.mktemp("out")
-    result = run("attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet",
-                 "--autograder", str(course / "autograder"), cwd=course)
+    result = run(
+        "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet", "--autograder", str(course / "autograder"), cwd=course
+    )
     rows = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text(encoding="utf-8"))))
-    return {"result": result, "out": out, "submitted": submitted,
-            "scores": {(r["student_id"], r["assignment"]): float(r["score"]) for r in rows}, "rows": rows}
+    return {"result": result, "out": out, "submitted": submitted, "scores": {(r["student_id"], r["assignment"]): float(r["score"]) for r in rows}, "rows": rows}
 
 
 def results(graded: dict, student: str, assignment: str) -> dict:
@@ -105,8 +105,7 @@ def test_one_run_grades_both_assignments(graded: dict) -> None:
         ("ch19_only", CH19): 77.0,
     }, graded["result"].stderr
     warm = results(graded, "both_right", WARMUP)
-    assert warm["max_score"] == 10 and warm["parts"] == {"check_softmax": {"score": 6.0, "max_score": 6.0},
-                                                         "check_stable": {"score": 4.0, "max_score": 4.0}}
+    assert warm["max_score"] == 10 and warm["parts"] == {"check_softmax": {"score": 6.0, "max_score": 6.0}, "check_stable": {"score": 4.0, "max_score": 4.0}}
 
 
 def test_grades_csv_has_each_assignments_parts(graded: dict) -> None:
@@ -139,8 +138,24 @@ def test_the_warmup_reads_in_english_from_its_own_catalogue(course: Path, graded
     """With --lang en, is the warm-up's page English throughout: its title, tests and diagnosis
     come from the catalogue in its own folder (locale/), with no engine edit?"""
     out = tmp_path / "out"
-    result = run("attnkit", "grade", "--submitted", str(graded["submitted"]), "--out", str(out), "--jobs", "1", "--quiet",
-                 "--lang", "en", "--assignment", WARMUP, "--autograder", str(course / "autograder"), cwd=course)
+    result = run(
+        "attnkit",
+        "grade",
+        "--submitted",
+        str(graded["submitted"]),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--quiet",
+        "--lang",
+        "en",
+        "--assignment",
+        WARMUP,
+        "--autograder",
+        str(course / "autograder"),
+        cwd=course,
+    )
     # Exit 1: ch19_only has no warm-up folder (reported); the chapter-19 folders were left out on purpose.
     assert result.returncode == 1, result.stdout + result.stderr
     skipped = json.loads((out / "skipped.json").read_text(encoding="utf-8"))
@@ -148,8 +163,10 @@ def test_the_warmup_reads_in_english_from_its_own_catalogue(course: Path, graded
     page = html.unescape((out / "students" / "warm_shiftless" / WARMUP / "feedback.html").read_text(encoding="utf-8"))
     assert "Warm-up · Softmax · Feedback" in page and "without subtracting each row's maximum" in page
     assert not re.search(r"[\u4e00-\u9fff\u3000-\u303f\uff00-\uffef]", page), "Chinese left on an English page"
-    assert results(graded, "warm_shiftless", WARMUP)["score"] == json.loads(
-        (out / "students" / "warm_shiftless" / WARMUP / "results.json").read_text(encoding="utf-8"))["score"]
+    assert (
+        results(graded, "warm_shiftless", WARMUP)["score"]
+        == json.loads((out / "students" / "warm_shiftless" / WARMUP / "results.json").read_text(encoding="utf-8"))["score"]
+    )
 
 
 def test_a_suite_that_disagrees_with_its_notebook_stops_grading(course: Path, graded: dict, tmp_path: Path) -> None:
@@ -163,8 +180,22 @@ def test_a_suite_that_disagrees_with_its_notebook_stops_grading(course: Path, gr
         encoding="utf-8",
     )
     out = tmp_path / "out"
-    result = run("attnkit", "grade", "--submitted", str(graded["submitted"]), "--out", str(out), "--jobs", "1", "--quiet",
-                 "--assignment", WARMUP, "--autograder", str(broken / "autograder"), cwd=broken)
+    result = run(
+        "attnkit",
+        "grade",
+        "--submitted",
+        str(graded["submitted"]),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--quiet",
+        "--assignment",
+        WARMUP,
+        "--autograder",
+        str(broken / "autograder"),
+        cwd=broken,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "check_bonus" in result.stderr and "softmax.ipynb" in result.stderr
     assert not list(out.glob("students/*/*/results.json"))

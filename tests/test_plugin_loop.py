@@ -66,8 +66,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def grade(folder: Path, notebook: Path) -> list[tuple]:
     grading = GradingPlugin(LocalProvider(notebook, api=("softmax",)))
     with own_imports(folder.name):  # this copy's package, not the tests' course's of the same name
-        code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
-                           plugins=[plugin_module, grading])
+        code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"], plugins=[plugin_module, grading])
     assert code in (0, 1), code
     results = grading.results[notebook.stem]
     return [(r.nodeid, r.status, r.score, r.output, r.error.get("type")) for r in results]
@@ -104,7 +103,9 @@ def test_a_session_with_other_fixtures_runs_in_pytests_loop(suite, tmp_path: Pat
     extra = folder / "test_uses_tmp_path.py"
     extra.write_text(
         "import pytest\n\n\n@pytest.mark.grade_id('check_stable')\n@pytest.mark.function('softmax')\n"
-        "def test_with_a_folder(student, tmp_path):\n    assert tmp_path.is_dir()\n", encoding="utf-8")
+        "def test_with_a_folder(student, tmp_path):\n    assert tmp_path.is_dir()\n",
+        encoding="utf-8",
+    )
     try:
         results = grade(folder, notebook)
     finally:
@@ -153,12 +154,12 @@ def test_a_suite_seen_plain_is_collected_once_in_later_sessions(suite, tmp_path:
     def session() -> tuple[int, dict[str, list[tuple]]]:
         grading, collected = GradingPlugin(ManySources(sources)), Collected()
         with own_imports(folder.name):
-            code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"],
-                               plugins=[plugin_module, grading, collected])
+            code = pytest.main(
+                [str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"], plugins=[plugin_module, grading, collected]
+            )
         assert code in (0, 1), code
         assert gc.isenabled()
-        return collected.count, {key: [(r.nodeid, r.status, r.score, r.output, r.diagnoses) for r in results]
-                                 for key, results in grading.results.items()}
+        return collected.count, {key: [(r.nodeid, r.status, r.score, r.output, r.diagnoses) for r in results] for key, results in grading.results.items()}
 
     def touch() -> None:  # a state of the suite's files no session has seen yet
         stamp = time.time_ns() + 1_000_000_000 * len(plugin_module._PLAIN_SUITES)

@@ -41,8 +41,7 @@ OVERRIDES: dict[str, str] = {
 }
 
 
-def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.MonkeyPatch,
-          assignment: Any = CH19) -> tuple[dict[str, dict], dict[str, int]]:
+def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.MonkeyPatch, assignment: Any = CH19) -> tuple[dict[str, dict], dict[str, int]]:
     """Grade ``submitted`` in this process (one chunk, a real zygote): records by student and the
     number of single requests each submission's sandbox was sent."""
     worker._plans.clear()
@@ -133,6 +132,7 @@ def test_sandboxes_forked_holding_the_plan_grade_the_same(tmp_path: Path, monkey
     held, _ = grade(tmp_path, limits, True, monkeypatch)
     held_frames = list(frames)
     frames.clear()
+
     def no_memfd(*args: Any) -> int:
         raise OSError("no memfd on this system")
 
@@ -152,8 +152,10 @@ def test_sandboxes_forked_holding_the_plan_grade_the_same(tmp_path: Path, monkey
 def test_a_stateful_submission_grades_the_same_alone_and_in_a_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A function that changes with every call sees the plan's requests in the plan's order: is
     its grade the same whether it is graded alone or after others in the same worker?"""
-    counter = "_calls = [0]\n_model = scaled_attention\ndef scaled_attention(*args, **kwargs):\n    _calls[0] += 1\n" \
-              "    output, weights = _model(*args, **kwargs)\n    return (output * 2, weights) if _calls[0] % 5 == 0 else (output, weights)\n"
+    counter = (
+        "_calls = [0]\n_model = scaled_attention\ndef scaled_attention(*args, **kwargs):\n    _calls[0] += 1\n"
+        "    output, weights = _model(*args, **kwargs)\n    return (output * 2, weights) if _calls[0] % 5 == 0 else (output, weights)\n"
+    )
     alone, with_others = tmp_path / "alone", tmp_path / "class"
     write_submission(alone, "s1", counter)
     for student, override in (("s0", ""), ("s1", counter), ("s2", OVERRIDES["no_scale"])):
@@ -199,7 +201,7 @@ def test_cells_past_the_notebook_limit_are_not_run() -> None:
         elapsed = time.monotonic() - started
         ran = [run for run in session.runs if run.ok]
         assert 2 <= len(ran) <= 4, session.runs
-        assert all(not run.ok and "未运行" in run.message for run in session.runs[len(ran):]), session.runs
+        assert all(not run.ok and "未运行" in run.message for run in session.runs[len(ran) :]), session.runs
         assert elapsed < 1.0 + 0.4 + 1.0, elapsed
     finally:
         session.close()

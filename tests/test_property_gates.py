@@ -24,28 +24,42 @@ REFERENCE = CH19.catalogue().reference_source()
 
 # name -> (the function it replaces, its source). Each does no real work for that function.
 STUBS: dict[str, tuple[str, str]] = {
-    "merge_always_raises": ("merge_heads", '''
+    "merge_always_raises": (
+        "merge_heads",
+        """
 def merge_heads(x):
     raise ValueError("cannot merge")
-'''),
-    "merge_returns_input": ("merge_heads", '''
+""",
+    ),
+    "merge_returns_input": (
+        "merge_heads",
+        """
 def merge_heads(x):
     return x
-'''),
-    "merge_returns_zeros": ("merge_heads", '''
+""",
+    ),
+    "merge_returns_zeros": (
+        "merge_heads",
+        """
 import torch
 
 def merge_heads(x):
     batch, heads, length, size = x.shape  # (B, h, T, d)
     return torch.zeros(batch, length, heads * size, dtype=x.dtype)  # (B, T, h*d), no data moved
-'''),
-    "split_returns_input": ("split_heads", '''
+""",
+    ),
+    "split_returns_input": (
+        "split_heads",
+        """
 def split_heads(x, num_heads):
     if x.shape[-1] % num_heads != 0:
         raise ValueError("width not divisible by heads")
     return x
-'''),
-    "split_returns_zeros": ("split_heads", '''
+""",
+    ),
+    "split_returns_zeros": (
+        "split_heads",
+        """
 import torch
 
 def split_heads(x, num_heads):
@@ -53,71 +67,96 @@ def split_heads(x, num_heads):
     if width % num_heads != 0:
         raise ValueError("width not divisible by heads")
     return torch.zeros(batch, num_heads, length, width // num_heads, dtype=x.dtype)  # (B, h, T, D/h)
-'''),
-    "causal_all_true": ("causal_allowed", '''
+""",
+    ),
+    "causal_all_true": (
+        "causal_allowed",
+        """
 import torch
 
 def causal_allowed(size):
     return torch.ones(size, size, dtype=torch.bool)
-'''),
-    "causal_all_false": ("causal_allowed", '''
+""",
+    ),
+    "causal_all_false": (
+        "causal_allowed",
+        """
 import torch
 
 def causal_allowed(size):
     return torch.zeros(size, size, dtype=torch.bool)
-'''),
-    "causal_always_raises": ("causal_allowed", '''
+""",
+    ),
+    "causal_always_raises": (
+        "causal_allowed",
+        """
 def causal_allowed(size):
     raise ValueError("no mask")
-'''),
-    "padding_all_true": ("padding_allowed", '''
+""",
+    ),
+    "padding_all_true": (
+        "padding_allowed",
+        """
 import torch
 
 def padding_allowed(lengths, size):
     return torch.ones(len(lengths), 1, 1, size, dtype=torch.bool)
-'''),
-    "padding_all_false": ("padding_allowed", '''
+""",
+    ),
+    "padding_all_false": (
+        "padding_allowed",
+        """
 import torch
 
 def padding_allowed(lengths, size):
     return torch.zeros(len(lengths), 1, 1, size, dtype=torch.bool)
-'''),
-    "padding_ones_of_the_inputs_shape": ("padding_allowed", '''
+""",
+    ),
+    "padding_ones_of_the_inputs_shape": (
+        "padding_allowed",
+        """
 import torch
 
 def padding_allowed(lengths, size):
     return torch.ones_like(torch.as_tensor(lengths), dtype=torch.bool)
-'''),
-    "padding_always_raises": ("padding_allowed", '''
+""",
+    ),
+    "padding_always_raises": (
+        "padding_allowed",
+        """
 def padding_allowed(lengths, size):
     raise ValueError("no mask")
-'''),
+""",
+    ),
     # Does the causal mask's work too, (B, 1, size, size): beside the right causal mask, & gives
     # the right combination, yet padding_allowed alone blocks what it should not.
-    "padding_carries_causal": ("padding_allowed", '''
+    "padding_carries_causal": (
+        "padding_allowed",
+        """
 import torch
 
 def padding_allowed(lengths, size):
     keys = torch.arange(size)[None, :] < torch.as_tensor(lengths)[:, None]  # (B, size)
     return keys[:, None, None, :] & torch.ones(size, size, dtype=torch.bool).tril()  # (B, 1, size, size)
-'''),
+""",
+    ),
 }
 
 # A causal mask of another but equivalent layout, (1, 1, size, size): it loses its own test (the
 # contract's shape is (size, size)) and nothing else; the combined test judges meaning, not layout.
-EQUIVALENT_LAYOUT = '''
+EQUIVALENT_LAYOUT = """
 import torch
 
 def causal_allowed(size):
     return torch.ones(size, size, dtype=torch.bool).tril()[None, None]  # (1, 1, size, size)
-'''
+"""
 
 GATE_TEXT = "这项检查只在因果掩码与填充掩码各自都正确时给分"
 
 # Right at every size but 5, the size the multi-head future test asks for: causal_allowed's own
 # test must see the sizes the function really receives, so its mistake is charged to it, and the
 # future test is re-run with the reference mask instead of costing multi_head_attention.
-WRONG_AT_FIVE = '''
+WRONG_AT_FIVE = """
 import torch
 
 def causal_allowed(size):
@@ -125,13 +164,12 @@ def causal_allowed(size):
     if size == 5:
         allowed[4, 0] = False
     return allowed
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    sources = {"reference": REFERENCE, "equivalent_layout": REFERENCE + "\n" + EQUIVALENT_LAYOUT,
-               "wrong_at_five": REFERENCE + "\n" + WRONG_AT_FIVE}
+    sources = {"reference": REFERENCE, "equivalent_layout": REFERENCE + "\n" + EQUIVALENT_LAYOUT, "wrong_at_five": REFERENCE + "\n" + WRONG_AT_FIVE}
     sources.update({name: REFERENCE + "\n" + source for name, (_, source) in STUBS.items()})
     plugin = GradingPlugin(SourceProvider(sources))
     threads = torch.get_num_threads()

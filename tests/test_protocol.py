@@ -55,24 +55,27 @@ class _Detour(torch.Tensor):
     """A subclass: encode takes its general path (strip, detach, contiguous, bytes via uint8)."""
 
 
-@pytest.mark.parametrize("make", [
-    lambda: torch.randn(2, 3, 4),
-    lambda: torch.randn(3, 4).T,  # not contiguous
-    lambda: torch.randn(4, 6)[:, ::2],  # strided
-    lambda: torch.randn(1, 3).expand(1000, 3),  # stride 0
-    lambda: torch.randn(3, requires_grad=True) * 2,  # needs grad
-    lambda: torch.randn(4).neg().conj(),  # lazy bits
-    lambda: torch.randn(2, 2)[0].neg(),
-    lambda: torch.randn(2, 3, dtype=torch.bfloat16),
-    lambda: torch.randn(2, 3, dtype=torch.float16),
-    lambda: torch.randn(2, 3, dtype=torch.float64),
-    lambda: torch.tensor([-0.0, 0.0, float("nan"), float("-inf")]),
-    lambda: torch.zeros(0, 3),
-    lambda: torch.tensor(3.5),  # 0-d
-    lambda: torch.tensor([[True, False]]).T,
-    lambda: torch.arange(12, dtype=torch.int8).reshape(3, 4)[1:],
-    lambda: torch.arange(6, dtype=torch.uint8),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.randn(2, 3, 4),
+        lambda: torch.randn(3, 4).T,  # not contiguous
+        lambda: torch.randn(4, 6)[:, ::2],  # strided
+        lambda: torch.randn(1, 3).expand(1000, 3),  # stride 0
+        lambda: torch.randn(3, requires_grad=True) * 2,  # needs grad
+        lambda: torch.randn(4).neg().conj(),  # lazy bits
+        lambda: torch.randn(2, 2)[0].neg(),
+        lambda: torch.randn(2, 3, dtype=torch.bfloat16),
+        lambda: torch.randn(2, 3, dtype=torch.float16),
+        lambda: torch.randn(2, 3, dtype=torch.float64),
+        lambda: torch.tensor([-0.0, 0.0, float("nan"), float("-inf")]),
+        lambda: torch.zeros(0, 3),
+        lambda: torch.tensor(3.5),  # 0-d
+        lambda: torch.tensor([[True, False]]).T,
+        lambda: torch.arange(12, dtype=torch.int8).reshape(3, 4)[1:],
+        lambda: torch.arange(6, dtype=torch.uint8),
+    ],
+)
 def test_the_fast_tensor_path_writes_the_same_frame(make) -> None:
     """Does a plain tensor, encoded on the fast path, give byte for byte the frame of the general
     path (the same tensor as a subclass), whatever its strides, grad, lazy bits or dtype?"""
@@ -92,10 +95,20 @@ def test_the_wire_format_stays_byte_for_byte() -> None:
     import numpy
 
     point = namedtuple("point", "a b")
-    value = {"op": "call", "name": "f", "args": [torch.arange(6, dtype=torch.float32).reshape(2, 3), (1, 2.5, None, True, "中文"),
-             torch.Size([2, 3]), point(-7, torch.tensor([True, False]))],
-             "kwargs": {"big": 2**70, "nan": float("nan"), "inf": float("-inf"), "half": torch.arange(3, dtype=torch.bfloat16),
-                        "empty": torch.zeros(0, 2, dtype=torch.int64), "scalar": numpy.float32(0.5), "nested": [[{"k": []}], {}]}}
+    value = {
+        "op": "call",
+        "name": "f",
+        "args": [torch.arange(6, dtype=torch.float32).reshape(2, 3), (1, 2.5, None, True, "中文"), torch.Size([2, 3]), point(-7, torch.tensor([True, False]))],
+        "kwargs": {
+            "big": 2**70,
+            "nan": float("nan"),
+            "inf": float("-inf"),
+            "half": torch.arange(3, dtype=torch.bfloat16),
+            "empty": torch.zeros(0, 2, dtype=torch.int64),
+            "scalar": numpy.float32(0.5),
+            "nested": [[{"k": []}], {}],
+        },
+    }
     frame = protocol.encode(value)
     assert (len(frame), hashlib.sha256(frame).hexdigest()) == (633, "f65b744e98dde5fc1b135878dc84816e42e26e0f8dede8a80ef3c753c2a2af9c")
 

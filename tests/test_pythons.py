@@ -31,8 +31,9 @@ PIP_CACHE = Path(os.environ.get("ATTNKIT_TEST_PIP_CACHE", Path.home() / ".cache"
 def interpreter(version: str) -> str | None:
     """A CPython ``version`` (3.12, say) on this machine, or None."""
     named = os.environ.get("ATTNKIT_TEST_PYTHON_" + version.replace(".", "_"))
-    candidates = [named] if named else [shutil.which(f"python{version}"),
-                                        *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}.*/bin/python")), reverse=True)]
+    candidates = (
+        [named] if named else [shutil.which(f"python{version}"), *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}.*/bin/python")), reverse=True)]
+    )
     for candidate in filter(None, candidates):
         found = subprocess.run([candidate, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True)
         if found.returncode == 0 and found.stdout.strip().startswith(version + "."):
@@ -48,11 +49,13 @@ def grade_on_a_fresh_clone(python: str, folder: Path) -> dict[str, object]:
     # Nothing of this test run's environment may leak into the clone's own venv.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST", "PIP_"))}
     env["PIP_CACHE_DIR"] = str(PIP_CACHE)
-    run = subprocess.run(["make", "grade", f"PYTHON={python}", "JOBS=2"], cwd=clone, env=env,
-                         capture_output=True, text=True, timeout=3600, stdin=subprocess.DEVNULL)
+    run = subprocess.run(
+        ["make", "grade", f"PYTHON={python}", "JOBS=2"], cwd=clone, env=env, capture_output=True, text=True, timeout=3600, stdin=subprocess.DEVNULL
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-    ran = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    ran = subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     wanted = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True).stdout.strip()
     assert ran == wanted, f"the clone's .venv runs {ran}, not {python}'s {wanted}"
     graded = clone / "graded"

@@ -61,8 +61,7 @@ def with_stub(source: str) -> str:
 
 def files_under(directory: Path) -> dict[str, bytes]:
     """Map relative path -> bytes for every file under directory."""
-    return {p.relative_to(directory).as_posix(): p.read_bytes()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +72,8 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "solutions", course / "solutions")
     # The hidden suites name each assignment's student README (manifest.toml).
     shutil.copytree(ROOT / "autograder", course / "autograder", ignore=shutil.ignore_patterns("__pycache__"))
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                        os.environ.get("PYTHONPATH")]))}
-    result = python_m("attnkit.release", "--root", str(course), "--zip", str(course / "dist" / "student.zip"),
-                      cwd=course, env=env, timeout=300)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    result = python_m("attnkit.release", "--root", str(course), "--zip", str(course / "dist" / "student.zip"), cwd=course, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return course
 
@@ -130,8 +126,7 @@ def test_release_mentions_no_grader_internals() -> None:
     assert "autograder" not in text.lower()
     hidden_names = set()
     for path in (ROOT / "autograder").rglob("*.py"):
-        hidden_names |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"),
-                                       re.M))
+        hidden_names |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
     for name in hidden_names:
         assert name not in text, name
 
@@ -152,13 +147,11 @@ def test_student_zip_holds_only_the_release(regenerated: Path) -> None:
     """Does the student zip hold the released notebook and README only: no autograder/, no solutions/?"""
     with zipfile.ZipFile(regenerated / "dist" / "student.zip") as bundle:
         names = bundle.namelist()
-        assert sorted(names) == sorted([f"{ASSIGNMENT}/attention.ipynb",
-                                        f"{ASSIGNMENT}/{README_NAME}"])
+        assert sorted(names) == sorted([f"{ASSIGNMENT}/attention.ipynb", f"{ASSIGNMENT}/{README_NAME}"])
         for name in names:
             parts = name.split("/")
             assert "autograder" not in parts and "solutions" not in parts
-        assert bundle.read(f"{ASSIGNMENT}/attention.ipynb") == (
-            RELEASE_DIR / "attention.ipynb").read_bytes()
+        assert bundle.read(f"{ASSIGNMENT}/attention.ipynb") == (RELEASE_DIR / "attention.ipynb").read_bytes()
         readme = bundle.read(f"{ASSIGNMENT}/{README_NAME}").decode("utf-8")
         assert "在此作答" in readme and "NotImplementedError" in readme
         for info in bundle.infolist():

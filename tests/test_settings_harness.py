@@ -31,8 +31,10 @@ if not sys.platform.startswith("linux") or os.geteuid() != 0 or sys.maxsize < 2*
 pytest.importorskip("pyseccomp")
 
 
-SYSCALLS = {"x86_64": {"clone": 56, "clone3": 435, "pivot_root": 155, "setns": 308, "landlock_create_ruleset": 444},
-            "aarch64": {"clone": 220, "clone3": 435, "pivot_root": 41, "setns": 268, "landlock_create_ruleset": 444}}
+SYSCALLS = {
+    "x86_64": {"clone": 56, "clone3": 435, "pivot_root": 155, "setns": 308, "landlock_create_ruleset": 444},
+    "aarch64": {"clone": 220, "clone3": 435, "pivot_root": 41, "setns": 268, "landlock_create_ruleset": 444},
+}
 
 PROBE = textwrap.dedent(
     r"""

@@ -16,14 +16,16 @@ from commands import attnkit
 from attacks import ASSIGNMENT, SOLUTION, load, with_cells, write
 
 
-STUB = '''
+STUB = """
 def scaled_attention(query, key, value, allowed=None):
     raise NotImplementedError()
-'''
+"""
 
 # Every scaled_attention request the sandbox holds (the plan's hidden inputs), asked of the
 # stand-in inside the swap fork, the answers carried out in the exception's message.
-HARVESTER = STUB + '''
+HARVESTER = (
+    STUB
+    + '''
 import sys as _sys
 
 
@@ -50,11 +52,14 @@ def multi_head_attention(*args, **kwargs):
                 pass
     raise ValueError("LEAK:" + ",".join(answers[:300]))
 '''
+)
 
 # The fork writes what the reference returned into the scratch folders and a shared mapping the
 # sandbox made before forking; the sandbox's own scaled_attention (asked for the feedback page's
 # heatmaps after the tests) returns it as its weights.
-CROSSER = STUB + '''
+CROSSER = (
+    STUB
+    + """
 import mmap as _mmap
 import os as _os
 import torch as _torch
@@ -92,11 +97,14 @@ def scaled_attention(query, key, value, allowed=None):
             weights = _torch.tensor([float(v) for v in text.split()[1:10]], dtype=_torch.float64).reshape(3, 3)
             return value, weights
     raise NotImplementedError()
-'''
+"""
+)
 
 # A 16000-position attention asked of the trusted side (each input under the protocol's
 # element cap), then the honest computation: the test must still fail.
-HUGE = STUB + '''
+HUGE = (
+    STUB
+    + """
 import torch as _torch
 
 _honest_multi_head = multi_head_attention
@@ -109,11 +117,14 @@ def multi_head_attention(*args, **kwargs):
     except Exception:
         pass
     return _honest_multi_head(*args, **kwargs)
-'''
+"""
+)
 
 # What the stand-in returned, spelt in the sandbox's peak memory: 300 MB touched in each swapped
 # call (the plain run never gets past the stub), for results.json's "max_rss_kb" to show.
-SPELLER = STUB + '''
+SPELLER = (
+    STUB
+    + """
 _honest_multi_head = multi_head_attention
 _held = []
 
@@ -123,7 +134,8 @@ def multi_head_attention(*args, **kwargs):
     if not _held:
         _held.append(bytearray(300 * 1024 * 1024))
     return result
-'''
+"""
+)
 
 STUDENTS = {"honest": STUB, "harvester": HARVESTER, "crosser": CROSSER, "huge": HUGE, "speller": SPELLER, "correct": "pass"}
 SWAPPED_NOTE = "这一项用参考的 scaled_attention 代替了你的实现"
@@ -277,8 +289,9 @@ def test_a_huge_callback_is_refused_and_fails_its_test(graded):
     it refused, and does the test fail although the code then computes the right answer?"""
     results, _page = graded["huge"]
     swapped = swapped_tests(results)
-    assert swapped and all(test["status"] == "failed" and OUT_OF_SCOPE in test["output"] for test in swapped), \
-        [(t["name"], t["status"], t["output"][:200]) for t in swapped]
+    assert swapped and all(test["status"] == "failed" and OUT_OF_SCOPE in test["output"] for test in swapped), [
+        (t["name"], t["status"], t["output"][:200]) for t in swapped
+    ]
     # Each refusal costs a comparison of shapes, not an attention: the whole submission grades
     # in well under one such call's former cost per swapped test.
     assert results["seconds"] < 5 * len(swapped), results["seconds"]

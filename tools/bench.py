@@ -111,7 +111,9 @@ class Kind:
 # Mistakes a student makes that the catalogue does not list: diagnosis runs for them too and must
 # name nothing. Each replaces one answer cell of an otherwise correct notebook.
 UNCATALOGUED: dict[str, tuple[str, str]] = {
-    "weights_transposed": ("scaled_attention", """from math import sqrt
+    "weights_transposed": (
+        "scaled_attention",
+        """from math import sqrt
 import torch
 
 def scaled_attention(query, key, value, allowed=None):
@@ -122,8 +124,11 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = scores.softmax(dim=-1)
     return weights @ value, weights.transpose(-2, -1)
-"""),
-    "sigmoid_weights": ("scaled_attention", """from math import sqrt
+""",
+    ),
+    "sigmoid_weights": (
+        "scaled_attention",
+        """from math import sqrt
 import torch
 
 def scaled_attention(query, key, value, allowed=None):
@@ -134,23 +139,33 @@ def scaled_attention(query, key, value, allowed=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = torch.sigmoid(scores)
     return weights @ value, weights
-"""),
-    "causal_all_allowed": ("causal_allowed", """import torch
+""",
+    ),
+    "causal_all_allowed": (
+        "causal_allowed",
+        """import torch
 
 def causal_allowed(size):
     return torch.ones(size, size, dtype=torch.bool)
-"""),
-    "padding_flat": ("padding_allowed", """import torch
+""",
+    ),
+    "padding_flat": (
+        "padding_allowed",
+        """import torch
 
 def padding_allowed(lengths, size):
     lengths = torch.as_tensor(lengths)
     return torch.arange(size) < lengths[:, None]  # (B, size): no head or query axis
-"""),
-    "single_head": ("multi_head_attention", """def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+""",
+    ),
+    "single_head": (
+        "multi_head_attention",
+        """def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
     source = x if context is None else context
     output, weights = scaled_attention((x @ w_q)[:, None], (source @ w_k)[:, None], (source @ w_v)[:, None], allowed)
     return output[:, 0] @ w_o, weights.expand(-1, num_heads, -1, -1)
-"""),
+""",
+    ),
 }
 # A TA's class: a quarter correct, three in five with one mistake (from the catalogue or not),
 # the rest broken or unfinished. One cycle of CYCLE submissions.
@@ -166,7 +181,7 @@ def submission_kinds(solution: dict, mistakes: Sequence[Any]) -> list[Kind]:
     kinds = [Kind("correct", answers), Kind("release", {})]
     for done in (3, 5):
         kinds.append(Kind(f"half_{done}_of_{len(order)}", {gid: answers[gid] for gid in order[:done]}))
-    broken = answers.get("scaled_attention", "") .replace("def scaled_attention(", "def scaled_attention(\n", 1).replace("):", ")", 1)
+    broken = answers.get("scaled_attention", "").replace("def scaled_attention(", "def scaled_attention(\n", 1).replace("):", ")", 1)
     kinds.append(Kind("syntax_error", {**answers, "scaled_attention": broken}))
     for mistake in mistakes:
         if mistake.function in answers:
@@ -343,8 +358,17 @@ def measure(label: str, count: int, command: list[str], cwd: Path | None = None)
         seconds = time.perf_counter() - started
         log.seek(0)
         text = log.read()
-    return Measured(label, count, seconds, peak_rss=sampler.peak_rss, peak_pss=sampler.peak_pss,
-                    load_before=load_before, load_after=os.getloadavg()[0], returncode=returncode, log=text)
+    return Measured(
+        label,
+        count,
+        seconds,
+        peak_rss=sampler.peak_rss,
+        peak_pss=sampler.peak_pss,
+        load_before=load_before,
+        load_after=os.getloadavg()[0],
+        returncode=returncode,
+        log=text,
+    )
 
 
 # ``python -m attnkit.cli`` by default; ``--entry FILE`` swaps in a script that wraps it (to measure
@@ -353,8 +377,7 @@ ENTRY: list[str] = ["-m", "attnkit.cli"]
 
 
 def attnkit_command(submitted: Path, out: Path, jobs: int, autograder: Path | None = None) -> list[str]:
-    command = [sys.executable, *ENTRY, "grade", "--submitted", str(submitted), "--out", str(out),
-               "--jobs", str(jobs), "--force", "--quiet"]
+    command = [sys.executable, *ENTRY, "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", str(jobs), "--force", "--quiet"]
     return command + (["--autograder", str(autograder)] if autograder is not None else [])
 
 
@@ -419,8 +442,13 @@ def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) ->
     # folder holding the config file; give the temporary course the same shape.
     shutil.copytree(root / "solutions" / ASSIGNMENT, course / "solutions" / ASSIGNMENT)
     started = time.perf_counter()
-    generate = subprocess.run([*nbgrader_command(), "generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
-                              cwd=course, env=tool_environment(), capture_output=True, text=True)
+    generate = subprocess.run(
+        [*nbgrader_command(), "generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
+        cwd=course,
+        env=tool_environment(),
+        capture_output=True,
+        text=True,
+    )
     generate_seconds = time.perf_counter() - started
     if generate.returncode != 0:
         raise RuntimeError(f"nbgrader generate_assignment failed:\n{generate.stdout}\n{generate.stderr}")
@@ -428,9 +456,14 @@ def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) ->
         folder = course / "submitted" / student_id / ASSIGNMENT
         folder.mkdir(parents=True)
         shutil.copy(notebook, folder / NOTEBOOK)
-    command = [*nbgrader_command(), "autograde", ASSIGNMENT, "--force",
-               "--Application.log_format=%(asctime)s.%(msecs)03d [%(name)s | %(levelname)s] %(message)s",
-               "--Application.log_datefmt=%H:%M:%S"]
+    command = [
+        *nbgrader_command(),
+        "autograde",
+        ASSIGNMENT,
+        "--force",
+        "--Application.log_format=%(asctime)s.%(msecs)03d [%(name)s | %(levelname)s] %(message)s",
+        "--Application.log_datefmt=%H:%M:%S",
+    ]
     measured = measure("nbgrader autograde", len(notebooks), command, cwd=course)
     measured.per_submission = nbgrader_durations(measured.log)
     return measured, generate_seconds
@@ -448,8 +481,7 @@ def comparable(result: dict) -> dict:
     }
 
 
-def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, parallel: int = 2,
-                     autograder: Path | None = None) -> dict[str, dict]:
+def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, parallel: int = 2, autograder: Path | None = None) -> dict[str, dict]:
     """Grade each student in a class of one (its own ``attnkit grade --jobs 1`` process)."""
 
     def one(student_id: str) -> tuple[str, dict]:
@@ -457,8 +489,7 @@ def grade_one_by_one(submitted: Path, student_ids: list[str], scratch: Path, par
         alone.mkdir(parents=True)
         shutil.copytree(submitted / student_id, alone / student_id)
         out = scratch / student_id / "out"
-        subprocess.run(attnkit_command(alone, out, 1, autograder), env=tool_environment(), stdin=subprocess.DEVNULL,
-                       capture_output=True, check=True)
+        subprocess.run(attnkit_command(alone, out, 1, autograder), env=tool_environment(), stdin=subprocess.DEVNULL, capture_output=True, check=True)
         return student_id, read_results(out).get(student_id, {})
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
@@ -521,8 +552,9 @@ def linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mean_t - marginal * mean_n, marginal
 
 
-def summarise(attnkit_runs: list[Measured], nbgrader: Measured | None, generate_seconds: float,
-              same_scores: tuple[int, int, list[str], int] | None, jobs: int) -> dict[str, Any]:
+def summarise(
+    attnkit_runs: list[Measured], nbgrader: Measured | None, generate_seconds: float, same_scores: tuple[int, int, list[str], int] | None, jobs: int
+) -> dict[str, Any]:
     largest = max(attnkit_runs, key=lambda m: m.count)
     smallest = min(attnkit_runs, key=lambda m: m.count)
     fixed, marginal = linear_fit([(m.count, m.seconds) for m in attnkit_runs])
@@ -530,25 +562,43 @@ def summarise(attnkit_runs: list[Measured], nbgrader: Measured | None, generate_
         "jobs": jobs,
         "cores": os.cpu_count(),
         "attnkit": {
-            str(m.count): {"seconds": m.seconds, "per_submission_mean": m.mean, "per_submission_median": m.median,
-                           "peak_rss_bytes": m.peak_rss, "peak_pss_bytes": m.peak_pss,
-                           "load_before": m.load_before, "load_after": m.load_after}
+            str(m.count): {
+                "seconds": m.seconds,
+                "per_submission_mean": m.mean,
+                "per_submission_median": m.median,
+                "peak_rss_bytes": m.peak_rss,
+                "peak_pss_bytes": m.peak_pss,
+                "load_before": m.load_before,
+                "load_after": m.load_after,
+            }
             for m in attnkit_runs
         },
         "fixed_seconds": fixed,
         "marginal_seconds_per_submission": marginal,
     }
     if nbgrader is not None:
-        summary["nbgrader"] = {"count": nbgrader.count, "seconds": nbgrader.seconds, "per_submission_mean": nbgrader.mean,
-                               "per_submission_median": nbgrader.median, "peak_rss_bytes": nbgrader.peak_rss,
-                               "peak_pss_bytes": nbgrader.peak_pss, "generate_assignment_seconds": generate_seconds}
+        summary["nbgrader"] = {
+            "count": nbgrader.count,
+            "seconds": nbgrader.seconds,
+            "per_submission_mean": nbgrader.mean,
+            "per_submission_median": nbgrader.median,
+            "peak_rss_bytes": nbgrader.peak_rss,
+            "peak_pss_bytes": nbgrader.peak_pss,
+            "generate_assignment_seconds": generate_seconds,
+        }
         summary["ratio_mean"] = nbgrader.mean / largest.mean
         summary["ratio_median"] = nbgrader.median / largest.median if largest.per_submission else float("nan")
     goals = []
     at_goal = next((m for m in attnkit_runs if m.count == GOAL_CLASS_SIZE), None)
     if at_goal is not None:
-        goals.append(("class", f"{GOAL_CLASS_SIZE} submissions in < {GOAL_CLASS_SECONDS:g} s with --jobs {jobs}",
-                      f"{at_goal.seconds:.1f} s", at_goal.seconds < GOAL_CLASS_SECONDS))
+        goals.append(
+            (
+                "class",
+                f"{GOAL_CLASS_SIZE} submissions in < {GOAL_CLASS_SECONDS:g} s with --jobs {jobs}",
+                f"{at_goal.seconds:.1f} s",
+                at_goal.seconds < GOAL_CLASS_SECONDS,
+            )
+        )
     else:
         # Not measured at that size: project from the largest run. The fitted line when it is
         # meaningful (more than one size, positive slope), else the largest run's mean per
@@ -557,23 +607,39 @@ def summarise(attnkit_runs: list[Measured], nbgrader: Measured | None, generate_
             projected, how = fixed + marginal * GOAL_CLASS_SIZE, "linear fit"
         else:
             projected, how = largest.mean * GOAL_CLASS_SIZE, f"{GOAL_CLASS_SIZE} × mean s/submission"
-        goals.append(("class", f"{GOAL_CLASS_SIZE} submissions in < {GOAL_CLASS_SECONDS:g} s with --jobs {jobs}",
-                      f"{projected:.1f} s projected ({how}, measured n ≤ {largest.count})", projected < GOAL_CLASS_SECONDS))
+        goals.append(
+            (
+                "class",
+                f"{GOAL_CLASS_SIZE} submissions in < {GOAL_CLASS_SECONDS:g} s with --jobs {jobs}",
+                f"{projected:.1f} s projected ({how}, measured n ≤ {largest.count})",
+                projected < GOAL_CLASS_SECONDS,
+            )
+        )
     if nbgrader is not None:
-        goals.append(("speedup", f"≥ {GOAL_SPEEDUP:g}× faster per submission than nbgrader autograde",
-                      f"{summary['ratio_mean']:.1f}× (mean s/submission, n={largest.count})", summary["ratio_mean"] >= GOAL_SPEEDUP))
+        goals.append(
+            (
+                "speedup",
+                f"≥ {GOAL_SPEEDUP:g}× faster per submission than nbgrader autograde",
+                f"{summary['ratio_mean']:.1f}× (mean s/submission, n={largest.count})",
+                summary["ratio_mean"] >= GOAL_SPEEDUP,
+            )
+        )
     if largest.count > smallest.count:
         growth = largest.mean / smallest.mean
-        goals.append(("linear", "cost grows linearly (s/submission does not rise with class size)",
-                      f"{seconds(smallest.mean)} s at n={smallest.count} → {seconds(largest.mean)} s at n={largest.count}",
-                      growth <= LINEAR_SLACK))
+        goals.append(
+            (
+                "linear",
+                "cost grows linearly (s/submission does not rise with class size)",
+                f"{seconds(smallest.mean)} s at n={smallest.count} → {seconds(largest.mean)} s at n={largest.count}",
+                growth <= LINEAR_SLACK,
+            )
+        )
     if same_scores is not None:
         equal, total, differ, changed = same_scores
         measured = f"{equal}/{total} identical" + (f"; differ: {', '.join(differ[:5])}" if differ else "")
         if changed:
             measured += f"; {changed} not compared (attnkit's files changed during the bench)"
-        goals.append(("same_scores", f"same scores as one-by-one grading (sample of the n={largest.count} run)",
-                      measured, total > 0 and equal == total))
+        goals.append(("same_scores", f"same scores as one-by-one grading (sample of the n={largest.count} run)", measured, total > 0 and equal == total))
     summary["goals"] = {key: {"goal": text, "measured": value, "pass": ok} for key, text, value, ok in goals}
     return summary
 
@@ -588,8 +654,16 @@ def print_report(summary: dict[str, Any], attnkit_runs: list[Measured], nbgrader
         table.add_column(column, justify="right" if column not in ("grader",) else "left")
     rows = ([nbgrader] if nbgrader else []) + attnkit_runs
     for m in rows:
-        table.add_row(m.label, str(m.count), seconds(m.seconds), seconds(m.mean), seconds(m.median),
-                      mb(m.peak_rss), mb(m.peak_pss), f"{m.load_before:.1f}→{m.load_after:.1f}")
+        table.add_row(
+            m.label,
+            str(m.count),
+            seconds(m.seconds),
+            seconds(m.mean),
+            seconds(m.median),
+            mb(m.peak_rss),
+            mb(m.peak_pss),
+            f"{m.load_before:.1f}→{m.load_after:.1f}",
+        )
     console.print(table)
     console.print(
         "mean s/sub = the whole command's wall time / n (start-up included). median s/sub = each submission's own time: "
@@ -638,9 +712,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes for tests: --sizes 10,20 --nbgrader 2 --sample 2")
     parser.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
-    parser.add_argument("--entry", type=Path, default=None,
-                        help="run attnkit as `python FILE grade ...` instead of `python -m attnkit.cli grade ...` "
-                             "(a wrapper that monkeypatches a proposed engine change)")
+    parser.add_argument(
+        "--entry",
+        type=Path,
+        default=None,
+        help="run attnkit as `python FILE grade ...` instead of `python -m attnkit.cli grade ...` (a wrapper that monkeypatches a proposed engine change)",
+    )
     args = parser.parse_args(argv)
     quick = {"sizes": [10, 20], "nbgrader": 2, "sample": 2}
     full = {"sizes": [100, 1000], "nbgrader": 10, "sample": 12}

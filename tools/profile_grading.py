@@ -89,8 +89,7 @@ def main() -> None:
         return single(self, message, *rest, **kwargs)
 
     sandbox.Submission._request = counted  # type: ignore[method-assign]
-    zygote = Zygote(warm_up="\n".join(s.warm_up_source() for s in suites.values()),
-                    cells=[cell for s in suites.values() for cell in s.release_cells()])
+    zygote = Zygote(warm_up="\n".join(s.warm_up_source() for s in suites.values()), cells=[cell for s in suites.values() for cell in s.release_cells()])
     records: list[dict] = []
     collecting = {"started": 0.0, "spent": 0.0, "collections": 0}
 
@@ -124,11 +123,15 @@ def main() -> None:
     children = os.times()
     n = len([record for record in records if "tests" in record])
     per = 1000 / n
-    print(f"{n} submissions, per submission: wall {wall * per:.1f} ms; worker CPU {(after.user - before.user) * per:.1f} user + "
-          f"{(after.system - before.system) * per:.1f} system ms; sandboxes and zygote (whole life, warm-up included) "
-          f"{children.children_user * per:.1f} user + {children.children_system * per:.1f} system ms")
-    print(f"  of the worker's CPU, garbage collection: {collecting['spent'] * per:.1f} ms in {collecting['collections'] / n:.1f} "
-          f"collections (by generation: {', '.join(f'{collecting.get(g, 0) * per:.1f}' for g in range(3))})")
+    print(
+        f"{n} submissions, per submission: wall {wall * per:.1f} ms; worker CPU {(after.user - before.user) * per:.1f} user + "
+        f"{(after.system - before.system) * per:.1f} system ms; sandboxes and zygote (whole life, warm-up included) "
+        f"{children.children_user * per:.1f} user + {children.children_system * per:.1f} system ms"
+    )
+    print(
+        f"  of the worker's CPU, garbage collection: {collecting['spent'] * per:.1f} ms in {collecting['collections'] / n:.1f} "
+        f"collections (by generation: {', '.join(f'{collecting.get(g, 0) * per:.1f}' for g in range(3))})"
+    )
     print("worker CPU by phase (ms per submission):")
     for _owner, _name, label in PHASES:
         print(f"  {label}: {spent[label] * per:.1f}")

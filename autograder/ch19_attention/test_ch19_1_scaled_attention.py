@@ -70,9 +70,7 @@ def test_section7_unmasked(student):
     assert_shape(weights, (1, 1, 3, 3), _("第 7 节实验的权重"))
     assert_dtype(output, torch.float64, _("第 7 节实验的输出"))
     assert_dtype(weights, torch.float64, _("第 7 节实验的权重"))
-    chapter_weights = torch.tensor(
-        [[0.4011, 0.1978, 0.4011], [0.1978, 0.4011, 0.4011], [0.2483, 0.2483, 0.5035]], dtype=torch.float64
-    )[None, None]
+    chapter_weights = torch.tensor([[0.4011, 0.1978, 0.4011], [0.1978, 0.4011, 0.4011], [0.2483, 0.2483, 0.5035]], dtype=torch.float64)[None, None]
     assert_close(weights, chapter_weights, _("第 7 节未加掩码的权重（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
     first_row = torch.tensor([8.0222, 5.9889], dtype=torch.float64)
     assert_close(output[0, 0, 0], first_row, _("第 7 节第一行加权结果（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)

@@ -54,9 +54,13 @@ def assert_blocked_zero(weights, allowed, what):
     if leaked.any():
         index = tuple(int(i) for i in leaked.nonzero()[0])
         count = int(leaked.sum())
-        fail(ngettext("{what}：不允许访问的位置应得到 0 权重，但位置 {index} 的权重为 {weight}（共 {count} 处不为 0）。",
-                      "{what}：不允许访问的位置应得到 0 权重，但位置 {index} 的权重为 {weight}（共 {count} 处不为 0）。", count).format(
-            what=what, index=fmt_index(index), weight=fmt_number(float(weights[index])), count=count))
+        fail(
+            ngettext(
+                "{what}：不允许访问的位置应得到 0 权重，但位置 {index} 的权重为 {weight}（共 {count} 处不为 0）。",
+                "{what}：不允许访问的位置应得到 0 权重，但位置 {index} 的权重为 {weight}（共 {count} 处不为 0）。",
+                count,
+            ).format(what=what, index=fmt_index(index), weight=fmt_number(float(weights[index])), count=count)
+        )
 
 
 @pytest.mark.weight(4)

@@ -11,6 +11,7 @@ from .messages import _
 
 pytestmark = [pytest.mark.grade_id("check_empty_row"), pytest.mark.function("scaled_attention")]
 
+
 def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where):
     """The same call, with each empty row given back its first key, must return well-formed
     attention (right shapes, finite values). Without this, a function that raises ValueError on
@@ -20,8 +21,12 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
     try:
         result = student.scaled_attention(query, key, value, repaired)
     except ValueError as error:
-        fail(_("{where}：先把空行补上一个可访问的键再调用，每个查询都有键可用，不应报错，"
-               "但你的函数抛出了 ValueError：{message}。ValueError 只应在某个查询一个键也不能访问时抛出。").format(where=where, message=str(error)[:300]))
+        fail(
+            _(
+                "{where}：先把空行补上一个可访问的键再调用，每个查询都有键可用，不应报错，"
+                "但你的函数抛出了 ValueError：{message}。ValueError 只应在某个查询一个键也不能访问时抛出。"
+            ).format(where=where, message=str(error)[:300])
+        )
     output, weights = unpack_pair(result, "scaled_attention")
     batch = broadcast_shape(query.shape[:-2], repaired.shape[:-2])
     assert_shape(output, (*batch, query.shape[-2], value.shape[-1]), _("输出"))
@@ -49,9 +54,7 @@ V = torch.randn(2, 2, 5, 2, generator=_g)  # d_v=2
 @pytest.mark.weight(3)
 def test_one_row_fully_masked(student):
     """三个查询中第 2 个的 allowed 整行为 False（其余各行都有可访问的键）：是否抛出 ValueError？"""
-    allowed = torch.tensor(
-        [[1, 1, 0, 0, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool
-    )
+    allowed = torch.tensor([[1, 1, 0, 0, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool)
     expect_error_only_for_the_empty_row(student, Q[0, 0], K[0, 0], V[0, 0], allowed, _("单个序列"), _("第 2 个查询没有任何允许访问的键时"))
 
 
@@ -73,9 +76,7 @@ def test_zero_length_padding(student):
 @pytest.mark.weight(2)
 def test_no_error_when_every_row_keeps_a_key(student):
     """每个查询都恰好只剩一个可访问的键时：是否正常返回、没有报错也没有 NaN？"""
-    allowed = torch.tensor(
-        [[0, 0, 0, 0, 1], [0, 0, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool
-    )
+    allowed = torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
     try:
         result = student.scaled_attention(Q, K, V, allowed)
     except ValueError as error:
@@ -86,8 +87,11 @@ def test_no_error_when_every_row_keeps_a_key(student):
     for name, tensor in ((_("权重"), weights), (_("输出"), output)):
         broken = ~torch.isfinite(tensor)
         if broken.any():
-            fail(_("{name}中出现了 NaN 或无穷大（第一处在位置 {index}），每个查询都有可访问的键时结果应是有限的数。").format(
-                name=name, index=fmt_index(tuple(int(i) for i in broken.nonzero()[0]))))
+            fail(
+                _("{name}中出现了 NaN 或无穷大（第一处在位置 {index}），每个查询都有可访问的键时结果应是有限的数。").format(
+                    name=name, index=fmt_index(tuple(int(i) for i in broken.nonzero()[0]))
+                )
+            )
     expected_output, expected_weights = reference.scaled_attention(Q, K, V, allowed)
     assert_real_attention(weights, expected_weights, _("每个查询只剩一个可访问的键时的权重"))
     assert_real_attention(output, expected_output, _("每个查询只剩一个可访问的键时的输出"))

@@ -68,16 +68,18 @@ def test_causal_and_padding_combined(student):
             raise RuntimeError("does not fit")
         combined = causal & padding
     except RuntimeError:
-        fail(_("因果掩码 {causal} 与填充掩码 {padding} 用 & 组合后无法广播到 (批次 2, 头数 2, 4 个查询, 4 把键)。").format(
-            causal=fmt_shape(causal.shape), padding=fmt_shape(padding.shape)))
+        fail(
+            _("因果掩码 {causal} 与填充掩码 {padding} 用 & 组合后无法广播到 (批次 2, 头数 2, 4 个查询, 4 把键)。").format(
+                causal=fmt_shape(causal.shape), padding=fmt_shape(padding.shape)
+            )
+        )
     expected_mask = expected_causal(4) & expected_padding(lengths, 4)
     generator = torch.Generator().manual_seed(1904)
     query, key, value = (torch.randn(2, 2, 4, size, generator=generator, dtype=torch.float64) for size in (3, 3, 2))
     try:
         output, _unused = reference.scaled_attention(query, key, value, combined)
     except ValueError:
-        fail(_("两个掩码组合后，有的查询一个键也不能访问（整行为 False）；"
-             "而正确的组合下每个查询至少能访问自己所在序列的第一个位置。"))
+        fail(_("两个掩码组合后，有的查询一个键也不能访问（整行为 False）；而正确的组合下每个查询至少能访问自己所在序列的第一个位置。"))
     expected = F.scaled_dot_product_attention(query, key, value, attn_mask=expected_mask)
     assert_close(output, expected, _("用组合掩码算出的注意力输出"))
     # The combination is right; it pays only if each mask also does its own job (issue 23): a

@@ -45,13 +45,18 @@ def check_positions(before, after, changed, what, shape):
     assert_shape(after, shape, _("{what}（改动后）的输出").format(what=what))
     moved, index = max_change(before[..., :changed, :], after[..., :changed, :])
     if moved > UNCHANGED:
-        fail(_("{what}：只改动了第 {position} 个位置，前 {earlier} 个位置的输出却变了"
-               "（最大变化 {moved}，在位置 {index}）。它们不应有访问这个位置的通路。").format(
-            what=what, position=changed + 1, earlier=changed, moved=f"{moved:.4g}", index=fmt_index(index)))
+        fail(
+            _(
+                "{what}：只改动了第 {position} 个位置，前 {earlier} 个位置的输出却变了（最大变化 {moved}，在位置 {index}）。它们不应有访问这个位置的通路。"
+            ).format(what=what, position=changed + 1, earlier=changed, moved=f"{moved:.4g}", index=fmt_index(index))
+        )
     own, _unused = max_change(before[..., changed, :], after[..., changed, :])
     if not own > CHANGED:
-        fail(_("{what}：改动第 {position} 个位置后，它自己的输出没有任何变化；"
-               "这个位置应能访问自己的信息，输出应随之改变。").format(what=what, position=changed + 1))
+        fail(
+            _("{what}：改动第 {position} 个位置后，它自己的输出没有任何变化；这个位置应能访问自己的信息，输出应随之改变。").format(
+                what=what, position=changed + 1
+            )
+        )
 
 
 @pytest.mark.weight(3)
@@ -97,8 +102,11 @@ def test_multi_head_future_with_your_causal_mask(student):
     except StudentRaised as error:
         if error.type_name == "NotImplementedError":
             raise
-        fail(_("用你的 causal_allowed({size}) 作掩码调用 multi_head_attention 时出错（{type}：{message}）。").format(
-            size=T, type=error.type_name, message=str(error)[:300]))
+        fail(
+            _("用你的 causal_allowed({size}) 作掩码调用 multi_head_attention 时出错（{type}：{message}）。").format(
+                size=T, type=error.type_name, message=str(error)[:300]
+            )
+        )
     before, _unused = unpack_pair(before, "multi_head_attention")
     after, _unused = unpack_pair(after, "multi_head_attention")
     check_positions(before, after, 2, _("多头注意力 + 你的 causal_allowed({size})").format(size=T), (2, T, D))
@@ -112,9 +120,7 @@ def test_multi_head_future_with_your_causal_mask(student):
 def test_multi_head_future_with_trusted_mask(student):
     """多头注意力配正确的因果掩码：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
     before, _unused = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
-    after, _unused = unpack_pair(
-        student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention"
-    )
+    after, _unused = unpack_pair(student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
     check_positions(before, after, 2, _("多头注意力 + 因果掩码"), (2, T, D))
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
     assert_real_attention(before, expected, _("多头注意力 + 因果掩码（改动前）的输出"))

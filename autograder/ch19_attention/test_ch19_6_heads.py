@@ -30,12 +30,22 @@ def check_split(got, x, heads):
             for t in range(length):
                 expected = x[b, t, r * size : (r + 1) * size]
                 if not torch.equal(got[b, r, t], expected):
-                    fail(_("split_heads(x, {heads}) 的元素放错了位置：第 {head} 个头在第 {position} 个位置（批次 {batch}）"
-                           "应是该位置的第 {first}–{last} 个特征 {expected}，实际为 {got}。"
-                           "多头拆分的是每个位置的特征，不是序列。").format(
-                        heads=heads, head=r + 1, position=t + 1, batch=b + 1, first=r * size + 1, last=(r + 1) * size,
-                        expected="[" + ", ".join(fmt_number(float(v)) for v in expected) + "]",
-                        got="[" + ", ".join(fmt_number(float(v)) for v in got[b, r, t]) + "]"))
+                    fail(
+                        _(
+                            "split_heads(x, {heads}) 的元素放错了位置：第 {head} 个头在第 {position} 个位置（批次 {batch}）"
+                            "应是该位置的第 {first}–{last} 个特征 {expected}，实际为 {got}。"
+                            "多头拆分的是每个位置的特征，不是序列。"
+                        ).format(
+                            heads=heads,
+                            head=r + 1,
+                            position=t + 1,
+                            batch=b + 1,
+                            first=r * size + 1,
+                            last=(r + 1) * size,
+                            expected="[" + ", ".join(fmt_number(float(v)) for v in expected) + "]",
+                            got="[" + ", ".join(fmt_number(float(v)) for v in got[b, r, t]) + "]",
+                        )
+                    )
 
 
 @pytest.mark.weight(4)
@@ -57,11 +67,20 @@ def test_merge_heads(student):
         for t in range(5):
             for r in range(3):
                 if not torch.equal(got[b, t, 2 * r : 2 * r + 2], heads[b, r, t]):
-                    fail(_("merge_heads 的元素放错了位置：批次 {batch}、第 {position} 个位置的第 {first}–{last} 个特征"
-                           "应来自第 {head} 个头在同一位置的结果 {expected}，实际为 {got}。").format(
-                        batch=b + 1, position=t + 1, first=2 * r + 1, last=2 * r + 2, head=r + 1,
-                        expected="[" + ", ".join(fmt_number(float(v)) for v in heads[b, r, t]) + "]",
-                        got="[" + ", ".join(fmt_number(float(v)) for v in got[b, t, 2 * r : 2 * r + 2]) + "]"))
+                    fail(
+                        _(
+                            "merge_heads 的元素放错了位置：批次 {batch}、第 {position} 个位置的第 {first}–{last} 个特征"
+                            "应来自第 {head} 个头在同一位置的结果 {expected}，实际为 {got}。"
+                        ).format(
+                            batch=b + 1,
+                            position=t + 1,
+                            first=2 * r + 1,
+                            last=2 * r + 2,
+                            head=r + 1,
+                            expected="[" + ", ".join(fmt_number(float(v)) for v in heads[b, r, t]) + "]",
+                            got="[" + ", ".join(fmt_number(float(v)) for v in got[b, t, 2 * r : 2 * r + 2]) + "]",
+                        )
+                    )
     round_trip = student.merge_heads(reference.split_heads(X, 2))
     assert_equal_exactly(round_trip, X, _("把 (2, 5, 6) 的输入拆成 2 个头再用 merge_heads 拼回的结果"))
 
@@ -75,7 +94,10 @@ def test_split_heads_rejects_indivisible_width(student):
     try:
         split = student.split_heads(X, 3)
     except ValueError as error:
-        fail(_("宽度 6 能被 3 个头整除，split_heads(x, 3) 不应报错，但你的函数抛出了 ValueError：{message}。"
-               "ValueError 只应在宽度不能被头数整除时抛出。").format(message=str(error)[:300]))
+        fail(
+            _("宽度 6 能被 3 个头整除，split_heads(x, 3) 不应报错，但你的函数抛出了 ValueError：{message}。ValueError 只应在宽度不能被头数整除时抛出。").format(
+                message=str(error)[:300]
+            )
+        )
     check_split(split, X, 3)
     expect_value_error(lambda: student.split_heads(X, 4), _("宽度 6 不能被 4 个头整除时，split_heads"))

@@ -51,8 +51,13 @@ def pytorch_attention(x, heads, context=None, attn_mask=None, key_padding_mask=N
     with torch.no_grad():
         source = (x if context is None else context).double()
         output, weights = module(
-            x.double(), source, source, need_weights=True, average_attn_weights=False,
-            attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+            x.double(),
+            source,
+            source,
+            need_weights=True,
+            average_attn_weights=False,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
         )
     return output, weights
 

@@ -25,10 +25,14 @@ def test_output_and_weights_shapes(student):
     """第 8 节问题 2（换了数）：6 个查询、4 把键、值向量 9 维时，输出与权重的形状答对了吗？"""
     query, key, value = torch.randn(6, 5, generator=_g), torch.randn(4, 5, generator=_g), torch.randn(4, 9, generator=_g)
     output, weights = reference.scaled_attention(query, key, value)
-    judge_answers(student, [
-        ("answer_output_shape", answer_shape, tuple(output.shape)),
-        ("answer_weights_shape", answer_shape, tuple(weights.shape)),
-    ], _(HINT))
+    judge_answers(
+        student,
+        [
+            ("answer_output_shape", answer_shape, tuple(output.shape)),
+            ("answer_weights_shape", answer_shape, tuple(weights.shape)),
+        ],
+        _(HINT),
+    )
 
 
 @pytest.mark.weight(1)
@@ -52,10 +56,14 @@ def test_values_times_two(student):
     query, key, value = torch.randn(3, 4, generator=_g), torch.randn(5, 4, generator=_g), torch.randn(5, 2, generator=_g)
     output, weights = reference.scaled_attention(query, key, value)
     output2, weights2 = reference.scaled_attention(query, key, 3 * value)
-    judge_answers(student, [
-        ("answer_weights_factor", answer_int, round(float((weights2 / weights).mean()))),
-        ("answer_output_factor", answer_int, round(float((output2 / output).mean()))),
-    ], _(HINT))
+    judge_answers(
+        student,
+        [
+            ("answer_weights_factor", answer_int, round(float((weights2 / weights).mean()))),
+            ("answer_output_factor", answer_int, round(float((output2 / output).mean()))),
+        ],
+        _(HINT),
+    )
 
 
 @pytest.mark.weight(1)
@@ -67,7 +75,11 @@ def test_earlier_outputs_and_growth(student):
     before, _unused = reference.scaled_attention(query, key, value)
     after, _unused = reference.scaled_attention(changed, key, value)
     batch, heads = 2, 4  # any fixed batch and head count: the ratio of B*h*T*T
-    judge_answers(student, [
-        ("answer_earlier_outputs_change", answer_bool, not torch.equal(before[:2], after[:2])),
-        ("answer_growth_factor", answer_int, (batch * heads * 300 * 300) // (batch * heads * 100 * 100)),
-    ], _(HINT))
+    judge_answers(
+        student,
+        [
+            ("answer_earlier_outputs_change", answer_bool, not torch.equal(before[:2], after[:2])),
+            ("answer_growth_factor", answer_int, (batch * heads * 300 * 300) // (batch * heads * 100 * 100)),
+        ],
+        _(HINT),
+    )

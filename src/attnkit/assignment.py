@@ -123,8 +123,7 @@ class Assignment:
     def mistakes(self) -> dict[str, dict[str, str]]:
         """Mistake id -> {section, zh, text, function} (``zh`` as written, ``text`` in the current
         language), from the catalogue, for pages and summaries."""
-        return {m.id: {"section": self._(m.section), "zh": m.zh, "text": self._(m.zh), "function": m.function}
-                for m in self.catalogue().MISTAKES}
+        return {m.id: {"section": self._(m.section), "zh": m.zh, "text": self._(m.zh), "function": m.function} for m in self.catalogue().MISTAKES}
 
     def digest_files(self) -> list[Path]:
         """The files every result of this assignment depends on besides the submission: its code,
@@ -164,8 +163,9 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
         raise GraderError(f"cannot read the manifest of {folder}: {error}") from None
     name = str(manifest.get("name") or folder.name)
     if not folder.name.isidentifier() or not (folder / "__init__.py").is_file():
-        raise GraderError(f"{folder}: a hidden suite is a Python package (a folder named like an identifier, e.g. "
-                          f"{name.replace('-', '_')!r}, with an __init__.py)")
+        raise GraderError(
+            f"{folder}: a hidden suite is a Python package (a folder named like an identifier, e.g. {name.replace('-', '_')!r}, with an __init__.py)"
+        )
     notebook = str(manifest["notebook"])
     source = solutions / name / notebook
     if not source.is_file():

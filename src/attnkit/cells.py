@@ -160,8 +160,13 @@ def _skip_tokenizing_plain_python(shell: InteractiveShell) -> None:
         known_cell, hit[0] = hit[0], None
         if not plain_cell or interactivity != "last_expr" or not nodelist:
             return await run_ast_nodes(nodelist, cell_name, interactivity=interactivity, compiler=compiler, result=result)
-        if (known_cell is not None and compiler is shell.compile and nodelist is known_cell[1].body and cell_name == known_cell[2]
-                and compiler.flags == known_cell[3]):
+        if (
+            known_cell is not None
+            and compiler is shell.compile
+            and nodelist is known_cell[1].body
+            and cell_name == known_cell[2]
+            and compiler.flags == known_cell[3]
+        ):
             codes: list[Any] | None = known_cell[4]
         else:
             codes = compile_grouped(nodelist, cell_name, compiler)
@@ -237,8 +242,10 @@ def warm_failures(shell: InteractiveShell) -> None:
         for source in _FAILURES:
             shell.run_cell(source, store_history=False, silent=False)
         namespace = shell.user_ns
-        shell.run_cell("def _raises(x):\n    return x @ x.T + torch.ones(5)\ndef _warns(x):\n    import warnings\n"
-                       "    warnings.warn('warm')\n    return x", store_history=False)
+        shell.run_cell(
+            "def _raises(x):\n    return x @ x.T + torch.ones(5)\ndef _warns(x):\n    import warnings\n    warnings.warn('warm')\n    return x",
+            store_history=False,
+        )
         for name in ("_raises", "_warns"):
             protocol.encode(run_in_namespace(namespace, name, (torch.ones(2, 3),), {}, plain=False).__dict__)
     except Exception:  # a colder sandbox, never a zygote that does not start

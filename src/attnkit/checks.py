@@ -94,8 +94,6 @@ def assert_dtype(got: torch.Tensor, expected: torch.dtype, what: str) -> None:
         fail(_("{what}的数据类型应与输入一致（{expected}），实际为 {got}。").format(what=_w(what), expected=expected, got=got.dtype))
 
 
-
-
 def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None = None, rtol: float | None = None) -> None:
     """Shape, dtype-independent values within ``atol + rtol * |expected|``; names the worst element."""
     got = assert_shape(got, expected.shape, what)
@@ -118,11 +116,16 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
     bad_value = ~torch.isfinite(g) & torch.isfinite(e)
     if bad_value.any():
         index = _first(bad_value)
-        fail(i18n.sentences([
-            _("{what}中出现了 {value}（第一处在位置 {index}），期望是有限的数。").format(
-                what=_w(what), value=fmt_number(float(g[index])), index=fmt_index(index)),
-            _row_text(g, e, index),
-        ]))
+        fail(
+            i18n.sentences(
+                [
+                    _("{what}中出现了 {value}（第一处在位置 {index}），期望是有限的数。").format(
+                        what=_w(what), value=fmt_number(float(g[index])), index=fmt_index(index)
+                    ),
+                    _row_text(g, e, index),
+                ]
+            )
+        )
     excess = (g - e).abs() - (atol + rtol * e.abs())
     excess = torch.where(torch.isnan(excess), torch.zeros_like(excess), excess)
     if excess.max() > 0:
@@ -132,16 +135,25 @@ def assert_close(got: Any, expected: torch.Tensor, what: str, atol: float | None
         if float(((g - e).abs() - (concept_atol + concept_rtol * e.abs())).nan_to_num(0.0).max()) <= 0:
             rows = _row_text(g, e, index)
             shown = _row_text(e, e, index)  # the same text with the expected row twice: rows that print alike
-            fail(i18n.sentences([
-                _("{what}只差一点：最大误差 {error}（位置 {index}），超出了允许的舍入误差。"
-                  "精度问题：检查 float32 的中间结果（例如先转成 float32 再算，或用 float32 的张量做缩放）。").format(
-                    what=_w(what), error=f"{error:.3g}", index=fmt_index(index)),
-                *([] if rows == shown else [rows]),
-            ]))
-        fail(i18n.sentences([
-            _("{what}与期望不符：最大误差 {error}，出现在位置 {index}。").format(what=_w(what), error=f"{error:.4g}", index=fmt_index(index)),
-            _row_text(g, e, index),
-        ]))
+            fail(
+                i18n.sentences(
+                    [
+                        _(
+                            "{what}只差一点：最大误差 {error}（位置 {index}），超出了允许的舍入误差。"
+                            "精度问题：检查 float32 的中间结果（例如先转成 float32 再算，或用 float32 的张量做缩放）。"
+                        ).format(what=_w(what), error=f"{error:.3g}", index=fmt_index(index)),
+                        *([] if rows == shown else [rows]),
+                    ]
+                )
+            )
+        fail(
+            i18n.sentences(
+                [
+                    _("{what}与期望不符：最大误差 {error}，出现在位置 {index}。").format(what=_w(what), error=f"{error:.4g}", index=fmt_index(index)),
+                    _row_text(g, e, index),
+                ]
+            )
+        )
 
 
 def looser(first: tuple[float, float], second: tuple[float, float]) -> tuple[float, float]:
@@ -181,9 +193,13 @@ def assert_bool_equal(got: Any, expected: torch.Tensor, what: str) -> None:
     if different.any():
         index = _first(different)
         count = int(different.sum())
-        fail(ngettext("{what}有 {count} 处取值不对，第一处在位置 {index}：应为 {expected}，实际为 {got}。",
-                      "{what}有 {count} 处取值不对，第一处在位置 {index}：应为 {expected}，实际为 {got}。", count).format(
-            what=_w(what), count=count, index=fmt_index(index), expected=bool(expected[index]), got=bool(got[index])))
+        fail(
+            ngettext(
+                "{what}有 {count} 处取值不对，第一处在位置 {index}：应为 {expected}，实际为 {got}。",
+                "{what}有 {count} 处取值不对，第一处在位置 {index}：应为 {expected}，实际为 {got}。",
+                count,
+            ).format(what=_w(what), count=count, index=fmt_index(index), expected=bool(expected[index]), got=bool(got[index]))
+        )
 
 
 def assert_equal_exactly(got: Any, expected: torch.Tensor, what: str) -> None:
@@ -194,8 +210,11 @@ def assert_equal_exactly(got: Any, expected: torch.Tensor, what: str) -> None:
     different = got != expected
     if different.any():
         index = _first(different)
-        fail(_("{what}的元素放错了位置：第一处不同在位置 {index}，应为 {expected}，实际为 {got}。").format(
-            what=_w(what), index=fmt_index(index), expected=fmt_number(float(expected[index])), got=fmt_number(float(got[index]))))
+        fail(
+            _("{what}的元素放错了位置：第一处不同在位置 {index}，应为 {expected}，实际为 {got}。").format(
+                what=_w(what), index=fmt_index(index), expected=fmt_number(float(expected[index])), got=fmt_number(float(got[index]))
+            )
+        )
 
 
 def broadcast_shape(*shapes: Any) -> tuple[int, ...]:
@@ -221,8 +240,6 @@ def max_change(a: torch.Tensor, b: torch.Tensor) -> tuple[float, tuple[int, ...]
     diff = torch.where(both_nan, torch.zeros_like(diff), diff)
     index = _unravel(int(torch.argmax(diff)), diff.shape)
     return float(diff[index]), index
-
-
 
 
 def expect_value_error(call: Any, what: str) -> None:
@@ -294,8 +311,6 @@ def answer_bool(value: Any, name: str) -> bool:
         return bool(value)
     fail(_("{name} 应是 True 或 False，实际得到的是 {value}。").format(name=name, value=repr(value)))
     raise AssertionError  # unreachable
-
-
 
 
 def judge_answers(student: Any, items: list[tuple[str, Any, Any]], hint: str) -> None:

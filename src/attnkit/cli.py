@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true", help="more detail: each graded submission, and the traceback of a failure")
     language = argparse.ArgumentParser(add_help=False)
     language.add_argument(
-        "--lang", choices=i18n.LANGUAGES, default=None,
+        "--lang",
+        choices=i18n.LANGUAGES,
+        default=None,
         help=f"language of the console output, report.html and feedback pages (default: ${i18n.ENV_VARIABLE}, else zh)",
     )
     parser.add_argument("--lang", choices=i18n.LANGUAGES, default=None, dest="top_lang", help=argparse.SUPPRESS)
@@ -105,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
     grade.add_argument("--quiet", action="store_true", help="no progress bar or table")
     grade.add_argument(
-        "--no-isolation", action="store_true",
+        "--no-isolation",
+        action="store_true",
         help="run the notebooks without an isolated sandbox where the OS gives none: only for notebooks you trust",
     )
 
@@ -114,17 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--out", type=Path, default=None, help="keep the outputs here (default: a temporary folder)")
     check.add_argument("--assignment", default=None, help="the assignment (default: the one whose notebook has this file's name)")
 
-    intake = commands.add_parser("collect", parents=[language], 
-                                    help="turn a Canvas, Moodle or Blackboard download (folder or zip) into submitted/<id>/<assignment>/")
+    intake = commands.add_parser(
+        "collect", parents=[language], help="turn a Canvas, Moodle or Blackboard download (folder or zip) into submitted/<id>/<assignment>/"
+    )
     intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
     intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
     intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: the only one)")
-    intake.add_argument("--lms", choices=["canvas", "moodle", "blackboard"], default=None,
-                        help="the LMS that made the download (default: detected once for the whole download)")
+    intake.add_argument(
+        "--lms", choices=["canvas", "moodle", "blackboard"], default=None, help="the LMS that made the download (default: detected once for the whole download)"
+    )
     intake.add_argument("--timezone", default=None, help="the LMS's time zone for times a zip or Blackboard gives without one (IANA name; default UTC)")
 
-    feedback = commands.add_parser("lms-feedback", parents=[language],
-                                   help="the LMS bulk-feedback zips of a graded class that `attnkit collect` placed (grade writes them too)")
+    feedback = commands.add_parser(
+        "lms-feedback", parents=[language], help="the LMS bulk-feedback zips of a graded class that `attnkit collect` placed (grade writes them too)"
+    )
     feedback.add_argument("--submitted", type=Path, required=True, help="the submitted/ folder `attnkit collect` filled")
     feedback.add_argument("--out", type=Path, required=True, help="the graded output (of `attnkit grade` or `attnkit merge`)")
 
@@ -160,8 +166,18 @@ def summary_table(all_results: list[dict[str, Any]]) -> Table:
     for r in sorted(all_results, key=lambda r: r["student_id"]):
         score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
         # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
-        table.add_row(*(Text(cell) for cell in (r["student_id"], score, *(late_cells(r) if late else ()),
-                                                 ", ".join(r["diagnoses"]) or "-", _("；").join(r["problems"])[:60] or "-")))
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    r["student_id"],
+                    score,
+                    *(late_cells(r) if late else ()),
+                    ", ".join(r["diagnoses"]) or "-",
+                    _("；").join(r["problems"])[:60] or "-",
+                )
+            )
+        )
     return table
 
 
@@ -206,13 +222,21 @@ def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, 
     packed = write_lms_feedback(out, submitted, all_results)
     if not quiet:
         for path, count in sorted(packed.archives.items()):
-            console.print(_("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(
-                path=path, count=count), soft_wrap=True, markup=False)
+            console.print(
+                _("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(path=path, count=count),
+                soft_wrap=True,
+                markup=False,
+            )
     for where, reason in packed.left_out:
         console.print(_("未放入学习平台的反馈压缩包：{where}：{reason}").format(where=where, reason=reason), soft_wrap=True, markup=False)
     for lms, students in sorted(packed.by_hand.items()):
-        console.print(_("{lms} 没有批量上传反馈文件的功能：{count} 名学生的 feedback.html 请在它的评分页面逐一附上（在 {folder} 里）").format(
-            lms=lms, count=len(students), folder=out / STUDENTS_FOLDER), soft_wrap=True, markup=False)
+        console.print(
+            _("{lms} 没有批量上传反馈文件的功能：{count} 名学生的 feedback.html 请在它的评分页面逐一附上（在 {folder} 里）").format(
+                lms=lms, count=len(students), folder=out / STUDENTS_FOLDER
+            ),
+            soft_wrap=True,
+            markup=False,
+        )
     return packed
 
 
@@ -226,8 +250,7 @@ def command_grade(args: argparse.Namespace) -> int:
     intake = find_jobs(args.submitted, suites, args.assignment)
     if not intake.jobs and not intake.skipped:
         layout = i18n.join(_("<学号>/{assignment}/{notebook}").format(assignment=suite.name, notebook=suite.notebook) for suite in suites.values())
-        raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(
-            folder=args.submitted, layout=layout))
+        raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(folder=args.submitted, layout=layout))
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
@@ -237,30 +260,40 @@ def command_grade(args: argparse.Namespace) -> int:
     record_shard(args.out, args.shard)
     repair_outputs(args.out, suites)
     if not args.quiet:
-        console.print(_("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
-            total=len(jobs), unchanged=len(jobs) - len(todo), todo=len(todo), workers=workers))
+        console.print(
+            _("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
+                total=len(jobs), unchanged=len(jobs) - len(todo), todo=len(todo), workers=workers
+            )
+        )
     # What is here now (besides the imports, frozen already: the suites, the class's jobs) lives
     # until the end: out of the collector's view, so that the collections a class's records
     # trigger here do not walk it each time.
     gc.collect()
     gc.freeze()
     # No refresh thread: workers are forked from this process, which must not run other threads.
-    with Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=args.quiet, auto_refresh=False) as progress:
+    with Progress(
+        TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet, auto_refresh=False
+    ) as progress:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
             results = write_record(args.out, record, suites)
             if args.verbose:
-                progress.console.print(_("{student}/{assignment}：{score}/{max_score}（{seconds} 秒）").format(
-                    student=results["student_id"], assignment=results["assignment"], score=f"{results['score']:g}",
-                    max_score=f"{results['max_score']:g}", seconds=f"{results['seconds']:.2f}"), markup=False)
+                progress.console.print(
+                    _("{student}/{assignment}：{score}/{max_score}（{seconds} 秒）").format(
+                        student=results["student_id"],
+                        assignment=results["assignment"],
+                        score=f"{results['score']:g}",
+                        max_score=f"{results['max_score']:g}",
+                        seconds=f"{results['seconds']:.2f}",
+                    ),
+                    markup=False,
+                )
             progress.advance(task)
             progress.refresh()
 
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
-        hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder),
-                            *([args.gradebook] if args.gradebook else []))
+        hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
     all_results = collect(args.out, jobs)
     add_lms_lateness(args.out, all_results, args.submitted, suites)
@@ -280,25 +313,35 @@ def command_grade(args: argparse.Namespace) -> int:
         write_report(args.out, all_results, suites, time.perf_counter() - started, skipped)
         if not args.quiet:
             manual = sum(1 for t in totals.values() if t["manual"] is not None)
-            console.print(_("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；"
-                            "grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
-                gradebook=args.gradebook, count=len(totals), manual=manual), soft_wrap=True, markup=False)
+            console.print(
+                _("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
+                    gradebook=args.gradebook, count=len(totals), manual=manual
+                ),
+                soft_wrap=True,
+                markup=False,
+            )
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
         report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
     # Always printed, --quiet or not: these need the TA's attention.
     for r in not_graded:
-        console.print(_("未评分：{student}/{assignment}：{reason}").format(
-            student=r["student_id"], assignment=r["assignment"], reason=r["not_graded"]), markup=False)
+        console.print(
+            _("未评分：{student}/{assignment}：{reason}").format(student=r["student_id"], assignment=r["assignment"], reason=r["not_graded"]), markup=False
+        )
     for item in skipped:
         console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
     if not args.quiet:
         console.print(summary_table(all_results))
         console.print(isolation_line(all_results))
-        console.print(_("已写入 {csv} 与 {report}（{seconds} 秒）").format(
-            csv=args.out / "grades.csv", report=args.out / "report.html", seconds=f"{time.perf_counter() - started:.1f}"), markup=False)
+        console.print(
+            _("已写入 {csv} 与 {report}（{seconds} 秒）").format(
+                csv=args.out / "grades.csv", report=args.out / "report.html", seconds=f"{time.perf_counter() - started:.1f}"
+            ),
+            markup=False,
+        )
     if not_graded or skipped:
-        console.print(_("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(
-            not_graded=len(not_graded), skipped=len(skipped)), markup=False)
+        console.print(
+            _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
+        )
         return 1
     return 0
 
@@ -327,8 +370,20 @@ def command_check(args: argparse.Namespace) -> int:
         out = args.out or Path(scratch) / "out"
         # One's own notebook: it may run unisolated where the OS gives no sandbox, and says so.
         grade_args = build_parser().parse_args(
-            ["grade", "--submitted", str(submitted.parents[1]), "--out", str(out), "--jobs", "1", "--quiet", "--force", "--no-isolation",
-             "--lang", i18n.language()]
+            [
+                "grade",
+                "--submitted",
+                str(submitted.parents[1]),
+                "--out",
+                str(out),
+                "--jobs",
+                "1",
+                "--quiet",
+                "--force",
+                "--no-isolation",
+                "--lang",
+                i18n.language(),
+            ]
         )
         code = command_grade(grade_args)
         results = collect(out)[0]
@@ -339,9 +394,13 @@ def command_check(args: argparse.Namespace) -> int:
             print(f"{assignment.part_title(grade_id):<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
         tests = [dict(test) for test in results["tests"]]
         for cause in causes(tests):  # each runtime error once, before the tests it broke
-            print(ngettext("从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
-                           "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）", len(cause["tests"])).format(
-                number=cause["number"], function=cause["function"], type=cause["type"], count=len(cause["tests"])))
+            print(
+                ngettext(
+                    "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
+                    "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
+                    len(cause["tests"]),
+                ).format(number=cause["number"], function=cause["function"], type=cause["type"], count=len(cause["tests"]))
+            )
             if cause.get("text"):
                 print("  " + _("出错的一行：{place}：{text}").format(place=cause["place"], text=cause["text"]))
             if cause.get("explanation"):
@@ -353,8 +412,7 @@ def command_check(args: argparse.Namespace) -> int:
                 print("  ✘ " + _("{name}：{output}").format(name=test["name"], output=test["output"]))
         for mistake in results["diagnoses"]:
             info = assignment.mistakes.get(mistake, {})
-            print(_("诊断 {mistake}（{section}）：{explanation}").format(
-                mistake=mistake, section=info.get("section", ""), explanation=info.get("text", "")))
+            print(_("诊断 {mistake}（{section}）：{explanation}").format(mistake=mistake, section=info.get("section", ""), explanation=info.get("text", "")))
         print(_("总分 {score}/{max_score}").format(score=f"{results['score']:g}", max_score=f"{results['max_score']:g}"))
         if args.out:
             print(_("反馈页面：{path}").format(path=out / STUDENTS_FOLDER / "me" / assignment.name / "feedback.html"))
@@ -396,8 +454,10 @@ def command_collect(args: argparse.Namespace) -> int:
         raise GraderError(str(error)) from None
     found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem], args.lms, zone)
     students = sorted({c.student_id for c in found.placed.values()})
-    console.print(_("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(
-        notebooks=len(found.placed), students=len(students), folder=args.submitted), markup=False)
+    console.print(
+        _("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(notebooks=len(found.placed), students=len(students), folder=args.submitted),
+        markup=False,
+    )
     for candidate in sorted(found.placed.values(), key=lambda c: c.origin):
         for note in candidate.notes:
             console.print("  " + _("{student}：{note}").format(student=candidate.student_id, note=note), soft_wrap=True, markup=False)
@@ -407,8 +467,13 @@ def command_collect(args: argparse.Namespace) -> int:
         # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
         console.print("  " + escape(_("无法放置：{origin}：{reason}").format(origin=origin, reason=reason)), soft_wrap=True, style="red")
     if found.unplaced:
-        console.print(ngettext("{count} 个文件无法放置（见上）；请手工处理后再评分。", "{count} 个文件无法放置（见上）；请手工处理后再评分。",
-                               len(found.unplaced)).format(count=len(found.unplaced)), style="red", markup=False)
+        console.print(
+            ngettext(
+                "{count} 个文件无法放置（见上）；请手工处理后再评分。", "{count} 个文件无法放置（见上）；请手工处理后再评分。", len(found.unplaced)
+            ).format(count=len(found.unplaced)),
+            style="red",
+            markup=False,
+        )
         return 1
     return 0
 
@@ -433,8 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
-    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect,
-               "lms-feedback": command_lms_feedback}[args.command]
+    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect, "lms-feedback": command_lms_feedback}[
+        args.command
+    ]
     try:
         if args.command in ("grade", "merge", "lms-feedback"):
             with output_lock(args.out):

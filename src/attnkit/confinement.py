@@ -66,8 +66,9 @@ def container_kind(root: str = "/", environ: dict[str, str] | None = None, cgrou
     return ""
 
 
-def detect(why: str, status: str | None = None, apparmor_sysctl: str | None = None, root: str = "/",
-           environ: dict[str, str] | None = None, cgroup: str | None = None) -> Confinement:
+def detect(
+    why: str, status: str | None = None, apparmor_sysctl: str | None = None, root: str = "/", environ: dict[str, str] | None = None, cgroup: str | None = None
+) -> Confinement:
     """From ``why`` (the refusal ``isolation.enter_private_namespace`` recorded) and what the
     process sees; the other arguments stand in for the files, for tests of each setting."""
     status = _read("/proc/self/status") if status is None else status
@@ -86,8 +87,9 @@ def cause(found: Confinement) -> str:
     if found.userns_restricted and not found.container:
         return _("本机的 AppArmor 限制了非特权用户命名空间（kernel.apparmor_restrict_unprivileged_userns=1）：可以创建用户命名空间，但不能在其中挂载")
     if found.container and found.seccomp_filtered:
-        return _("评分程序运行在 {container} 容器中，容器的 seccomp 配置拒绝了创建命名空间所需的系统调用"
-                 "（unshare、mount、pivot_root）").format(container=found.container)
+        return _("评分程序运行在 {container} 容器中，容器的 seccomp 配置拒绝了创建命名空间所需的系统调用（unshare、mount、pivot_root）").format(
+            container=found.container
+        )
     if found.container:
         return _("评分程序运行在 {container} 容器中，容器没有给它创建命名空间的权限").format(container=found.container)
     return _("本机不允许非特权用户命名空间")
@@ -98,17 +100,21 @@ def advice(found: Confinement, python: str | None = None) -> str:
     python = os.path.realpath(python or sys.executable)
     trusted = _("或者，仅对你信任的笔记本，加上 --no-isolation")
     if found.container:
-        return _("用随附的 seccomp 配置启动容器（docker run --security-opt seccomp={profile} …）；"
-                 "在 Kubernetes 中把它放到节点的 kubelet seccomp 目录，并设置 securityContext.seccompProfile: "
-                 "{{type: Localhost, localhostProfile: attnkit-docker.json}}；或使用允许 Landlock 的容器运行时"
-                 "（Docker ≥ 23、podman），沙箱便改用 Landlock；{trusted}").format(profile=SECCOMP_PROFILE, trusted=trusted)
+        return _(
+            "用随附的 seccomp 配置启动容器（docker run --security-opt seccomp={profile} …）；"
+            "在 Kubernetes 中把它放到节点的 kubelet seccomp 目录，并设置 securityContext.seccompProfile: "
+            "{{type: Localhost, localhostProfile: attnkit-docker.json}}；或使用允许 Landlock 的容器运行时"
+            "（Docker ≥ 23、podman），沙箱便改用 Landlock；{trusted}"
+        ).format(profile=SECCOMP_PROFILE, trusted=trusted)
     if found.userns_restricted and not found.container:
-        return _("为本虚拟环境的解释器 {python} 安装随附的 AppArmor 配置"
-                 "（sudo sed 's#@PYTHON@#{python}#' {profile} > /etc/apparmor.d/attnkit-python && "
-                 "sudo apparmor_parser -r /etc/apparmor.d/attnkit-python）；或者用 sudo 运行评分；{trusted}").format(
-                     python=python, profile=APPARMOR_PROFILE, trusted=trusted)
-    return _("请以 root 运行评分，或允许非特权用户命名空间（Debian：sysctl kernel.unprivileged_userns_clone=1；"
-             "各处：user.max_user_namespaces > 0）；{trusted}").format(trusted=trusted)
+        return _(
+            "为本虚拟环境的解释器 {python} 安装随附的 AppArmor 配置"
+            "（sudo sed 's#@PYTHON@#{python}#' {profile} > /etc/apparmor.d/attnkit-python && "
+            "sudo apparmor_parser -r /etc/apparmor.d/attnkit-python）；或者用 sudo 运行评分；{trusted}"
+        ).format(python=python, profile=APPARMOR_PROFILE, trusted=trusted)
+    return _(
+        "请以 root 运行评分，或允许非特权用户命名空间（Debian：sysctl kernel.unprivileged_userns_clone=1；各处：user.max_user_namespaces > 0）；{trusted}"
+    ).format(trusted=trusted)
 
 
 def refusal(why: str) -> str:
@@ -120,10 +126,13 @@ def refusal(why: str) -> str:
 def exposure_refusal(exposed: list[dict], shown: int = 20) -> str:
     """As root without Landlock: the probe under the sandbox's uid reached hidden paths. Each one
     named, with the command that closes it (the first ``shown``; the count of the rest)."""
-    lines = [_("{path}（可{access}）：{fix}").format(path=item.get("path", "?"), access=item.get("access", ""), fix=item.get("fix", ""))
-             for item in exposed[:shown]]
+    lines = [
+        _("{path}（可{access}）：{fix}").format(path=item.get("path", "?"), access=item.get("access", ""), fix=item.get("fix", "")) for item in exposed[:shown]
+    ]
     more = len(exposed) - shown
     if more > 0:
         lines.append(_("……还有 {count} 处").format(count=more))
-    return _("本机无法建立隔离的沙箱：内核不提供 Landlock，沙箱只能以独占的 uid 运行，而该 uid 能读写以下隐藏的路径"
-             "（课程、答案、提交、输出或成绩册）。请先执行这些命令，再重新评分：\n{lines}").format(lines="\n".join(lines))
+    return _(
+        "本机无法建立隔离的沙箱：内核不提供 Landlock，沙箱只能以独占的 uid 运行，而该 uid 能读写以下隐藏的路径"
+        "（课程、答案、提交、输出或成绩册）。请先执行这些命令，再重新评分：\n{lines}"
+    ).format(lines="\n".join(lines))

@@ -243,8 +243,11 @@ def probe_calls(calls: Iterable[Call], probes: Mapping[str, list[tuple[tuple, di
 
 
 def diagnose(
-    calls: Iterable[Call], reference: dict, mistakes: Mapping[str, dict],
-    probes: Mapping[str, list[tuple[tuple, dict]]] | None = None, run: Probe | None = None,
+    calls: Iterable[Call],
+    reference: dict,
+    mistakes: Mapping[str, dict],
+    probes: Mapping[str, list[tuple[tuple, dict]]] | None = None,
+    run: Probe | None = None,
 ) -> list[str]:
     """Ids of the mistakes whose implementations reproduce all of ``calls``' outcomes (and the
     student's outcomes on the probe inputs, when ``probes`` and ``run`` are given)."""

@@ -184,8 +184,9 @@ class FanOut:
     """One run of ``grade_jobs``: the pool of workers, the chunks still to hand out, and the jobs
     still without a record. Every method runs in the parent, between ``wait``s on the pool."""
 
-    def __init__(self, jobs: list[Job], autograder: Path, workers: int, limits: Limits, hide: list[str],
-                 on_record: Callable[[dict], None], seed: Seed | None) -> None:
+    def __init__(
+        self, jobs: list[Job], autograder: Path, workers: int, limits: Limits, hide: list[str], on_record: Callable[[dict], None], seed: Seed | None
+    ) -> None:
         self.autograder = autograder
         self.workers = workers
         self.limits = limits
@@ -217,8 +218,11 @@ class FanOut:
         finally:
             self.shut_down()
         if self.remaining:
-            raise GraderError(i18n.ngettext("{count} 份提交未能评分：没有一个评分进程能够运行", "{count} 份提交未能评分：没有一个评分进程能够运行",
-                                             len(self.remaining)).format(count=len(self.remaining)))
+            raise GraderError(
+                i18n.ngettext(
+                    "{count} 份提交未能评分：没有一个评分进程能够运行", "{count} 份提交未能评分：没有一个评分进程能够运行", len(self.remaining)
+                ).format(count=len(self.remaining))
+            )
         return self.not_graded
 
     def start_worker(self) -> _Worker:
@@ -228,8 +232,11 @@ class FanOut:
         result_reader, result_writer = self.context.Pipe(duplex=False)
         taken = Counter(other.cpu for other in self.pool.values())
         cpu = min(self.lanes, key=lambda lane: taken[lane]) if self.lanes else None
-        process = self.context.Process(target=worker_main, args=(task_reader, result_writer, str(self.autograder), self.limits, self.hide,
-                                                                 cpu, self.seed.requests if self.seed else None), daemon=True)
+        process = self.context.Process(
+            target=worker_main,
+            args=(task_reader, result_writer, str(self.autograder), self.limits, self.hide, cpu, self.seed.requests if self.seed else None),
+            daemon=True,
+        )
         process.start()
         task_reader.close()
         result_writer.close()

@@ -55,23 +55,32 @@ _DOT_T = re.compile(r"\.T\b")
 _EXPLANATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"view size is not compatible with input tensor's size and stride|use \.reshape\(\.\.\.\) instead"),
-        N_("view 只能用在内存连续的张量上；transpose 或 permute 之后的张量不再连续。把 .view(...) 换成 .reshape(...)，"
-           "或者先调用 .contiguous() 再 .view(...)。"),
+        N_(
+            "view 只能用在内存连续的张量上；transpose 或 permute 之后的张量不再连续。把 .view(...) 换成 .reshape(...)，或者先调用 .contiguous() 再 .view(...)。"
+        ),
     ),
     (
-        re.compile(r"expected scalar type|expected m1 and m2 to have the same dtype|must have the same dtype|"
-                   r"expected both vectors to have same dtype|found dtype \w+ but expected|Float but found Double|"
-                   r"Double but found Float|same dtype"),
-        N_("参与运算的张量数据类型不一致（例如一个是 float32、一个是 float64）。不要把输入强制转成某一种类型；"
-           "需要新建张量时用 torch.zeros_like(x) 或 dtype=x.dtype，让结果与输入的类型保持一致。"),
+        re.compile(
+            r"expected scalar type|expected m1 and m2 to have the same dtype|must have the same dtype|"
+            r"expected both vectors to have same dtype|found dtype \w+ but expected|Float but found Double|"
+            r"Double but found Float|same dtype"
+        ),
+        N_(
+            "参与运算的张量数据类型不一致（例如一个是 float32、一个是 float64）。不要把输入强制转成某一种类型；"
+            "需要新建张量时用 torch.zeros_like(x) 或 dtype=x.dtype，让结果与输入的类型保持一致。"
+        ),
     ),
     (
-        re.compile(r"mat1 and mat2 shapes cannot be multiplied|size of tensor a \(\d+\) must match the size of tensor b|"
-                   r"Expected size for first two dimensions of batch2|shapes cannot be multiplied|"
-                   r"inconsistent tensor size|Dimension out of range|size mismatch"),
-        N_("矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
-           "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
-           "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。"),
+        re.compile(
+            r"mat1 and mat2 shapes cannot be multiplied|size of tensor a \(\d+\) must match the size of tensor b|"
+            r"Expected size for first two dimensions of batch2|shapes cannot be multiplied|"
+            r"inconsistent tensor size|Dimension out of range|size mismatch"
+        ),
+        N_(
+            "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
+            "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
+            "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。"
+        ),
     ),
     (
         re.compile(r"masked_fill_? only supports boolean masks|expected mask dtype to be Bool"),
@@ -80,13 +89,17 @@ _EXPLANATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         # Before "is not defined": a failed import is why a name is missing, and what to change.
         re.compile(r"No module named"),
-        N_("评分环境里只安装了 torch、numpy、matplotlib 和 Python 标准库，其他包（例如 einops）无法导入。"
-           "请只用这些库改写；导入失败的单元格里之后的定义也都没有运行。"),
+        N_(
+            "评分环境里只安装了 torch、numpy、matplotlib 和 Python 标准库，其他包（例如 einops）无法导入。"
+            "请只用这些库改写；导入失败的单元格里之后的定义也都没有运行。"
+        ),
     ),
     (
         re.compile(r"is not defined"),
-        N_("用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要能运行：评分时按顺序运行全部代码单元格，"
-           "但带 skip-grading 标签的演示单元格除外，只定义在这种单元格里的名字在评分时不存在，请把它移到你的答案单元格里。"),
+        N_(
+            "用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要能运行：评分时按顺序运行全部代码单元格，"
+            "但带 skip-grading 标签的演示单元格除外，只定义在这种单元格里的名字在评分时不存在，请把它移到你的答案单元格里。"
+        ),
     ),
 )
 

@@ -24,7 +24,8 @@ _ENV = jinja2.Environment(
 # gettext in the templates: ``_("… %(name)s …", name=…)`` with its variables escaped; looked up in
 # the language current when the page is rendered.
 _ENV.install_gettext_callables(  # type: ignore[attr-defined]  # a method the i18n extension adds to the Environment
-    gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True)
+    gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True
+)
 # Every page carries this as a second wall behind escaping: no script, no frame, nothing fetched
 # from anywhere; only the inline styles the templates use, and data: images.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -134,8 +135,11 @@ def feedback_html(results: dict[str, Any], assignment: Assignment) -> str:
 
 
 def report_html(
-    all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float,
-    skipped: list[dict[str, str]] | None = None, isolation: str = "",
+    all_results: list[dict[str, Any]],
+    suites: dict[str, Assignment],
+    seconds: float,
+    skipped: list[dict[str, str]] | None = None,
+    isolation: str = "",
 ) -> str:
     present = {r["assignment"] for r in all_results}
     shown = [suite for suite in suites.values() if suite.name in present] or list(suites.values())
@@ -147,8 +151,9 @@ def report_html(
     tests: dict[tuple[str, str], dict[str, Any]] = {}  # by (assignment, test name)
     for r in all_results:
         for t in r["tests"]:
-            entry = tests.setdefault((r["assignment"], t["name"]),
-                                     {"name": t["name"], "assignment": r["assignment"], "grade_id": t["grade_id"], "passed": 0, "total": 0})
+            entry = tests.setdefault(
+                (r["assignment"], t["name"]), {"name": t["name"], "assignment": r["assignment"], "grade_id": t["grade_id"], "passed": 0, "total": 0}
+            )
             entry["total"] += 1
             entry["passed"] += t["status"] == "passed"
     diagnoses = Counter(d for r in all_results for d in r["diagnoses"])

@@ -300,11 +300,14 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     if mode.can_make_cgroups:
         sweep_stale()
     address_space = _address_space()
-    protocol.send(control, {
-        "zygote": "ready", "pid": os.getpid(),
-        "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible,
-                      "exposed": mode.exposed},
-    })
+    protocol.send(
+        control,
+        {
+            "zygote": "ready",
+            "pid": os.getpid(),
+            "isolation": {"kind": mode.kind, "why": mode.why, "sandbox_user": mode.sandbox_host_uid, "visible": mode.visible, "exposed": mode.exposed},
+        },
+    )
     while True:
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 1)

@@ -84,17 +84,30 @@ def register_assignment(database: Path, assignment: str, root: Path) -> None:
     problems = blocked_changes(database.resolve(), root / "solutions")
     problems = [p for p in problems if p.startswith(assignment + "/")]
     if problems:
-        raise GraderError(_("gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：{problems}。"
-                             "请撤销单元格的增删，或备份 gradebook 后用 nbgrader db assignment remove 删除旧记录再评分。").format(
-            problems=_("；").join(problems)))
+        raise GraderError(
+            _(
+                "gradebook 中的单元格与 solutions/ 不一致，且已有提交，nbgrader 不允许改动：{problems}。"
+                "请撤销单元格的增删，或备份 gradebook 后用 nbgrader db assignment remove 删除旧记录再评分。"
+            ).format(problems=_("；").join(problems))
+        )
     with tempfile.TemporaryDirectory(prefix="attnkit-register-") as scratch:
-        command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
-                   f"--CourseDirectory.root={root}", f"--CourseDirectory.release_directory={scratch}",
-                   f"--db=sqlite:///{database.resolve()}", "--log-level=WARN"]
+        command = [
+            sys.executable,
+            "-m",
+            "nbgrader",
+            "generate_assignment",
+            assignment,
+            "--force",
+            f"--CourseDirectory.root={root}",
+            f"--CourseDirectory.release_directory={scratch}",
+            f"--db=sqlite:///{database.resolve()}",
+            "--log-level=WARN",
+        ]
         run = subprocess.run(command, cwd=root, env=tool_environment(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if run.returncode != 0:
-        raise GraderError(_("nbgrader generate_assignment 无法登记作业 {assignment}：{output}").format(
-            assignment=assignment, output=(run.stdout + run.stderr)[-3000:]))
+        raise GraderError(
+            _("nbgrader generate_assignment 无法登记作业 {assignment}：{output}").format(assignment=assignment, output=(run.stdout + run.stderr)[-3000:])
+        )
 
 
 def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | None:
@@ -124,7 +137,8 @@ def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: s
     under the student's own name and stored in autograded/ under ``name``, where nbgrader looks."""
     entries = results.get("notebooks", [])
     entry = next((nb for nb in entries if nb.get("stored_as") == name), None) or next(
-        (nb for nb in entries if nb.get("name") == name and not nb.get("stored_as")), None)
+        (nb for nb in entries if nb.get("name") == name and not nb.get("stored_as")), None
+    )
     if entry is None:
         return None, ""
     own = entry["name"]
@@ -253,8 +267,7 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
             if submitted is not None:
                 copy_other_files(submitted, real_folder, target, root / "solutions" / assignment, timestamp)
             for name in notebook_names:
-                data, why = (graded_bytes(submitted, real_folder, results, f"{name}.ipynb")
-                             if submitted is not None and real_folder is not None else (None, ""))
+                data, why = graded_bytes(submitted, real_folder, results, f"{name}.ipynb") if submitted is not None and real_folder is not None else (None, "")
                 if why:
                     notices.append(why)
                 save_submission(db_url, results, f"{name}.ipynb", data, target, config)

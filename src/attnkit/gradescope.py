@@ -69,9 +69,9 @@ class BundleError(RuntimeError):
 
 def _files(folder: Path, keep: Any) -> list[Path]:
     return sorted(
-        path for path in folder.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-        and keep(path)
+        path
+        for path in folder.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and not any(part.startswith(".") for part in path.relative_to(folder).parts) and keep(path)
     )
 
 
@@ -171,8 +171,11 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]], 
         lines.append("")
         for part, scores in parts.items():
             if scores.get("max_score"):
-                lines.append(_("{part}：{score}/{max_score}").format(
-                    part=titles.get(part, part), score=f"{scores.get('score', 0):g}", max_score=f"{scores.get('max_score', 0):g}"))
+                lines.append(
+                    _("{part}：{score}/{max_score}").format(
+                        part=titles.get(part, part), score=f"{scores.get('score', 0):g}", max_score=f"{scores.get('max_score', 0):g}"
+                    )
+                )
     diagnoses = results.get("diagnoses", [])
     if diagnoses:
         lines.append("")
@@ -191,16 +194,19 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]], 
             # A student finds a cell by its section heading, not by an index that counts markdown cells.
             if cell.get("section"):
                 text = _("「{section}」一节的单元格运行出错：{error}：{message}").format(
-                    section=cell["section"], error=cell.get("error_type"), message=cell.get("message", ""))
+                    section=cell["section"], error=cell.get("error_type"), message=cell.get("message", "")
+                )
             else:
                 text = _("单元格 {cell} 运行出错：{error}：{message}").format(
-                    cell=cell.get("grade_id") or cell.get("index"), error=cell.get("error_type"), message=cell.get("message", ""))
+                    cell=cell.get("grade_id") or cell.get("index"), error=cell.get("error_type"), message=cell.get("message", "")
+                )
             lines.append(text[:500])
     return "\n".join(lines)
 
 
-def to_gradescope(results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None,
-                  visibility: str = DEFAULT_VISIBILITY, titles: dict[str, str] | None = None) -> dict[str, Any]:
+def to_gradescope(
+    results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None, visibility: str = DEFAULT_VISIBILITY, titles: dict[str, str] | None = None
+) -> dict[str, Any]:
     """attnkit's results.json in Gradescope's schema: its keys at the top and in each test,
     attnkit's own (diagnoses, per-part scores, problems...) under ``extra_data``."""
     tests = []
@@ -241,14 +247,16 @@ def convert(source: Path, destination: Path, autograder: Path | None = None, vis
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["results"]:
-        parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope results",
-                                         description="Convert attnkit's results.json to Gradescope's.")
+        parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope results", description="Convert attnkit's results.json to Gradescope's.")
         parser.add_argument("source", type=Path)
         parser.add_argument("destination", type=Path)
-        parser.add_argument("--autograder", type=Path, default=None,
-                            help="the hidden suite, for the mistakes' explanations (default: next to attnkit)")
-        parser.add_argument("--visibility", choices=VISIBILITIES, default=os.environ.get("ATTNKIT_VISIBILITY") or DEFAULT_VISIBILITY,
-                            help=f"when students see the result (default: $ATTNKIT_VISIBILITY or {DEFAULT_VISIBILITY})")
+        parser.add_argument("--autograder", type=Path, default=None, help="the hidden suite, for the mistakes' explanations (default: next to attnkit)")
+        parser.add_argument(
+            "--visibility",
+            choices=VISIBILITIES,
+            default=os.environ.get("ATTNKIT_VISIBILITY") or DEFAULT_VISIBILITY,
+            help=f"when students see the result (default: $ATTNKIT_VISIBILITY or {DEFAULT_VISIBILITY})",
+        )
         args = parser.parse_args(argv[1:])
         if args.autograder is None:
             from attnkit.constants import AUTOGRADER_ROOT
@@ -262,8 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m attnkit.gradescope", description="Build the Gradescope autograder bundle.")
     parser.add_argument("--out", type=Path, default=ROOT / DEFAULT_OUT, help=f"where to write the zip (default {DEFAULT_OUT})")
-    parser.add_argument("--assignment", default=None,
-                        help="the assignment to grade (default: every one, each in its own bundle; one alone goes to --out)")
+    parser.add_argument("--assignment", default=None, help="the assignment to grade (default: every one, each in its own bundle; one alone goes to --out)")
     args = parser.parse_args(argv[1:] if argv[:1] == ["build"] else argv)
     try:
         bundles = build_bundles(args.out.resolve(), assignment=args.assignment)

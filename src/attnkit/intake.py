@@ -152,20 +152,24 @@ def _kind(mode: int) -> str:
     return _("普通文件") if stat.S_ISREG(mode) else kind_of(mode)
 
 
-def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: list[Assignment],
-             suites: dict[str, Assignment], intake: Intake) -> None:
+def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: list[Assignment], suites: dict[str, Assignment], intake: Intake) -> None:
     names = i18n.join(suite.name for suite in chosen)
 
-    def job(assignment: Assignment, problems: list[str], notebooks: tuple[str, ...] = (), digests: tuple[str, ...] = (),
-            notes: list[str] | None = None, graded_as: str = "") -> Job:
+    def job(
+        assignment: Assignment,
+        problems: list[str],
+        notebooks: tuple[str, ...] = (),
+        digests: tuple[str, ...] = (),
+        notes: list[str] | None = None,
+        graded_as: str = "",
+    ) -> Job:
         salt = hashlib.sha256(intake.digest_of(assignment).encode())
         for path, sha in zip(notebooks, digests, strict=True):
             salt.update(Path(path).name.encode("utf-8", "surrogateescape") + b"\0" + sha.encode())
         for problem in problems:
             salt.update(problem.encode() + b"\0")
         salt.update(graded_as.encode())
-        return Job(student_id, assignment.name, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems),
-                   list(notes or []), graded_as)
+        return Job(student_id, assignment.name, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []), graded_as)
 
     if stat.S_ISLNK(mode):
         for assignment in chosen:
@@ -190,16 +194,29 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
                 intake.skipped.append(Skipped(f"{student_id}/{shown}", reason))
             elif (stat.S_ISDIR(entry_mode) or stat.S_ISLNK(entry_mode)) and name not in suites:
                 # (An assignment with a suite that --assignment left out is the TA's choice, not news.)
-                intake.skipped.append(Skipped(f"{student_id}/{shown}", _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册").format(
-                    name=shown, assignment=names)))
+                intake.skipped.append(
+                    Skipped(
+                        f"{student_id}/{shown}",
+                        _("没有作业“{name}”的隐藏测试（本次只评 {assignment}），未评分，也未写入成绩册").format(name=shown, assignment=names),
+                    )
+                )
         for assignment in chosen:
             _assignment(submitted, student_fd, student_id, assignment, modes.get(assignment.name), strays, len(chosen) == 1, job, intake)
     finally:
         os.close(student_fd)
 
 
-def _assignment(submitted: Path, student_fd: int, student_id: str, assignment: Assignment, mode: int | None,
-                strays: list[str], only_one: bool, job: Callable[..., Job], intake: Intake) -> None:
+def _assignment(
+    submitted: Path,
+    student_fd: int,
+    student_id: str,
+    assignment: Assignment,
+    mode: int | None,
+    strays: list[str],
+    only_one: bool,
+    job: Callable[..., Job],
+    intake: Intake,
+) -> None:
     """One student's folder of one assignment: a job, or the reason there is none."""
     name, expected = assignment.name, assignment.notebook
     if mode is None:

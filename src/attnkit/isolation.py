@@ -55,8 +55,12 @@ DEVICES = ("null", "zero", "random", "urandom")
 # statvfs flags -> mount flags: a read-only remount inside a user namespace must keep the flags
 # the host mount has (the kernel locks them), as bubblewrap does.
 _KEPT_FLAGS = {
-    os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC, os.ST_NOATIME: MS_NOATIME,
-    os.ST_NODIRATIME: MS_NODIRATIME, os.ST_RELATIME: MS_RELATIME,
+    os.ST_NOSUID: MS_NOSUID,
+    os.ST_NODEV: MS_NODEV,
+    os.ST_NOEXEC: MS_NOEXEC,
+    os.ST_NOATIME: MS_NOATIME,
+    os.ST_NODIRATIME: MS_NODIRATIME,
+    os.ST_RELATIME: MS_RELATIME,
 }
 MINIMAL_ETC = {
     "passwd": "root:x:0:0:root:/nonexistent:/nonexistent\nnobody:x:65534:65534:student:/home/student:/nonexistent\n",
@@ -449,7 +453,7 @@ def forbid_nested_user_namespaces() -> bool:
 
 # -- in words ---------------------------------------------------------------------------------------
 def level(items: list[str]) -> str:
-    """"isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained.
+    """ "isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained.
     Isolated means a layer held: namespaces with the allowlisted root, or Landlock's allowlist,
     or (root, no Landlock) a pool uid whose probe found nothing hidden in its reach; each of the
     last two with the seccomp filter installed and no capability left. A sandbox of kind "none"
@@ -457,8 +461,8 @@ def level(items: list[str]) -> str:
     if "unisolated" in items:
         return "unisolated"
     held = "no-capabilities" in items and (
-        "allowlisted-root" in items
-        or ("seccomp-filter" in items and ("landlock-files" in items or ("uid-pool" in items and "probe-passed" in items))))
+        "allowlisted-root" in items or ("seccomp-filter" in items and ("landlock-files" in items or ("uid-pool" in items and "probe-passed" in items)))
+    )
     if held:
         return "isolated"
     return "unisolated" if items else ""
@@ -486,29 +490,40 @@ def _describe_unisolated(count: int, union: set[str]) -> str:
     user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("主机上的 nobody") if "uid-nobody" in union else _("评分者自己的 uid")
     abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
     if abi and "landlock-files" in union:
-        return ngettext("未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
-                        "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
-                        "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
-                        "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
-                        count).format(count=count, abi=abi, user=user)
+        return ngettext(
+            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
+            "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
+            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
+            "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
+            count,
+        ).format(count=count, abi=abi, user=user)
     if "seccomp-filter" in union:
-        return ngettext("未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
-                        "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
-                        "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
-                        "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
-                        count).format(count=count, user=user)
-    return ngettext("未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
-                    "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
-                    count).format(count=count)
+        return ngettext(
+            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
+            "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
+            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
+            "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
+            count,
+        ).format(count=count, user=user)
+    return ngettext(
+        "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
+        "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
+        count,
+    ).format(count=count)
 
 
 def _describe_without_namespaces(union: set[str]) -> str:
     abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
     user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("评分者自己的 uid")
     if abi:
-        extras = "".join(text for item, text in (("landlock-no-tcp", _("，禁止 TCP")), ("landlock-scoped", _("，信号与抽象 unix 套接字限于沙箱内")))
-                         if item in union)
-        return _("已隔离（无命名空间）：Landlock（ABI {abi}）只允许读取白名单目录、只写私有工作目录{extras}；"
-                 "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；沙箱用户为{user}，无任何特权").format(abi=abi, extras=extras, user=user)
-    return _("已隔离（无命名空间，无 Landlock）：沙箱用户为{user}，探测进程确认它读写不到课程、答案、提交与输出；"
-             "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；无任何特权").format(user=user)
+        extras = "".join(
+            text for item, text in (("landlock-no-tcp", _("，禁止 TCP")), ("landlock-scoped", _("，信号与抽象 unix 套接字限于沙箱内"))) if item in union
+        )
+        return _(
+            "已隔离（无命名空间）：Landlock（ABI {abi}）只允许读取白名单目录、只写私有工作目录{extras}；"
+            "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；沙箱用户为{user}，无任何特权"
+        ).format(abi=abi, extras=extras, user=user)
+    return _(
+        "已隔离（无命名空间，无 Landlock）：沙箱用户为{user}，探测进程确认它读写不到课程、答案、提交与输出；"
+        "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；无任何特权"
+    ).format(user=user)

@@ -139,13 +139,12 @@ def _claim(path: PurePosixPath, lms: str) -> Claim | None:
     if lms == "canvas":
         match = CANVAS.match(path.name) if len(path.parts) == 1 else None
         if match:
-            return Claim(match["id"], match["name"], match["file"], (int(match["submission"]),), bool(match["late"]),
-                         file_id=match["submission"])
+            return Claim(match["id"], match["name"], match["file"], (int(match["submission"]),), bool(match["late"]), file_id=match["submission"])
     elif lms == "moodle":
         for depth, part in enumerate(path.parts[:-1]):  # the OUTERMOST Moodle folder; above it, the TA's
             folder = MOODLE_FOLDER.match(part)
             if folder:
-                return Claim(folder["id"], folder["name"], path.name, nested=tuple(path.parts[depth + 1:-1]))
+                return Claim(folder["id"], folder["name"], path.name, nested=tuple(path.parts[depth + 1 : -1]))
         flat = MOODLE_FLAT.match(path.name) if len(path.parts) == 1 else None
         if flat:
             return Claim(flat["id"], flat["name"], flat["file"])
@@ -222,8 +221,7 @@ def folder_entries(root: Path, unplaced: list[tuple[str, str]]) -> Iterator[Entr
             if not stat.S_ISREG(info.st_mode):
                 unplaced.append((str(path), _("不是普通文件")))
                 continue
-            yield Entry(PurePosixPath(path.relative_to(root).as_posix()), info.st_size, info.st_mtime,
-                        functools.partial(_read_capped, path))
+            yield Entry(PurePosixPath(path.relative_to(root).as_posix()), info.st_size, info.st_mtime, functools.partial(_read_capped, path))
 
 
 def _read_capped(path: Path) -> bytes:
@@ -242,10 +240,10 @@ def zip_time(info: zipfile.ZipInfo, zone: datetime.tzinfo) -> float:
     extra = info.extra
     while len(extra) >= 4:
         kind, size = struct.unpack("<HH", extra[:4])
-        body = extra[4:4 + size]
+        body = extra[4 : 4 + size]
         if kind == 0x5455 and size >= 5 and body[0] & 1:
             return float(struct.unpack("<i", body[1:5])[0])
-        extra = extra[4 + size:]
+        extra = extra[4 + size :]
     return datetime.datetime(*info.date_time, tzinfo=zone).timestamp()
 
 
@@ -308,8 +306,7 @@ def download_entries(sources: list[Path], found: Collected, zone: datetime.tzinf
     return listed
 
 
-def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = None,
-           zone: datetime.tzinfo = datetime.UTC) -> Collected:
+def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC) -> Collected:
     """Every candidate of every source, by the LMS's own order; conflicts refused, not guessed."""
     found = Collected()
     listed = download_entries(sources, found, zone)
@@ -333,8 +330,12 @@ def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = Non
             continue
         foreign = other_ids(claimed)
         if foreign:
-            found.unplaced.append((label, _("文件名或文件夹名冒充了其他学生（编号 {ids}），已拒绝；它属于 {owner} 的提交").format(
-                ids=i18n.join(foreign), owner=claimed.student_id)))
+            found.unplaced.append(
+                (
+                    label,
+                    _("文件名或文件夹名冒充了其他学生（编号 {ids}），已拒绝；它属于 {owner} 的提交").format(ids=i18n.join(foreign), owner=claimed.student_id),
+                )
+            )
             continue
         if claimed.nested:
             found.unplaced.append((label, _("在提交里学生自建的文件夹中，未采用（笔记本应直接放在提交中）")))
@@ -350,8 +351,20 @@ def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = Non
         mtime = entry.mtime
         if claimed.when:
             mtime = datetime.datetime.strptime(claimed.when, "%Y-%m-%d-%H-%M-%S").replace(tzinfo=zone).timestamp()
-        candidate = Candidate(claimed.student_id, notebook, (*claimed.order, mtime), mtime, label, entry.read, lms,
-                              claimed.name, claimed.late, claimed.original, notes, claimed.file_id)
+        candidate = Candidate(
+            claimed.student_id,
+            notebook,
+            (*claimed.order, mtime),
+            mtime,
+            label,
+            entry.read,
+            lms,
+            claimed.name,
+            claimed.late,
+            claimed.original,
+            notes,
+            claimed.file_id,
+        )
         claims.setdefault(f"{claimed.student_id}/{notebook}", []).append(candidate)
     for key, candidates in claims.items():
         _choose(key, candidates, lms, found)
@@ -403,10 +416,18 @@ def timezone(name: str | None) -> datetime.tzinfo:
 
 def record(candidate: Candidate) -> dict:
     """lms.json: what the LMS said about this submission, beside nbgrader's timestamp.txt."""
-    return {"lms": candidate.lms, "student_id": candidate.student_id, "name": candidate.name, "late": candidate.late,
-            "submitted_utc": nbgrader_timestamp(candidate.mtime), "original_name": candidate.original,
-            "stored_as": f"{candidate.notebook}.ipynb", "origin": candidate.origin, "notes": candidate.notes,
-            "lms_file_id": candidate.file_id or None}
+    return {
+        "lms": candidate.lms,
+        "student_id": candidate.student_id,
+        "name": candidate.name,
+        "late": candidate.late,
+        "submitted_utc": nbgrader_timestamp(candidate.mtime),
+        "original_name": candidate.original,
+        "stored_as": f"{candidate.notebook}.ipynb",
+        "origin": candidate.origin,
+        "notes": candidate.notes,
+        "lms_file_id": candidate.file_id or None,
+    }
 
 
 def write_roster(path: Path, roster: dict[str, str], lms: str) -> None:
@@ -427,8 +448,9 @@ def write_roster(path: Path, roster: dict[str, str], lms: str) -> None:
     atomic_write(path, out.getvalue())
 
 
-def collect(sources: list[Path], submitted: Path, assignment: str, notebooks: list[str], lms: str | None = None,
-            zone: datetime.tzinfo = datetime.UTC) -> Collected:
+def collect(
+    sources: list[Path], submitted: Path, assignment: str, notebooks: list[str], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC
+) -> Collected:
     """Place every notebook of ``sources`` in ``submitted/<id>/<assignment>/``; return what happened."""
     from attnkit.files import atomic_write
 

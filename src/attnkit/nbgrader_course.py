@@ -81,13 +81,32 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict
                 continue  # graded as missing, with attnkit's reason
             (folder / notebook.name).write_bytes(data)
         out = Path(scratch) / "out"
-        run = subprocess.run([*attnkit_command(), "grade", "--submitted", str(folder.parents[1]), "--out", str(out),
-                              "--jobs", "1", "--quiet", "--force", "--lang", i18n.language()],
-                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        run = subprocess.run(
+            [
+                *attnkit_command(),
+                "grade",
+                "--submitted",
+                str(folder.parents[1]),
+                "--out",
+                str(out),
+                "--jobs",
+                "1",
+                "--quiet",
+                "--force",
+                "--lang",
+                i18n.language(),
+            ],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         results_file = results_path(out, {"student_id": student, "assignment": assignment})
         if run.returncode != 0 or not results_file.is_file():
-            raise KitGradingFailed(_("attnkit grade 无法评分 {student}/{assignment}（退出码 {code}）：{output}").format(
-                student=student, assignment=assignment, code=run.returncode, output=run.stderr[-2000:]))
+            raise KitGradingFailed(
+                _("attnkit grade 无法评分 {student}/{assignment}（退出码 {code}）：{output}").format(
+                    student=student, assignment=assignment, code=run.returncode, output=run.stderr[-2000:]
+                )
+            )
         return json.loads(results_file.read_text(encoding="utf-8"))
 
 
@@ -208,8 +227,12 @@ class KitFeedbackExporter(HTMLExporter):
     (it carries the results), nbgrader's own feedback page for any other."""
 
     # The page is a str, as HTMLExporter's own override says (ignoring its base's NotebookNode the same way).
-    def from_notebook_node(self, nb: NotebookNode, resources: dict[str, Any] | None = None,  # type: ignore[override]
-                           **kw: Any) -> tuple[str, dict[str, Any]]:
+    def from_notebook_node(  # type: ignore[override]
+        self,
+        nb: NotebookNode,
+        resources: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> tuple[str, dict[str, Any]]:
         carried = nb.metadata.get(RESULTS_KEY, {}).get("results")
         if not isinstance(carried, dict) or carried.get("assignment") not in _assignment_names():
             return super().from_notebook_node(nb, resources, **kw)
@@ -266,18 +289,27 @@ def blocked_changes(db_path: Path, source: Path) -> list[str]:
                 try:
                     recorded = gradebook.find_notebook(notebook.stem, folder.name)
                 except MissingEntry:
-                    problems.append(_("{notebook}：新增的笔记本（已有 {count} 份提交）").format(
-                        notebook=f"{folder.name}/{notebook.name}", count=len(assignment.submissions)))
+                    problems.append(
+                        _("{notebook}：新增的笔记本（已有 {count} 份提交）").format(
+                            notebook=f"{folder.name}/{notebook.name}", count=len(assignment.submissions)
+                        )
+                    )
                     continue
-                old = {"grade": {c.name for c in recorded.grade_cells}, "solution": {c.name for c in recorded.solution_cells},
-                       "task": {c.name for c in recorded.task_cells}, "source": {c.name for c in recorded.source_cells}}
+                old = {
+                    "grade": {c.name for c in recorded.grade_cells},
+                    "solution": {c.name for c in recorded.solution_cells},
+                    "task": {c.name for c in recorded.task_cells},
+                    "source": {c.name for c in recorded.source_cells},
+                }
                 new = source_cells(notebook)
                 added = sorted(set().union(*new.values()) - set().union(*old.values()))
                 removed = sorted(set().union(*old.values()) - set().union(*new.values()))
                 if old != new:
-                    problems.append(_("{notebook}：新增单元格 {added}，删除单元格 {removed}（已有 {count} 份提交）").format(
-                        notebook=f"{folder.name}/{notebook.name}", added=added or _("无"), removed=removed or _("无"),
-                        count=len(assignment.submissions)))
+                    problems.append(
+                        _("{notebook}：新增单元格 {added}，删除单元格 {removed}（已有 {count} 份提交）").format(
+                            notebook=f"{folder.name}/{notebook.name}", added=added or _("无"), removed=removed or _("无"), count=len(assignment.submissions)
+                        )
+                    )
     return problems
 
 
@@ -297,17 +329,20 @@ def guard_generate_assignment(root: Path, source: str, release: str, db_url: str
         return  # a release into another folder (attnkit's own registration, `make release`): not ours to guard
     db_url = _argv_option(argv, "--db", "--CourseDirectory.db_url") or db_url
     if db_url.startswith("sqlite:///"):
-        problems = blocked_changes(Path(db_url[len("sqlite:///"):]), root / source)
+        problems = blocked_changes(Path(db_url[len("sqlite:///") :]), root / source)
         if problems:
-            print(_("nbgrader generate_assignment 已停止，发布目录 {release} 未改动。\n"
+            print(
+                _(
+                    "nbgrader generate_assignment 已停止，发布目录 {release} 未改动。\n"
                     "gradebook 中已有提交，而源笔记本的单元格有增删，nbgrader 不允许这样修改：\n  {problems}\n"
                     "继续的办法（任选其一）：\n"
                     "  1. 撤销 solutions/ 中单元格的增删（改单元格内容、分值可以，增删单元格不行）；\n"
                     "  2. 作为新作业发布：复制到 solutions/<新名字>/，再 nbgrader generate_assignment <新名字>；\n"
                     "  3. 先备份 gradebook.db，再 nbgrader db assignment remove <作业> --force 删除旧记录，\n"
-                    "     然后 nbgrader generate_assignment <作业> --force，最后 make grade 重新登记成绩。").format(
-                      release=root / release, problems="\n  ".join(problems)),
-                  file=sys.stderr)
+                    "     然后 nbgrader generate_assignment <作业> --force，最后 make grade 重新登记成绩。"
+                ).format(release=root / release, problems="\n  ".join(problems)),
+                file=sys.stderr,
+            )
             sys.exit(1)
     backup_release(root / release, root / source)
 
@@ -345,7 +380,4 @@ def configure(c: Any, root: str) -> None:
     argv = list(sys.argv[1:])
     command = next((arg for arg in argv if not arg.startswith("-")), "")
     if command in ("generate_assignment", "assign"):
-        guard_generate_assignment(Path(root), c.CourseDirectory.source_directory, c.CourseDirectory.release_directory,
-                                  c.CourseDirectory.db_url, argv)
-
-
+        guard_generate_assignment(Path(root), c.CourseDirectory.source_directory, c.CourseDirectory.release_directory, c.CourseDirectory.db_url, argv)

@@ -75,9 +75,15 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
     if layer.block is not None:
         unreadable = unreadable_trees(layer.block.uid(0), layer.read_only)
         if unreadable:  # e.g. a pyenv under /root (mode 700): the pool uid could not even start Python
-            return _for_trusted_notebooks(Mode("none", f"{mode.why}; the sandbox's uid {layer.block.uid(0)} cannot read the Python trees: "
-                                                       f"{', '.join(unreadable)} (install Python outside root's home, or chmod o+x each folder above them)"),
-                                          layer, abi)
+            return _for_trusted_notebooks(
+                Mode(
+                    "none",
+                    f"{mode.why}; the sandbox's uid {layer.block.uid(0)} cannot read the Python trees: "
+                    f"{', '.join(unreadable)} (install Python outside root's home, or chmod o+x each folder above them)",
+                ),
+                layer,
+                abi,
+            )
     if abi >= 1:
         return Mode("landlock", mode.why, sandbox_host_uid=sandbox_user, visible=layer.read_only, landlock_abi=abi), layer
     if not root:

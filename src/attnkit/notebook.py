@@ -162,8 +162,11 @@ def _binding(names: tuple[str, ...]) -> re.Pattern[str]:
     """A line at column 0 that starts binding one of ``names``: ``def name``, ``class name`` or
     ``name =`` (the name in the group that matched)."""
     alternatives = "|".join(map(re.escape, names))
-    return re.compile(rf"^(?:(?:async\s+)?def\s+(?P<function>{alternatives})(?!\w)|class\s+(?P<cls>{alternatives})(?!\w)"
-                      rf"|(?P<variable>{alternatives})\s*(?::|=(?!=)))", re.MULTILINE)
+    return re.compile(
+        rf"^(?:(?:async\s+)?def\s+(?P<function>{alternatives})(?!\w)|class\s+(?P<cls>{alternatives})(?!\w)"
+        rf"|(?P<variable>{alternatives})\s*(?::|=(?!=)))",
+        re.MULTILINE,
+    )
 
 
 def _bound(match: re.Match[str]) -> str:
@@ -320,7 +323,8 @@ def parse_notebook(raw: bytes, path: Path) -> Notebook:
     graded = sum(len(_text(cell.get("source")).encode("utf-8", "surrogatepass")) for cell in cells if isinstance(cell, dict))
     if graded > MAX_NOTEBOOK_BYTES:
         notebook.problem = _("笔记本的代码和文字过多（去掉输出后 {size} MB，上限 {limit} MB），无法评分").format(
-            size=graded // 1024 // 1024, limit=MAX_NOTEBOOK_BYTES // 1024 // 1024)
+            size=graded // 1024 // 1024, limit=MAX_NOTEBOOK_BYTES // 1024 // 1024
+        )
         notebook.cells = []
         return notebook
     if not any(cell.source.strip() for cell in notebook.cells):

@@ -46,14 +46,19 @@ class TestResult:
 def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:
     """The page's sentence for a test run with reference dependencies (function -> failed part)."""
     names = i18n.join(functions)
-    where = i18n.join(dict.fromkeys(
-        _("第 {number} 部分「{title}」").format(number=assignment.part_number(grade_id), title=assignment.part_title(grade_id))
-        if grade_id in assignment.parts else _("它自己的检查")
-        for grade_id in functions.values()
-    ))
-    text = ngettext("这一项用参考的 {names} 代替了你的实现，因为你的实现没有通过{where}：先修正它。",
-                    "这一项用参考的 {names} 代替了你的实现，因为你的这些实现没有通过{where}：先修正它。",
-                    len(functions)).format(names=names, where=where)
+    where = i18n.join(
+        dict.fromkeys(
+            _("第 {number} 部分「{title}」").format(number=assignment.part_number(grade_id), title=assignment.part_title(grade_id))
+            if grade_id in assignment.parts
+            else _("它自己的检查")
+            for grade_id in functions.values()
+        )
+    )
+    text = ngettext(
+        "这一项用参考的 {names} 代替了你的实现，因为你的实现没有通过{where}：先修正它。",
+        "这一项用参考的 {names} 代替了你的实现，因为你的这些实现没有通过{where}：先修正它。",
+        len(functions),
+    ).format(names=names, where=where)
     if not passed:
         text += _("换上参考实现之后这一项仍未通过，问题在这一项自己检查的函数里：")
     return text
@@ -81,8 +86,11 @@ def error_info(error: BaseException) -> dict[str, Any]:
     section = str(where.get("section") or "")
     line = where.get("line")
     if isinstance(line, int):
-        place = (_("「{section}」一节，函数 {function} 的第 {line} 行（从单元格第一行数起）") if section
-                 else _("函数 {function} 的第 {line} 行（从单元格第一行数起）")).format(section=section, function=function, line=line)
+        place = (
+            _("「{section}」一节，函数 {function} 的第 {line} 行（从单元格第一行数起）")
+            if section
+            else _("函数 {function} 的第 {line} 行（从单元格第一行数起）")
+        ).format(section=section, function=function, line=line)
     else:
         place = (_("「{section}」一节，函数 {function}") if section else _("函数 {function}")).format(section=section, function=function)
     message = str(error)
@@ -117,7 +125,8 @@ def failure_message(error: BaseException) -> str:
         inner = str(info.get("function") or error.function)
         if inner != error.function:  # the failing line is in a function it called: say which
             text = _("你的 {function} 抛出了 {type}，出错的一行在它调用的 {inner} 里：{error}").format(
-                function=error.function, type=error.type_name, inner=inner, error=error)
+                function=error.function, type=error.type_name, inner=inner, error=error
+            )
         else:
             text = _("你的 {function} 抛出了 {type}：{error}").format(function=error.function, type=error.type_name, error=error)
         if info.get("text"):

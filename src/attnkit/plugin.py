@@ -191,10 +191,12 @@ class GradingPlugin:
         for index, item in enumerate(items):
             for name in functions_of(item):
                 last_own[name] = index
+
         def key(pair: tuple[int, pytest.Item]) -> float:
             index, item = pair
             after = [last_own[name] for name in dependencies_of(item) if name in last_own]
             return max([index, *[position + 0.5 for position in after]])
+
         items[:] = [item for _, item in sorted(enumerate(items), key=key)]
         try:
             self.points = item_points(items)
@@ -437,17 +439,24 @@ class GradingPlugin:
         failed = excinfo is not None
         message = failure_message(excinfo.value) if excinfo is not None else None
         report = TestReport(
-            item.nodeid, item.location, {}, "failed" if failed else "passed", message,
+            item.nodeid,
+            item.location,
+            {},
+            "failed" if failed else "passed",
+            message,
             call.when,  # type: ignore[arg-type]  # an item's own phases: never "collect"
-            [], call.duration, call.start, call.stop, user_properties=item.user_properties,
+            [],
+            call.duration,
+            call.start,
+            call.stop,
+            user_properties=item.user_properties,
         )
         if call.when == "call" or (call.when == "setup" and failed):
             error = excinfo.value if excinfo is not None else None
             self.record(item, str(submission_id), message, diagnose=call.when == "call", error=error)
         return report
 
-    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool,
-               error: BaseException | None = None) -> None:
+    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None) -> None:
         points = self.points[base_nodeid(item)]
         assignment = assignment_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
@@ -495,8 +504,7 @@ class GradingPlugin:
     def _failed_by(self, submission_id: str, position: int) -> dict[str, str]:
         """The submission's failed functions whose first failed test is at ``position`` or before."""
         failed_at = self._failed_at.get(submission_id, {})
-        return {name: grade_id for name, grade_id in self.failed_functions.get(submission_id, {}).items()
-                if failed_at.get(name, position) <= position}
+        return {name: grade_id for name, grade_id in self.failed_functions.get(submission_id, {}).items() if failed_at.get(name, position) <= position}
 
     def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]:
         from attnkit.diagnosis import diagnose

@@ -23,6 +23,7 @@ from attnkit import operations, protocol
 from attnkit.i18n import _
 from attnkit.explain import MAX_WARNINGS, student_frame, warning_text
 
+
 class StudentRaised(Exception):
     """Mixin on every exception that a student's function raised (re-created on our side)."""
 
@@ -47,18 +48,28 @@ class SandboxCrashed(Exception):
 # Built-in exception types the tests may want to catch (``pytest.raises(ValueError)``). The class
 # is chosen from this trusted table by name; nothing of the student's exception object crosses.
 _MIRRORED = (
-    "ValueError", "TypeError", "RuntimeError", "IndexError", "KeyError", "AssertionError",
-    "NotImplementedError", "ZeroDivisionError", "AttributeError", "NameError", "ArithmeticError",
-    "LookupError", "MemoryError", "RecursionError", "OverflowError", "UnboundLocalError",
+    "ValueError",
+    "TypeError",
+    "RuntimeError",
+    "IndexError",
+    "KeyError",
+    "AssertionError",
+    "NotImplementedError",
+    "ZeroDivisionError",
+    "AttributeError",
+    "NameError",
+    "ArithmeticError",
+    "LookupError",
+    "MemoryError",
+    "RecursionError",
+    "OverflowError",
+    "UnboundLocalError",
 )
 # A fixed table built at import (not a cache): each mirrored builtin's Student subclass.
-_MIRROR_CLASSES: dict[str, type[StudentRaised]] = {
-    name: type(f"Student{name}", (getattr(builtins, name), StudentRaised), {}) for name in _MIRRORED
-}
+_MIRROR_CLASSES: dict[str, type[StudentRaised]] = {name: type(f"Student{name}", (getattr(builtins, name), StudentRaised), {}) for name in _MIRRORED}
 
 
-def student_exception(function: str, type_name: str, message: str, where: dict | None = None,
-                      warnings: list[str] | None = None) -> StudentRaised:
+def student_exception(function: str, type_name: str, message: str, where: dict | None = None, warnings: list[str] | None = None) -> StudentRaised:
     """Re-create the student's exception as a trusted class with the same builtin base."""
     cls = _MIRROR_CLASSES.get(type_name, type("StudentException", (StudentRaised,), {}))
     error = cls(message)

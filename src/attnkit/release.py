@@ -42,6 +42,8 @@ VOLATILE_NOTEBOOK_METADATA = ("widgets", "celltoolbar", "toc", "varInspector")
 FORBIDDEN_IN_RELEASE = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "autograder")
 
 README_NAME = "README_学生.md"
+
+
 class ReleaseError(RuntimeError):
     """Raised when the release cannot be generated or would leak solution material."""
 
@@ -62,23 +64,14 @@ def run_generate_assignment(root: Path, assignment: str) -> None:
             f"--db=sqlite:///{Path(tmp) / 'gradebook.db'}",
             "--log-level=WARN",
         ]
-        result = subprocess.run(
-            command, cwd=root, env=tool_environment(), capture_output=True, text=True
-        )
+        result = subprocess.run(command, cwd=root, env=tool_environment(), capture_output=True, text=True)
     if result.returncode != 0:
-        raise ReleaseError(
-            f"nbgrader generate_assignment failed ({result.returncode}):\n"
-            f"{result.stdout}\n{result.stderr}"
-        )
+        raise ReleaseError(f"nbgrader generate_assignment failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
 
 
 def release_notebooks(release_dir: Path) -> list[Path]:
     """Return the released notebooks in name order (checkpoints excluded)."""
-    return sorted(
-        path
-        for path in release_dir.rglob("*.ipynb")
-        if ".ipynb_checkpoints" not in path.parts
-    )
+    return sorted(path for path in release_dir.rglob("*.ipynb") if ".ipynb_checkpoints" not in path.parts)
 
 
 def normalise_notebook(path: Path) -> None:
@@ -130,11 +123,7 @@ def generate_release(root: Path, assignment: str) -> Path:
 
 def release_files(release_dir: Path) -> list[Path]:
     """Return every released file of one assignment (checkpoints excluded), in name order."""
-    return sorted(
-        path
-        for path in release_dir.rglob("*")
-        if path.is_file() and ".ipynb_checkpoints" not in path.parts
-    )
+    return sorted(path for path in release_dir.rglob("*") if path.is_file() and ".ipynb_checkpoints" not in path.parts)
 
 
 def student_readme(root: Path, assignment: str) -> str:
@@ -170,12 +159,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m attnkit.release",
         description="Regenerate assignments/ from solutions/ with nbgrader, deterministically.",
     )
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
-                        help="course root holding nbgrader_config.py (default: this repository)")
-    parser.add_argument("--assignment", default=None,
-                        help="assignment name (default: every folder of solutions/)")
-    parser.add_argument("--zip", type=Path, metavar="PATH",
-                        help="also build the student bundle (released notebooks + README) at PATH")
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="course root holding nbgrader_config.py (default: this repository)")
+    parser.add_argument("--assignment", default=None, help="assignment name (default: every folder of solutions/)")
+    parser.add_argument("--zip", type=Path, metavar="PATH", help="also build the student bundle (released notebooks + README) at PATH")
     return parser.parse_args(argv)
 
 

@@ -56,16 +56,28 @@ class Zygote:
     else :class:`IsolationUnavailable` says why and how to fix it, before any cell runs.
     """
 
-    def __init__(self, hide: list[str] | None = None, trusted: bool = False, warm_up: str = "", cells: list[str] | None = None,
-                 seed: socket.socket | None = None, later: bool = False) -> None:
+    def __init__(
+        self,
+        hide: list[str] | None = None,
+        trusted: bool = False,
+        warm_up: str = "",
+        cells: list[str] | None = None,
+        seed: socket.socket | None = None,
+        later: bool = False,
+    ) -> None:
         """``seed``: ask it for the zygote (``attnkit.seed``), else start one of our own. ``later``:
         return once it is asked for, and wait for it to be ready only when it is first needed
         (``wait_ready``), so that the caller's own start runs meanwhile."""
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
-        self._config = {"hide": self.hide, "warm_up": warm_up, "lang": i18n.language(), "cells": cells or [],
-                        # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.
-                        "cpus": sorted(os.sched_getaffinity(0))}
+        self._config = {
+            "hide": self.hide,
+            "warm_up": warm_up,
+            "lang": i18n.language(),
+            "cells": cells or [],
+            # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.
+            "cpus": sorted(os.sched_getaffinity(0)),
+        }
         self._trusted = trusted
         self.process: subprocess.Popen | None = None
         self.pid = 0
@@ -134,8 +146,7 @@ class Zygote:
             # The cause in our words (a container's seccomp profile, an AppArmor restriction) and
             # what works there: see attnkit.confinement.
             exposed = listed if isinstance(listed := isolation.get("exposed"), list) else []
-            self._failure = IsolationUnavailable(confinement.exposure_refusal(exposed) if exposed
-                                                 else confinement.refusal(str(isolation.get("why") or "")))
+            self._failure = IsolationUnavailable(confinement.exposure_refusal(exposed) if exposed else confinement.refusal(str(isolation.get("why") or "")))
             raise self._failure
 
     def _ready_message(self) -> dict | None:
@@ -284,11 +295,15 @@ class Submission:
         self._boot()
         runnable = [cell for cell in self.cells if not (cell.is_check or cell.skip or not cell.source.strip())]
         deadline = time.monotonic() + self.limits.notebook_seconds
-        replies, failure = self._batch([operations.cell(cell.source) for cell in runnable], self.limits.cell_seconds,
-                                       until=deadline + self.limits.cell_seconds, cell_budget=self.limits.notebook_seconds)
+        replies, failure = self._batch(
+            [operations.cell(cell.source) for cell in runnable],
+            self.limits.cell_seconds,
+            until=deadline + self.limits.cell_seconds,
+            cell_budget=self.limits.notebook_seconds,
+        )
         for cell, reply in zip(runnable, replies, strict=False):
             self.runs.append(self._not_run(cell) if reply.get(operations.SKIPPED) else self._cell_run(cell, reply))
-        rest = runnable[len(replies):]
+        rest = runnable[len(replies) :]
         if failure is not None and rest:
             self.runs.append(self._cell_failed(rest.pop(0), hung=failure is TimeoutError))
         for cell in rest:
@@ -298,8 +313,9 @@ class Submission:
     def _not_run(cell: CodeCell) -> CellRun:
         return CellRun(cell.index, cell.grade_id, False, TIMEOUT, _("整本笔记本的运行时间超过上限，此单元格未运行"))
 
-    def _batch(self, requests: list[Any], seconds: float, until: float, cell_budget: float | None = None,
-               frame: bytes | None = None, budget: float | None = None) -> tuple[list[dict], type | None]:
+    def _batch(
+        self, requests: list[Any], seconds: float, until: float, cell_budget: float | None = None, frame: bytes | None = None, budget: float | None = None
+    ) -> tuple[list[dict], type | None]:
         """Send ``requests`` as one batch; their replies in order, each within ``seconds`` of the
         one before (and all by ``until``), and what cut the stream short: ``TimeoutError``,
         ``SandboxDied``, or ``OutOfTime`` (``budget`` seconds had passed when the next request
@@ -363,8 +379,9 @@ class Submission:
         self.isolation = [str(item) for item in ready.get("isolation", [])]
         self.plan = str(ready.get(operations.PLAN) or "")
 
-    def _request(self, message: Mapping[str, Any], seconds: float, substitutes: dict[str, Any] | None = None,
-                 swap: frozenset | None = None, fds: list[int] | None = None) -> dict:
+    def _request(
+        self, message: Mapping[str, Any], seconds: float, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None, fds: list[int] | None = None
+    ) -> dict:
         """One request and its reply, all within ``seconds`` of wall-clock time. With
         ``substitutes`` (a swapped call), the sandbox's ``callback`` frames for those names are
         answered here with the trusted functions' results until the real reply comes; without,
@@ -418,8 +435,11 @@ class Submission:
 
     def _cell_failed(self, cell: CodeCell, hung: bool) -> CellRun:
         """The cell hung or killed the sandbox: recover, and say which."""
-        message = (_("单元格运行超过 {seconds} 秒，已被终止").format(seconds=f"{self.limits.cell_seconds:g}") if hung
-                   else _("单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）"))
+        message = (
+            _("单元格运行超过 {seconds} 秒，已被终止").format(seconds=f"{self.limits.cell_seconds:g}")
+            if hung
+            else _("单元格运行时进程意外退出（例如调用了 os._exit 或内存耗尽）")
+        )
         self._recover()
         return CellRun(cell.index, cell.grade_id, False, TIMEOUT if hung else CRASHED, message)
 
@@ -427,9 +447,15 @@ class Submission:
     def _cell_run(cell: CodeCell, reply: dict) -> CellRun:
         line = reply.get("line")
         return CellRun(
-            cell.index, cell.grade_id, bool(reply.get("ok")), str(reply.get("error_type") or ""),
-            str(reply.get("message") or ""), str(reply.get("output") or ""), float(reply.get("seconds") or 0.0),
-            line if isinstance(line, int) and 0 < line < 100_000 else 0, str(reply.get("text") or "")[:300],
+            cell.index,
+            cell.grade_id,
+            bool(reply.get("ok")),
+            str(reply.get("error_type") or ""),
+            str(reply.get("message") or ""),
+            str(reply.get("output") or ""),
+            float(reply.get("seconds") or 0.0),
+            line if isinstance(line, int) and 0 < line < 100_000 else 0,
+            str(reply.get("text") or "")[:300],
         )
 
     def _recover(self) -> None:
@@ -645,7 +671,8 @@ class Submission:
             run = runs.get(cell.index)
             if run is not None and not run.ok:
                 failed = _("：定义它的单元格（{place}）运行出错（{error}），所以它没有被定义，先修正那个单元格").format(
-                    place=place, error=f"{run.error_type}：{run.message}"[:300] if run.message else run.error_type)
+                    place=place, error=f"{run.error_type}：{run.message}"[:300] if run.message else run.error_type
+                )
                 # What that error means, where the kit knows: a failed import names what grading has.
                 meaning = explain(run.error_type, run.message, run.text)
                 return i18n.sentences([failed + _("。"), meaning]) if meaning else failed
@@ -666,8 +693,7 @@ class Submission:
         if self._refusal() is not None:
             return []
         left = self.limits.submission_seconds - self.seconds_used
-        replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds,
-                                       frame=frame, budget=left)
+        replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds, frame=frame, budget=left)
         outcomes = [self._outcome(reply, str(request.get("name", ""))) for reply, request in zip(replies, requests, strict=False)]
         if failure in (TimeoutError, SandboxDied) and len(outcomes) < len(requests):
             name = str(requests[len(outcomes)].get("name", ""))
@@ -689,8 +715,7 @@ class Submission:
 
     def describe(self) -> dict[str, Any]:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
-        description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts,
-                                       "replaced_after_swaps": self.replaced_after_swaps}
+        description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts, "replaced_after_swaps": self.replaced_after_swaps}
         if self._swapped_by is not None:  # what it used after that could carry the reference's answers
             description.update(self._usage_before_swaps)
         elif self._channel is not None and self._pid is not None and not self._given_up:  # set together by _boot
@@ -707,7 +732,7 @@ def usage_of(pid: int, zygote: int) -> dict[str, Any]:
         status = Path(f"/proc/{pid}/status").read_bytes()
     except OSError:
         return {}
-    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (name) ": state, ppid, ...
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (name) ": state, ppid, ...
     if len(fields) < 13 or fields[1] != str(zygote).encode():
         return {}
     try:  # nanoseconds on the CPU, where the kernel keeps them; else its ticks (10 ms)
@@ -721,7 +746,7 @@ def usage_of(pid: int, zygote: int) -> dict[str, Any]:
 def _write_all(descriptor: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(descriptor, view):]
+        view = view[os.write(descriptor, view) :]
 
 
 def frame_digest(frame: bytes) -> str:

@@ -309,4 +309,3 @@ class Sandbox:
                 reply["line"], reply["text"] = int(where["line"]), str(where["text"])[:300]
         reply["output"] = self.output.take()
         return reply
-

@@ -33,8 +33,7 @@ from attnkit.i18n import N_, _
 RELATIVE_TOLERANCE = 1e-5
 ABSOLUTE_TOLERANCE = 1e-6
 
-OUT_OF_SCOPE = N_("代入参考的 {name} 重新运行这一项时，你的代码用本项测试从未使用过的输入调用了 {name}："
-                  "参考实现只回答这一项自己的输入，因此这一项不得分")
+OUT_OF_SCOPE = N_("代入参考的 {name} 重新运行这一项时，你的代码用本项测试从未使用过的输入调用了 {name}：参考实现只回答这一项自己的输入，因此这一项不得分")
 
 
 class OutOfScope(RuntimeError):

@@ -18,6 +18,7 @@ MAX_RESULTS_BYTES = 1_000_000
 MAX_FEEDBACK_BYTES = 4_000_000
 TRUNCATED_NOTE = N_("反馈内容过长，部分信息已被截断（评分不受影响）")
 
+
 def unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -45,6 +46,7 @@ def _student_texts(results: dict[str, Any]) -> list[tuple[Any, Any]]:
 
 def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str, Any]:
     """Cut the longest texts (in place) until the JSON encoding is at most ``max_bytes``."""
+
     def size() -> int:
         return len(readable_json(results).encode())  # as results.json is written
 
@@ -98,8 +100,13 @@ def results_json(record: dict[str, Any], assignment: Assignment) -> dict[str, An
         "problems": _clip_items(record.get("problems", [])),
         "notes": _clip_items(record.get("notes", [])),
         "cells": [
-            {**c, "message": clip(c.get("message", "")), "output": clip(c.get("output", "")),
-             "error_type": clip(c.get("error_type", ""), 200), "text": clip(c.get("text", ""), 300)}
+            {
+                **c,
+                "message": clip(c.get("message", "")),
+                "output": clip(c.get("output", "")),
+                "error_type": clip(c.get("error_type", ""), 200),
+                "text": clip(c.get("text", ""), 300),
+            }
             for c in [c for c in record.get("cells", []) if not c.get("ok")][:MAX_ITEMS]
         ],
         "sandbox": record.get("sandbox", {}),

@@ -76,8 +76,9 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.seek(0)
         holder = handle.read().strip() or _("另一个进程")
         handle.close()
-        raise GraderError(_("{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行："
-                             "请等它结束，或换一个 --out。").format(out=out, holder=holder)) from None
+        raise GraderError(
+            _("{out} 正被另一个 attnkit 使用（{holder}）。同一输出文件夹一次只能有一个运行：请等它结束，或换一个 --out。").format(out=out, holder=holder)
+        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(_("进程 {pid}，开始于 {time}").format(pid=os.getpid(), time=time.strftime("%Y-%m-%d %H:%M:%S")) + "\n")
@@ -158,8 +159,7 @@ def part_columns(all_results: list[dict[str, Any]], suites: dict[str, Assignment
     return list(dict.fromkeys(grade_id for suite in shown for grade_id in suite.parts))
 
 
-def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment],
-               totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
+def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
     """One row per submission. With ``totals`` (read back from the gradebook), the row also has
     the manual points a TA entered in formgrader and the total `nbgrader export` reports;
     ``total_source`` says whether that total came from the gradebook or from attnkit alone. A
@@ -170,8 +170,13 @@ def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment],
     writer.writerow(["student_id", "assignment", "score", "max_score", *parts, *(TOTAL_COLUMNS if totals is not None else [])])
     for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
         own = suites[r["assignment"]].parts if r["assignment"] in suites else r["parts"]
-        row = [csv_text(r["student_id"]), csv_text(r["assignment"]), f"{r['score']:g}", f"{r['max_score']:g}",
-               *(f"{r['parts'].get(part, {}).get('score', 0):g}" if part in own else "" for part in parts)]
+        row = [
+            csv_text(r["student_id"]),
+            csv_text(r["assignment"]),
+            f"{r['score']:g}",
+            f"{r['max_score']:g}",
+            *(f"{r['parts'].get(part, {}).get('score', 0):g}" if part in own else "" for part in parts),
+        ]
         if totals is not None:
             found = totals.get((r["student_id"], r["assignment"]))
             if found is None:
@@ -188,19 +193,23 @@ def isolation_line(all_results: list[dict[str, Any]]) -> str:
     return describe_isolation([r.get("sandbox", {}).get("isolation", []) for r in all_results])
 
 
-def write_grades(out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment],
-                 totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
+def write_grades(
+    out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None
+) -> None:
     atomic_write(out / "grades.csv", grades_csv(all_results, suites, totals))
 
 
-def write_report(out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float,
-                 skipped: list[dict[str, str]]) -> None:
+def write_report(out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float, skipped: list[dict[str, str]]) -> None:
     atomic_write(out / "report.html", report_html(all_results, suites, seconds, skipped, isolation_line(all_results)))
 
 
 def write_class_outputs(
-    out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float,
-    skipped: list[dict[str, str]] | None = None, totals: dict[tuple[str, str], dict[str, Any]] | None = None,
+    out: Path,
+    all_results: list[dict[str, Any]],
+    suites: dict[str, Assignment],
+    seconds: float,
+    skipped: list[dict[str, str]] | None = None,
+    totals: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> None:
     skipped = skipped or []
     atomic_write(out / "skipped.json", json.dumps(skipped, ensure_ascii=False, indent=1))
@@ -253,13 +262,13 @@ def check_shard_set(folders: list[Path]) -> None:
     seen: dict[int, Path] = {}
     for folder, info in shards:
         if info["index"] in seen:
-            raise GraderError(_("分片 {index}/{count} 出现两次：{first} 与 {second}").format(
-                index=info["index"], count=count, first=seen[info["index"]], second=folder))
+            raise GraderError(
+                _("分片 {index}/{count} 出现两次：{first} 与 {second}").format(index=info["index"], count=count, first=seen[info["index"]], second=folder)
+            )
         seen[info["index"]] = folder
     absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
     if absent:
-        raise GraderError(_("分片不全，缺少 {missing}：请先运行 attnkit grade --shard {first} …，再合并").format(
-            missing=i18n.join(absent), first=absent[0]))
+        raise GraderError(_("分片不全，缺少 {missing}：请先运行 attnkit grade --shard {first} …，再合并").format(missing=i18n.join(absent), first=absent[0]))
 
 
 def gather_shards(folders: list[Path], out: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:

@@ -83,6 +83,7 @@ class Opened:
 # test will ask a submission (``Plan``). Not a student id: intake refuses ids starting with ".".
 PLANNING = ".plan"
 
+
 @dataclass
 class Plan:
     """Test key -> the requests (``call``/``get`` messages) the test made on the source notebook,
@@ -311,9 +312,12 @@ def redefinition_notes(cells: list[CodeCell], api: tuple[str, ...]) -> list[str]
     notes = []
     for name, where in redefinitions(cells, api).items():
         places = _("、").join(place_of(cell) for cell in where)
-        notes.append(_("{name} 在 {count} 个单元格里都有定义（{places}）：评分时和 Jupyter 的“全部运行”一样按顺序运行单元格，"
-                       "后面的定义覆盖前面的，被评分的是最后一个（{last}）。如果后面那个只是实验时的改写，请把它删掉或改个名字").format(
-            name=name, count=len(where), places=places, last=place_of(where[-1])))
+        notes.append(
+            _(
+                "{name} 在 {count} 个单元格里都有定义（{places}）：评分时和 Jupyter 的“全部运行”一样按顺序运行单元格，"
+                "后面的定义覆盖前面的，被评分的是最后一个（{last}）。如果后面那个只是实验时的改写，请把它删掉或改个名字"
+            ).format(name=name, count=len(where), places=places, last=place_of(where[-1]))
+        )
     return notes
 
 
@@ -338,16 +342,21 @@ def evidence(assignment: Assignment, student: Student, tests: list[dict[str, Any
         del student.calls[calls_before:]
 
 
-def run_chunk(jobs: list[Job], suites: dict[str, Assignment], limits: Limits, zygote: Zygote, emit: Callable[[Mapping[str, Any]], None],
-              more: Callable[[str], list[Job] | None] | None = None) -> None:
+def run_chunk(
+    jobs: list[Job],
+    suites: dict[str, Assignment],
+    limits: Limits,
+    zygote: Zygote,
+    emit: Callable[[Mapping[str, Any]], None],
+    more: Callable[[str], list[Job] | None] | None = None,
+) -> None:
     """Grade ``jobs``, one pytest session per assignment among them, emitting each submission's
     record when it is done (and ``worker_messages.started`` when one begins, so the parent knows
     whom a crash belongs to). ``more(assignment)``: the next jobs, all of that assignment, that the last
     session may go on with once these are done (None: it ends)."""
     names = list(dict.fromkeys(job.assignment for job in jobs))
     for name in names:
-        _run_suite([job for job in jobs if job.assignment == name], suites[name], limits, zygote, emit,
-                   more if name == names[-1] else None)
+        _run_suite([job for job in jobs if job.assignment == name], suites[name], limits, zygote, emit, more if name == names[-1] else None)
 
 
 class SubmissionRecords:
@@ -369,41 +378,66 @@ class SubmissionRecords:
         tests = [result.to_dict() for result in self.results.pop(opened.job.key, [])]
         # Before the sandbox's description: the heatmaps' calls may still replace it.
         panels = evidence(self.assignment, opened.student, tests, opened.early_evidence) if opened.session else {}
-        self.emit({
-            "student_id": opened.job.student_id,
-            "assignment": opened.job.assignment,
-            "fingerprint": opened.job.fingerprint,
-            "tests": tests,
-            "problems": opened.problems,
-            "notes": opened.notes,
-            # What the gradebook may copy to autograded/: these names with exactly these bytes.
-            "notebooks": [{"name": display_name(Path(path).name), "sha256": digest,
-                           "stored_as": opened.job.graded_as or display_name(Path(path).name)}
-                          for path, digest in zip(opened.job.notebooks, opened.job.digests, strict=False)],
-            "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
-            "sandbox": opened.session.describe() if opened.session else {},
-            "evidence": panels,
-            "seconds": time.perf_counter() - opened.started,
-        })
+        self.emit(
+            {
+                "student_id": opened.job.student_id,
+                "assignment": opened.job.assignment,
+                "fingerprint": opened.job.fingerprint,
+                "tests": tests,
+                "problems": opened.problems,
+                "notes": opened.notes,
+                # What the gradebook may copy to autograded/: these names with exactly these bytes.
+                "notebooks": [
+                    {"name": display_name(Path(path).name), "sha256": digest, "stored_as": opened.job.graded_as or display_name(Path(path).name)}
+                    for path, digest in zip(opened.job.notebooks, opened.job.digests, strict=False)
+                ],
+                "cells": [cell_record(run, opened.session) for run in opened.session.runs] if opened.session else [],
+                "sandbox": opened.session.describe() if opened.session else {},
+                "evidence": panels,
+                "seconds": time.perf_counter() - opened.started,
+            }
+        )
 
 
-def _run_suite(jobs: list[Job], assignment: Assignment, limits: Limits, zygote: Zygote, emit: Callable[[Mapping[str, Any]], None],
-               more: Callable[[str], list[Job] | None] | None = None) -> None:
+def _run_suite(
+    jobs: list[Job],
+    assignment: Assignment,
+    limits: Limits,
+    zygote: Zygote,
+    emit: Callable[[Mapping[str, Any]], None],
+    more: Callable[[str], list[Job] | None] | None = None,
+) -> None:
     import pytest
 
     from attnkit import plugin as plugin_module
     from attnkit.plugin import GradingPlugin
 
     records = SubmissionRecords(assignment, emit)
-    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, records.finished, started=records.started,
-                               assignment=assignment, more=more)
+    provider = SandboxProvider(zygote, jobs, limits, assignment.functions, records.finished, started=records.started, assignment=assignment, more=more)
     plugin = GradingPlugin(provider, records.results)
     folder = str(assignment.folder)
     args = [
-        folder, "--assert=plain", "-p", "no:cacheprovider", "-p", "no:terminal",
-        "-p", "no:warnings", "-c", os.devnull, "--rootdir", folder, "-o", "addopts=",
+        folder,
+        "--assert=plain",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:warnings",
+        "-c",
+        os.devnull,
+        "--rootdir",
+        folder,
+        "-o",
+        "addopts=",
         # Per-test costs we do not use: log capture on every logger, a gc.collect() per session.
-        "-p", "no:logging", "-p", "no:unraisableexception", "-p", "no:threadexception",
+        "-p",
+        "no:logging",
+        "-p",
+        "no:unraisableexception",
+        "-p",
+        "no:threadexception",
     ]
     problems = SuiteProblems()
     try:
@@ -440,11 +474,11 @@ class SuiteProblems:
         or it ended abnormally before any submission was opened (student code cannot have
         caused it)."""
         if self.collection:
-            raise GraderError(_("作业 {assignment} 的隐藏测试无法收集：{reason}").format(
-                assignment=assignment.name, reason=_("；").join(self.collection[:3])))
+            raise GraderError(_("作业 {assignment} 的隐藏测试无法收集：{reason}").format(assignment=assignment.name, reason=_("；").join(self.collection[:3])))
         if code not in (0, 1) and not opened:
-            raise GraderError(_("作业 {assignment} 的隐藏测试会话在评任何提交之前就异常结束（pytest 退出码 {code}）").format(
-                assignment=assignment.name, code=int(code)))
+            raise GraderError(
+                _("作业 {assignment} 的隐藏测试会话在评任何提交之前就异常结束（pytest 退出码 {code}）").format(assignment=assignment.name, code=int(code))
+            )
 
 
 def _expendable() -> None:
@@ -500,8 +534,7 @@ class ChunkFeed:
             self.emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}"))
 
 
-def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None,
-                seed: socket.socket | None = None) -> None:
+def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None, seed: socket.socket | None = None) -> None:
     """Process entry point: grade chunks received on the pipe ``inbox`` until ``None``; send
     messages on the pipe ``results``.
 
@@ -530,8 +563,14 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
 
     try:
         suites = discover(Path(autograder))
-        zygote = Zygote(hide=hide, trusted=limits.trusted, warm_up="\n".join(s.warm_up_source() for s in suites.values()),
-                        cells=[cell for suite in suites.values() for cell in suite.release_cells()], seed=seed, later=True)
+        zygote = Zygote(
+            hide=hide,
+            trusted=limits.trusted,
+            warm_up="\n".join(s.warm_up_source() for s in suites.values()),
+            cells=[cell for suite in suites.values() for cell in suite.release_cells()],
+            seed=seed,
+            later=True,
+        )
     except Exception as error:
         emit(worker_messages.fatal(_("无法启动沙箱的 zygote 进程：{error}").format(error=error)))
         return

@@ -90,6 +90,6 @@ def probes(results: dict) -> dict[str, dict]:
     for cell in results.get("cells", []):
         message = str(cell.get("message", ""))
         if message.startswith(PROBE_PREFIX):
-            name, _, payload = message[len(PROBE_PREFIX):].partition(":")
+            name, _, payload = message[len(PROBE_PREFIX) :].partition(":")
             found[name] = json.loads(payload)
     return found

@@ -571,8 +571,7 @@ GARBAGE = {
         """
     ).lstrip(),
     "shape_trace": "".join(
-        f"{name} = ANSWER((1,))\n"
-        for name in ("trace_projected", "trace_split", "trace_weights", "trace_mixed", "trace_merged", "trace_output")
+        f"{name} = ANSWER((1,))\n" for name in ("trace_projected", "trace_split", "trace_weights", "trace_mixed", "trace_merged", "trace_output")
     ),
     "self_test": dedent(
         """

@@ -13,14 +13,14 @@ MISTAKES: tuple[Mistake, ...] = (
         id="softmax_without_shift",
         section=N_("第 2 节"),
         function="softmax",
-        source='''\
+        source="""\
 import torch
 
 
 def softmax(scores):
     exps = scores.exp()
     return exps / exps.sum(dim=-1, keepdim=True)
-''',
+""",
         zh=N_("直接对分数取指数，没有先减去每行的最大值。分数很大时 exp 溢出为 inf，inf/inf 得到 NaN；减去最大值不改变结果，却让指数不超过 1。"),
     ),
 )

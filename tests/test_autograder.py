@@ -749,7 +749,8 @@ def test_the_sandbox_forgets_everything_a_swapped_call_saw():
     whose reference answer it asked for during that call, with nothing kept from the call?"""
     from attnkit.notebook import CodeCell
     from attnkit.policy import Limits
-    from attnkit.sandbox import Submission, Zygote
+    from attnkit.sandbox import Submission
+    from attnkit.zygote_handle import Zygote
 
     source = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
     reference = catalogue.reference_namespace()
@@ -882,7 +883,8 @@ def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
     refuse huge inputs and stop after its call budget, without the call itself failing?"""
     from attnkit.notebook import CodeCell
     from attnkit.policy import Limits
-    from attnkit.sandbox import Submission, Zygote
+    from attnkit.sandbox import Submission
+    from attnkit.zygote_handle import Zygote
 
     source = (
         REFERENCE

@@ -14,7 +14,7 @@ import torch
 
 from attnkit import operations, protocol, worker_messages
 from attnkit.policy import Limits
-from attnkit.sandbox import Zygote
+from attnkit.zygote_handle import Zygote
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnkit"
 
@@ -133,6 +133,9 @@ def test_a_real_sandbox_serves_every_operation_listed() -> None:
 BOUNDARY = [
     "proxy.py",
     "sandbox.py",
+    "zygote_handle.py",
+    "swapped_calls.py",
+    "sandbox_replies.py",
     "sandbox_server.py",
     "fork_server.py",
     "seed_server.py",

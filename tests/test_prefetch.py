@@ -18,7 +18,8 @@ from attnkit.constants import TIMEOUT
 from attnkit.intake import find_jobs
 from attnkit.notebook import CodeCell
 from attnkit.policy import Limits
-from attnkit.sandbox import Submission, Zygote
+from attnkit.sandbox import Submission
+from attnkit.zygote_handle import Zygote
 from attnkit.worker import run_chunk
 
 ROOT = Path(__file__).resolve().parents[1]

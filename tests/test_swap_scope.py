@@ -264,7 +264,8 @@ def test_a_plain_call_after_swapped_calls_finds_nothing_the_fork_left() -> None:
     plain call run in a replaced sandbox that finds none of it, and is the replacement counted?"""
     from attnkit.notebook import CodeCell
     from attnkit.policy import Limits
-    from attnkit.sandbox import Submission, Zygote
+    from attnkit.sandbox import Submission
+    from attnkit.zygote_handle import Zygote
 
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, CROSSING)], Limits())
@@ -364,7 +365,8 @@ def test_an_exit_in_a_swapped_call_crashes_that_call_only_and_costs_no_restart()
     fork) and plain calls working, in a replaced sandbox?"""
     from attnkit.notebook import CodeCell
     from attnkit.policy import Limits
-    from attnkit.sandbox import CRASHED, Submission, Zygote
+    from attnkit.sandbox import CRASHED, Submission
+    from attnkit.zygote_handle import Zygote
 
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, QUITTER)], Limits())
@@ -412,7 +414,8 @@ def test_a_swapped_call_cannot_spell_the_reference_in_the_sandbox_usage() -> Non
     call."""
     from attnkit.notebook import CodeCell
     from attnkit.policy import Limits
-    from attnkit.sandbox import Submission, Zygote
+    from attnkit.sandbox import Submission
+    from attnkit.zygote_handle import Zygote
 
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, SPELLER)], Limits())

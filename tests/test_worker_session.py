@@ -15,7 +15,7 @@ import pytest
 from attnkit import plugin, worker
 from attnkit.intake import find_jobs
 from attnkit.policy import Limits
-from attnkit.sandbox import Zygote
+from attnkit.zygote_handle import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 

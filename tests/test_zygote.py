@@ -16,7 +16,8 @@ import torch
 from attnkit import protocol
 from attnkit.notebook import CodeCell
 from attnkit.policy import Limits
-from attnkit.sandbox import Submission, Zygote, batch_frame, held_batch_frame
+from attnkit.sandbox import Submission, batch_frame
+from attnkit.zygote_handle import Zygote, held_batch_frame
 from attnkit.seed import Seed
 
 

@@ -21,7 +21,7 @@ import time
 
 from attnkit import protocol
 from attnkit.policy import Limits
-from attnkit.sandbox import Zygote
+from attnkit.zygote_handle import Zygote
 
 
 def main(count: int) -> None:

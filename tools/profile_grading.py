@@ -42,7 +42,7 @@ from attnkit import operations, plugin, sandbox, worker
 from attnkit.assignment import discover
 from attnkit.intake import find_jobs
 from attnkit.policy import Limits
-from attnkit.sandbox import Zygote
+from attnkit.zygote_handle import Zygote
 
 PHASES = (
     (worker.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),

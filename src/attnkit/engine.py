@@ -28,6 +28,7 @@ from attnkit import i18n, worker_messages
 from attnkit.i18n import _
 from attnkit.seed import Seed
 from attnkit.policy import Limits
+from attnkit.procfs import stat_fields
 from attnkit.worker import Job, worker_main
 
 
@@ -101,9 +102,7 @@ def _parents() -> dict[int, int]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                data = handle.read()
-            found[int(entry)] = int(data[data.rindex(b")") + 2 :].split()[1])
+            found[int(entry)] = int(stat_fields(entry)[1])
         except (OSError, ValueError, IndexError):
             continue
     return found

@@ -2,7 +2,7 @@
 
 A test whose dependency failed is re-run with the reference swapped in for that dependency
 (``plugin.GradingPlugin.pytest_pyfunc_call``). The student's code then runs with a stand-in that
-asks the trusted side for the reference's result (``sandbox.Submission._answer_callback``). Left
+asks the trusted side for the reference's result (``swapped_calls.SwappedCalls._answer_callback``). Left
 open, that stand-in answers *any* input: a student could call it on every hidden input the sandbox
 holds (the plan's requests) and carry the answers out, or make the trusted worker compute a
 16000x16000 attention. So each swapped-in function is a :class:`ScopedReference`: it answers a call

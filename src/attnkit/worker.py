@@ -30,7 +30,8 @@ from attnkit.proxy import LocalBackend, Outcome, Student, request_of
 from attnkit.plugin import Provider, TestResult
 from attnkit.policy import Limits
 from attnkit.scope import record_inner_calls
-from attnkit.sandbox import SandboxDied, Submission, Zygote, batch_frame, frame_digest, held_batch_frame
+from attnkit.sandbox import SandboxDied, Submission, batch_frame
+from attnkit.zygote_handle import Zygote, frame_digest, held_batch_frame
 
 
 @dataclass

@@ -36,7 +36,8 @@ from typing import Any
 from attnkit.constants import STUDENTS_FOLDER
 from attnkit.files import write_zip
 from attnkit.i18n import _
-from attnkit.lms import CANVAS, RECORD, claim
+from attnkit.lms import RECORD
+from attnkit.lms_names import CANVAS, claim
 from attnkit.notebook import Unsafe, read_submitted
 
 UPLOADS = ("canvas", "moodle")  # the LMSs with a bulk upload of feedback files

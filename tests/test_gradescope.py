@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.gradescope import build_bundle, build_bundles, to_gradescope
-from attnkit.isolation import level as isolation_level
+from attnkit.isolation_level import level as isolation_level
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"

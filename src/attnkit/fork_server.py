@@ -25,17 +25,8 @@ from attnkit import i18n, nonamespace, operations, protocol
 from attnkit.cells import warm_shell
 from attnkit.cgroup import Cgroup, sweep_stale
 from attnkit.i18n import _
-from attnkit.isolation import (
-    SANDBOX_HOME,
-    STAGE,
-    IsolationError,
-    Mode,
-    build_root,
-    clone_sandbox,
-    detach_stage,
-    die_with_parent,
-    map_sandbox_user,
-)
+from attnkit.isolation import SANDBOX_HOME, STAGE, IsolationError, Mode, build_root, detach_stage
+from attnkit.isolation_steps import clone_sandbox, die_with_parent, map_sandbox_user
 from attnkit.lockdown import SandboxContext, home_environment, lock_down, our_modules
 from attnkit.policy import DEFAULT_MAX_PROCESSES, cgroup_memory_bytes
 from attnkit.sandbox_server import Sandbox, hold_plan

@@ -1,4 +1,4 @@
-"""The operating-system side of a sandbox: namespaces, an allowlisted root, no capabilities.
+"""The zygote's side of isolation: its private namespace and the allowlisted root it builds.
 
 Two steps, because the kernel gives a new user namespace only to a single-threaded process and
 the zygote must have torch, numpy and IPython imported before it forks sandboxes:
@@ -11,12 +11,9 @@ the zygote must have torch, numpy and IPython imported before it forks sandboxes
    running a notebook needs (the Python trees on ``sys.path``, the folders of the shared
    libraries the process has loaded, a minimal /etc and /dev). It is built once per zygote.
 
-Each sandbox is then one ``clone(2)`` with new user, mount, PID, network and IPC namespaces
-(:func:`clone_sandbox`). The zygote maps the sandbox's user to ``nobody`` on the host when it can
-(root), otherwise to the grader's own uid, which owns nothing the sandbox can see
-(:func:`map_sandbox_user`). The sandbox mounts its own /proc and empty writable /tmp and home,
-pivots into the tree, becomes uid 65534 and drops every capability (``attnkit.lockdown``); only
-then does student code run. Nothing of the host outside the tree exists in its view.
+Each sandbox is then one ``clone(2)`` with new user, mount, PID, network and IPC namespaces, and
+locks itself down step by step: those steps are ``attnkit.isolation_steps``. What a sandbox and
+a class got, in words, is ``attnkit.isolation_level``.
 """
 
 from __future__ import annotations
@@ -24,12 +21,12 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import signal
 import sys
 from dataclasses import dataclass, field
 
-from attnkit.i18n import _, ngettext
-from attnkit.policy import SCRATCH_SIZE
+# Re-exported only because tests/test_isolation_layers.py (not edited in this split) imports them
+# from here; the grader itself imports them from attnkit.isolation_level.
+from attnkit.isolation_level import describe as describe, level as level
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -316,214 +313,3 @@ def detach_stage(device: int) -> None:
     detached (in the zygote's own mount namespace only)."""
     while os.stat(STAGE).st_dev != device and _libc.umount2(STAGE.encode(), MNT_DETACH) == 0:
         pass
-
-
-# -- a sandbox --------------------------------------------------------------------------------------
-def clone_sandbox() -> int:
-    """``os.fork()``, but the child starts in new user, mount, PID, network and IPC namespaces.
-
-    One clone(2): no keeper process between the zygote and the sandbox. The sandbox is PID 1 of
-    its namespace, so every process it leaves dies with it. Python's own fork bookkeeping runs
-    around the call exactly as ``os.fork()`` does it.
-    """
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | signal.SIGCHLD
-    assert SYS_CLONE is not None  # enter_private_namespace gives this layer only where it is known
-    ctypes.pythonapi.PyOS_BeforeFork()
-    pid = _libc.syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(flags), None, None, None, None)
-    errno = ctypes.get_errno()
-    if pid == 0:
-        ctypes.pythonapi.PyOS_AfterFork_Child()
-        return 0
-    ctypes.pythonapi.PyOS_AfterFork_Parent()
-    if pid < 0:
-        raise IsolationError(errno, f"clone: {os.strerror(errno)}")
-    return pid
-
-
-def map_sandbox_user(pid: int, mode: Mode) -> None:
-    """In the zygote: make the sandbox's uid and gid 65534 mean ``nobody`` on the host (as root) or
-    the grader's own ids (without root, where the kernel allows a user only its own id)."""
-    outside = NOBODY if mode.sandbox_host_uid == "nobody" else 0  # 0 = the zygote's own id in its namespace
-    _write(f"/proc/{pid}/uid_map", f"{NOBODY} {outside} 1\n")
-    _write(f"/proc/{pid}/gid_map", f"{NOBODY} {outside} 1\n")
-
-
-def _pivot_into(root: str) -> None:
-    """Make ``root`` the whole filesystem: the host's tree is detached, not just covered."""
-    os.chdir(root)
-    assert SYS_PIVOT_ROOT is not None  # known wherever SYS_CLONE is (the namespace layer's)
-    _check(_libc.syscall(ctypes.c_long(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
-    _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
-    os.chdir("/")
-
-
-def leave_session_keyring() -> bool:
-    """A new, empty session keyring: the grader's login keyring (tickets, keys) is inherited by
-    every process it starts, namespaces or not. Whether the kernel has keyrings at all."""
-    if SYS_KEYCTL is None:
-        return False
-    return _libc.syscall(ctypes.c_long(SYS_KEYCTL), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) >= 0
-
-
-def die_with_parent() -> None:
-    """SIGKILL when our parent dies. The kernel clears it whenever a process's user changes, and
-    a fork does not inherit it: each process arms it for itself, after any change of user."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-_CAPABILITY_VERSION_3 = 0x20080522  # two _CapData: capabilities 0-31 and 32-63
-
-
-def drop_capabilities() -> None:
-    """No capability in any set, none to regain (bounding set emptied, no new privileges)."""
-    for capability in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
-            break  # EINVAL: past the last capability this kernel knows
-    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    empty = (_CapData * 2)()
-    assert SYS_CAPSET is not None  # known on both machines the kit runs on (x86_64, aarch64)
-    _check(_libc.syscall(ctypes.c_long(SYS_CAPSET), ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), empty), "capset")
-
-
-# -- a sandbox's namespace layer, step by step (in the order ``attnkit.lockdown`` calls them) ------
-def bind_stage() -> None:
-    """The tree came with our copy of the zygote's mounts, which the kernel locks for a less
-    privileged namespace (and will not pivot into): a bind of it is our own mount."""
-    mount(STAGE, STAGE, None, MS_BIND | MS_REC)
-
-
-def become_sandbox_user() -> None:
-    """uid/gid 65534 in the namespace. Our user first: the capabilities stay until dropped, and
-    what we create on the scratch folders must belong to a user the namespace knows (the
-    zygote's may be unmapped)."""
-    try:
-        os.setgroups([])
-    except OSError:
-        pass  # a namespace made without root forbids setgroups; the grader's own groups stay
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
-
-
-def mount_private_proc() -> bool:
-    """The PID namespace's own /proc; whether the kernel gave one."""
-    try:
-        mount("proc", f"{STAGE}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        return True
-    except IsolationError:
-        # The kernel mounts a new /proc in a user namespace only where the host's /proc is not
-        # partly covered (as in some containers): then the sandbox simply has no /proc.
-        return False
-
-
-def mount_scratch(mode: Mode) -> None:
-    """A fresh tmpfs on the sandbox's /tmp and its home."""
-    for scratch, mode_bits in (("/tmp", "1777"), (SANDBOX_HOME, "700")):
-        # A Python tree kept under /tmp (a checkout there) would vanish under the fresh scratch:
-        # held open first, then bound again on top of it (read-only, as it was).
-        covered = {folder: os.open(STAGE + folder, os.O_PATH | os.O_DIRECTORY) for folder in mode.visible if _inside(folder, scratch)}
-        mount("tmpfs", STAGE + scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SCRATCH_SIZE},mode={mode_bits},uid={NOBODY},gid={NOBODY}")
-        for folder, descriptor in covered.items():
-            os.makedirs(STAGE + folder, mode=0o755, exist_ok=True)
-            mount(f"/proc/self/fd/{descriptor}", STAGE + folder, None, MS_BIND | MS_REC)
-            os.close(descriptor)
-
-
-def pivot_into_stage() -> None:
-    """The allowlisted tree as the whole filesystem."""
-    _pivot_into(STAGE)
-
-
-def forbid_nested_user_namespaces() -> bool:
-    """No user namespaces below ours: student code gets no capabilities anywhere, not even over
-    namespaces of its own. Whether the kernel took it."""
-    try:
-        _write("/proc/sys/user/max_user_namespaces", "0")
-        return True
-    except OSError:
-        return False
-
-
-# -- in words ---------------------------------------------------------------------------------------
-def level(items: list[str]) -> str:
-    """ "isolated", "unisolated", or "" (nothing ran): from a sandbox's list of what it obtained.
-    Isolated means a layer held: namespaces with the allowlisted root, or Landlock's allowlist,
-    or (root, no Landlock) a pool uid whose probe found nothing hidden in its reach; each of the
-    last two with the seccomp filter installed and no capability left. A sandbox of kind "none"
-    (``--no-isolation``) is unisolated whatever it still obtained: no layer was to be had."""
-    if "unisolated" in items:
-        return "unisolated"
-    held = "no-capabilities" in items and (
-        "allowlisted-root" in items or ("seccomp-filter" in items and ("landlock-files" in items or ("uid-pool" in items and "probe-passed" in items)))
-    )
-    if held:
-        return "isolated"
-    return "unisolated" if items else ""
-
-
-def describe(all_items: list[list[str]]) -> str:
-    """One line for the run summary and report.html: the isolation the class actually got."""
-    levels = {level(items) for items in all_items} - {""}
-    if not levels:
-        return _("没有运行任何学生代码")
-    if levels != {"isolated"}:
-        unisolated = [items for items in all_items if level(items) == "unisolated"]
-        return _describe_unisolated(len(unisolated), {item for items in unisolated for item in items})
-    union = {item for items in all_items for item in items}
-    if "allowlisted-root" not in union:
-        return _describe_without_namespaces(union)
-    user = _("映射为主机上的 nobody") if "uid-nobody" in union else _("映射为评分者自己的 uid（无 root 时内核只允许这一种映射）")
-    memory = _("cgroup 限制整份提交的内存与进程数") if "cgroup-memory-and-pids" in union else _("单进程、按进程限制地址空间（无法使用 cgroup）")
-    text = _("已隔离：用户、挂载、PID、网络、IPC 命名空间；只读白名单根目录；沙箱用户 {user}，无任何特权；{memory}").format(user=user, memory=memory)
-    return text if "no-proc" not in union else text + _("；没有 /proc（内核不允许在此挂载）")
-
-
-def _describe_unisolated(count: int, union: set[str]) -> str:
-    """--no-isolation where no layer was to be had: what the notebooks still could not reach."""
-    user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("主机上的 nobody") if "uid-nobody" in union else _("评分者自己的 uid")
-    abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
-    if abi and "landlock-files" in union:
-        return ngettext(
-            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
-            "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
-            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有可用的隔离层，但仍有 Landlock（ABI {abi}）只允许读取白名单目录、"
-            "只写私有工作目录，看不到课程、答案、其他提交与输出；seccomp 过滤器；沙箱用户为{user}",
-            count,
-        ).format(count=count, abi=abi, user=user)
-    if "seccomp-filter" in union:
-        return ngettext(
-            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
-            "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
-            "未隔离（{count} 份提交，--no-isolation 或自查模式）：没有 Landlock，学生代码以{user}的权限看到本机，"
-            "能读写该用户能读写的一切；只有 seccomp 过滤器与资源限制",
-            count,
-        ).format(count=count, user=user)
-    return ngettext(
-        "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
-        "未隔离（{count} 份提交）：学生代码以评分者对本机的视图运行，只有资源限制（--no-isolation 或自查模式）",
-        count,
-    ).format(count=count)
-
-
-def _describe_without_namespaces(union: set[str]) -> str:
-    abi = next((item.rsplit("-", 1)[1] for item in union if item.startswith("landlock-abi-")), "")
-    user = _("主机上独占的沙箱 uid") if "uid-pool" in union else _("评分者自己的 uid")
-    if abi:
-        extras = "".join(
-            text for item, text in (("landlock-no-tcp", _("，禁止 TCP")), ("landlock-scoped", _("，信号与抽象 unix 套接字限于沙箱内"))) if item in union
-        )
-        return _(
-            "已隔离（无命名空间）：Landlock（ABI {abi}）只允许读取白名单目录、只写私有工作目录{extras}；"
-            "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；沙箱用户为{user}，无任何特权"
-        ).format(abi=abi, extras=extras, user=user)
-    return _(
-        "已隔离（无命名空间，无 Landlock）：沙箱用户为{user}，探测进程确认它读写不到课程、答案、提交与输出；"
-        "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；无任何特权"
-    ).format(user=user)

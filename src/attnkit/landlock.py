@@ -102,7 +102,7 @@ def _add_path_rule(ruleset: int, path: str, access: int) -> None:
 
 def restrict_self(allow: Allowlist, abi: int | None = None) -> list[str]:
     """Restrict this process (and every child it will have) to ``allow``: returns what it obtained,
-    as items for ``isolation.level``. Call it in a single-threaded process: Landlock binds the
+    as items for ``isolation_level.level``. Call it in a single-threaded process: Landlock binds the
     calling thread only (threads already running keep their access)."""
     abi = abi_version() if abi is None else abi
     if abi < 1:

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnkit import nonamespace
-from attnkit.isolation import (
-    SANDBOX_HOME,
-    Mode,
+from attnkit.isolation import SANDBOX_HOME, Mode
+from attnkit.isolation_steps import (
     become_sandbox_user,
     bind_stage,
     die_with_parent,

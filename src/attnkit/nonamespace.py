@@ -28,7 +28,8 @@ import os
 from dataclasses import dataclass, field
 
 from attnkit import landlock, seccomp_filter, uid_pool
-from attnkit.isolation import NOBODY, Mode, allowlist, drop_capabilities, host_root, leave_session_keyring
+from attnkit.isolation import NOBODY, Mode, allowlist, host_root
+from attnkit.isolation_steps import drop_capabilities, leave_session_keyring
 from attnkit.policy import MAX_PATHS_CHECKED
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38

@@ -23,7 +23,7 @@ from attnkit.cells import BoundedWriter
 from attnkit.constants import CRASHED, MAX_MESSAGE
 from attnkit.explain import student_frame
 from attnkit.i18n import _
-from attnkit.isolation import die_with_parent
+from attnkit.isolation_steps import die_with_parent
 from attnkit.proxy import Outcome, builtin_exception, read_variable, run_in_namespace, unreadable
 
 # The plan this zygote holds (``hold_plan``): its digest and its decoded requests. Requests only

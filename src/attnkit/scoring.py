@@ -7,7 +7,7 @@ from typing import Any
 from attnkit.assignment import Assignment
 from attnkit.files import readable_json
 from attnkit.i18n import N_, _
-from attnkit.isolation import level as isolation_level
+from attnkit.isolation_level import level as isolation_level
 
 # Per-student output caps, whatever the notebook prints or raises: each message is cut to a fixed
 # size, and the whole results.json (feedback.html) is then cut, largest text first, to stay

@@ -15,7 +15,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from attnkit import protocol
 from attnkit.cells import warm_shell
 from attnkit.fork_server import collapse_into_huge_pages, serve_forever
-from attnkit.isolation import Mode, die_with_parent, own_mount_namespace
+from attnkit.isolation import Mode, own_mount_namespace
+from attnkit.isolation_steps import die_with_parent
 
 
 def serve_seed(requests: socket.socket, mode: Mode) -> None:

@@ -30,7 +30,7 @@ from attnkit.constants import STUDENTS_FOLDER, GraderError
 from attnkit.feedback import feedback_html, report_html
 from attnkit.files import atomic_write, csv_text, readable_json
 from attnkit.i18n import _
-from attnkit.isolation import describe as describe_isolation
+from attnkit.isolation_level import describe as describe_isolation
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 
 SHARD_FILE = "shard.json"

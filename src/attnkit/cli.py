@@ -43,12 +43,12 @@ def import_commands() -> None:
     in, they are frozen out of the collector's view for good."""
     collecting = gc.isenabled()
     gc.disable()
-    import attnkit.assignment  # noqa: F401
-    import attnkit.console  # noqa: F401
-    import attnkit.engine  # noqa: F401
-    import attnkit.feedback  # noqa: F401
-    import attnkit.intake  # noqa: F401
-    import attnkit.seed  # noqa: F401
+    import attnkit.assignment
+    import attnkit.console
+    import attnkit.engine
+    import attnkit.feedback
+    import attnkit.intake
+    import attnkit.seed
     import attnkit.store  # noqa: F401
 
     gc.freeze()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import shutil
 import sys
@@ -36,21 +37,26 @@ if TYPE_CHECKING:
     from attnkit.lms_feedback import Packed
 
 
-def import_commands() -> None:
-    """The commands' modules (torch above all, through the store and the engine). Their imports
-    make some 200,000 objects and next to no garbage: the collections they would trigger walk an
-    ever larger heap for nothing, a quarter of a second of every command's start. Once they are
-    in, they are frozen out of the collector's view for good."""
+# The modules each command needs: grade and check grade (torch above all, through the engine's
+# workers); the others only read and write files (no torch).
+COMMAND_MODULES = {
+    "grade": ("assignment", "console", "engine", "feedback", "intake", "seed", "store"),
+    "check": ("assignment", "console", "engine", "feedback", "intake", "seed", "store"),
+    "merge": ("assignment", "console", "store"),
+    "lms-feedback": ("assignment", "console", "lms_feedback", "store"),
+    "collect": ("assignment", "console", "lms"),
+}
+
+
+def import_commands(command: str) -> None:
+    """The modules ``command`` needs (``COMMAND_MODULES``). Their imports make some 200,000
+    objects (torch's, for grade) and next to no garbage: the collections they would trigger walk
+    an ever larger heap for nothing, a quarter of a second of every command's start. Once they
+    are in, they are frozen out of the collector's view for good."""
     collecting = gc.isenabled()
     gc.disable()
-    import attnkit.assignment
-    import attnkit.console
-    import attnkit.engine
-    import attnkit.feedback
-    import attnkit.intake
-    import attnkit.seed
-    import attnkit.store  # noqa: F401
-
+    for name in COMMAND_MODULES[command]:
+        importlib.import_module(f"attnkit.{name}")
     gc.freeze()
     if collecting:
         gc.enable()
@@ -384,7 +390,7 @@ def leave_working_directory(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import_commands()
+    import_commands(args.command)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
     command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect, "lms-feedback": command_lms_feedback}[

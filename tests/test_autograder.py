@@ -541,6 +541,7 @@ def summary(results: list) -> str:
     return "\n".join(f"{r.nodeid}: {r.status} {r.diagnoses} {r.output[:200]}" for r in results if r.status != "passed")
 
 
+@pytest.mark.e2e
 def test_reference_scores_full_marks_without_diagnosis(autograder_results):
     """Does the reference solution score 100/100, with every test passing and no diagnosis?"""
     results = autograder_results["reference"]
@@ -550,6 +551,7 @@ def test_reference_scores_full_marks_without_diagnosis(autograder_results):
 
 
 @pytest.mark.parametrize("submission", ["nothing", "stubs"])
+@pytest.mark.e2e
 def test_empty_or_stub_submission_scores_zero_without_diagnosis(autograder_results, submission):
     """Does a file that defines nothing, or only NotImplementedError stubs, score 0 with no diagnosis?"""
     results = autograder_results[submission]
@@ -559,6 +561,7 @@ def test_empty_or_stub_submission_scores_zero_without_diagnosis(autograder_resul
 
 
 @pytest.mark.skipif(not (SOLUTION.exists() and RELEASE.exists()), reason="no notebooks yet")
+@pytest.mark.e2e
 def test_solution_notebook_scores_100_and_release_notebook_0(autograder_results):
     """Does the model-answer notebook score 100/100 and the unfilled release notebook 0, neither with a diagnosis?"""
     solution, release = autograder_results["solution_notebook"], autograder_results["release_notebook"]
@@ -566,6 +569,7 @@ def test_solution_notebook_scores_100_and_release_notebook_0(autograder_results)
     assert score(release) == 0 and all_diagnoses(release) == set(), summary(release)
 
 
+@pytest.mark.e2e
 def test_points_per_grade_cell_match_the_contract(autograder_results):
     """Do the hidden tests' points, summed per grade_id, equal the grade cells' points of the source notebook (total 100)?"""
     points: dict[str, float] = defaultdict(float)
@@ -606,6 +610,7 @@ def test_catalogue_covers_the_design_ids_and_each_mistake_replaces_one_function(
 
 
 @pytest.mark.parametrize("mistake", catalogue.MISTAKES, ids=lambda mistake: mistake.id)
+@pytest.mark.e2e
 def test_each_mistake_loses_points_and_is_diagnosed_as_itself(autograder_results, mistake):
     """Does a full solution with exactly this one mistake lose points, and is every failed test diagnosed as this mistake and nothing else?"""
     results = autograder_results[f"mistake_{mistake.id}"]
@@ -617,6 +622,7 @@ def test_each_mistake_loses_points_and_is_diagnosed_as_itself(autograder_results
 
 
 @pytest.mark.parametrize("name", list(ALTERNATIVES))
+@pytest.mark.e2e
 def test_correct_alternatives_score_full_marks(autograder_results, name):
     """Does a correct solution in another style (einsum, -1e9, manual softmax, renormalising after
     softmax, view+permute, a loop over heads, answers as lists/floats/numpy, printing and warning)
@@ -626,6 +632,7 @@ def test_correct_alternatives_score_full_marks(autograder_results, name):
     assert all_diagnoses(results) == set()
 
 
+@pytest.mark.e2e
 def test_faked_properties_earn_nothing(autograder_results):
     """Does a function that computes no attention, but raises ValueError on empty rows and never
     leaks the future, earn 0 from the empty-row and future-perturbation tests of that function (it
@@ -639,6 +646,7 @@ def test_faked_properties_earn_nothing(autograder_results):
         assert all("正确的注意力" in result.output for result in properties), summary(results)
 
 
+@pytest.mark.e2e
 def test_wrong_answers_are_named_not_revealed(autograder_results):
     """Does every answer test fail on wrong answers, naming the wrong variables without showing the right values?"""
     results = autograder_results["wrong_answers"]
@@ -651,6 +659,7 @@ def test_wrong_answers_are_named_not_revealed(autograder_results):
     assert all_diagnoses(results) == set()
 
 
+@pytest.mark.e2e
 def test_feedback_never_shows_test_source(autograder_results):
     """Is every failure message curated text, never a line of the hidden tests' code?"""
     leaks = ("assert ", "student.", "def ", "lambda", "Traceback", "torch.equal", "autograder/", ".py")
@@ -682,6 +691,7 @@ SINGLE_FUNCTION = [(f"mistake_{m.id}", m.function) for m in catalogue.MISTAKES] 
 
 
 @pytest.mark.parametrize("submission,function", SINGLE_FUNCTION, ids=[name for name, _ in SINGLE_FUNCTION])
+@pytest.mark.e2e
 def test_a_mistake_in_one_function_costs_only_that_functions_tests(autograder_results, submission, function):
     """Does a solution with one wrong function lose points only on tests that grade that function
     (multi-head, future perturbation and mask tests re-run with the reference dependency)?"""
@@ -692,6 +702,7 @@ def test_a_mistake_in_one_function_costs_only_that_functions_tests(autograder_re
             assert function in result.functions, f"{result.nodeid} grades {result.functions}, not {function}:\n" + summary(results)
 
 
+@pytest.mark.e2e
 def test_a_swapped_dependency_is_named_on_the_page(autograder_results):
     """When the student's scaled_attention is wrong, do the multi-head tests pass with the reference
     in its place and say so, pointing at part 1?"""
@@ -707,6 +718,7 @@ def test_a_swapped_dependency_is_named_on_the_page(autograder_results):
     assert all(not r.substituted and not r.output for r in autograder_results["reference"])
 
 
+@pytest.mark.e2e
 def test_a_stashed_reference_gains_nothing(autograder_results):
     """Does a student that keeps whatever scaled_attention it sees during a swapped multi-head call
     (and the answers it got through it) score no more than the same mistake without the trick?"""
@@ -717,6 +729,7 @@ def test_a_stashed_reference_gains_nothing(autograder_results):
 
 
 @pytest.mark.parametrize("style", list(NEW_ENTRY_STYLES))
+@pytest.mark.e2e
 def test_new_entries_written_in_other_styles_are_diagnosed_as_themselves(autograder_results, style):
     """Is each new mistake, written the way a student might, diagnosed as exactly its own id?"""
     expected, _ = NEW_ENTRY_STYLES[style]
@@ -726,6 +739,7 @@ def test_new_entries_written_in_other_styles_are_diagnosed_as_themselves(autogra
 
 
 @pytest.mark.parametrize("submission", ["mistake_causal_true_means_blocked", "style_triu_function", "style_not_tril", "style_arange_greater"])
+@pytest.mark.e2e
 def test_a_mask_meaning_blocked_is_never_called_excludes_diagonal(autograder_results, submission):
     """A causal mask with True = blocked (triu(diagonal=1)) is [[False]] at size 1, like a mask that
     excludes the diagonal: is it never diagnosed causal_excludes_diagonal?"""
@@ -734,6 +748,7 @@ def test_a_mask_meaning_blocked_is_never_called_excludes_diagonal(autograder_res
     assert all_diagnoses(results) == {"causal_true_means_blocked"}
 
 
+@pytest.mark.e2e
 def test_uncatalogued_mistakes_are_never_given_a_catalogue_id(autograder_results):
     """Do at least ten realistic mistakes that are not in the catalogue get no diagnosis at all
     (a wrong name is worse than none)?"""
@@ -743,6 +758,7 @@ def test_uncatalogued_mistakes_are_never_given_a_catalogue_id(autograder_results
     assert all(score(autograder_results[f"wrong_{name}"]) < 100 for name in UNCATALOGUED)
 
 
+@pytest.mark.e2e
 def test_the_sandbox_forgets_everything_a_swapped_call_saw():
     """In the real sandbox: after a multi-head call run with the reference scaled_attention swapped
     in, does the student's own scaled_attention still give its own (wrong) answer, even on an input
@@ -797,6 +813,7 @@ def test_a_stashed_stand_in_refuses_after_its_call():
         stand_in(x, x, x)
 
 
+@pytest.mark.e2e
 def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
     """The shape trace and the self-test ask for other numbers than the chapter prints: do the
     chapter's own answers fail every question whose numbers changed (and keep the rest)?"""
@@ -878,6 +895,7 @@ def test_common_torch_failures_are_explained_at_the_students_line(style):
     assert "Traceback" not in message and ".py" not in message and "site-packages" not in message
 
 
+@pytest.mark.e2e
 def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
     """During a swapped call, does the trusted side answer the stand-in for the swapped name only,
     refuse huge inputs and stop after its call budget, without the call itself failing?"""
@@ -992,6 +1010,7 @@ def every_assignment(request: pytest.FixtureRequest) -> tuple[Assignment, dict]:
     return assignment, plugin.results
 
 
+@pytest.mark.e2e
 def test_every_assignments_reference_and_source_score_full_marks(every_assignment):
     """Do the reference and the source notebook score every point of the source notebook's grade
     cells, each part its own points, with no diagnosis, and do stubs score 0?"""
@@ -1008,6 +1027,7 @@ def test_every_assignments_reference_and_source_score_full_marks(every_assignmen
     assert score(results["stubs"]) == 0 and all_diagnoses(results["stubs"]) == set(), summary(results["stubs"])
 
 
+@pytest.mark.e2e
 def test_every_assignments_mistakes_are_diagnosed_as_themselves(every_assignment):
     """Does each catalogued mistake (ids unique, each defining the one API function it names)
     lose points on the source notebook, every failed test naming that mistake and nothing else?"""

@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from commands import run_command
 
 CELLS = [
@@ -88,6 +90,7 @@ def run(kind: str) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e
 def test_the_sandboxs_shell_runs_cells_as_ipython_does() -> None:
     """Cell by cell: the same output (displayed values and tracebacks included), the same error,
     the same names defined, as stock IPython, for plain cells and for the ones that take

@@ -59,6 +59,7 @@ def test_the_grade_command_forks_its_workers_with_one_thread(tmp_path: Path) -> 
     assert "multi-threaded" not in run.stderr, run.stderr[-4000:]
 
 
+@pytest.mark.e2e
 def test_the_zygote_has_one_thread_when_it_forks_sandboxes() -> None:
     """The zygote's environment pins every pool to one thread, and its warm-up runs torch ops:
     after a sandbox (forked from it) ran a cell, the zygote still has a single thread for the next."""

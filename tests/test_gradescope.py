@@ -380,6 +380,7 @@ def two_suites(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tree
 
 
+@pytest.mark.e2e
 def test_two_suites_give_one_bundle_each(two_suites: Path) -> None:
     """With two suites and no --assignment (``make gradescope``), is there one bundle per
     assignment beside --out, each holding its own suite and release and nothing of the other's,

@@ -392,6 +392,7 @@ def renamed_course(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("student", sorted(RENAMED))
+@pytest.mark.e2e
 def test_a_renamed_notebook_is_in_autograded_under_the_assignments_name(renamed_course: Path, student: str) -> None:
     """autograded/ holds the graded bytes as attention.ipynb (results.json's stored_as), so that
     nbgrader's generate_feedback finds it and writes the kit's page for this student."""

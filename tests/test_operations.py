@@ -71,6 +71,7 @@ def test_a_message_is_read_as_its_kind_with_fatal_first() -> None:
     assert worker_messages.kind_of({**worker_messages.chunk_done(), **worker_messages.fatal("why")}) == worker_messages.FATAL
 
 
+@pytest.mark.e2e
 def test_a_real_sandbox_serves_every_operation_listed() -> None:
     """Each name in ``operations.OPERATIONS``, built by its builder and sent to a sandbox forked by
     a real zygote: answered as that operation (never as an unknown one), and ``bye`` ends it."""

@@ -167,6 +167,7 @@ def test_a_stateful_submission_grades_the_same_alone_and_in_a_class(tmp_path: Pa
     assert any(t["status"] == "failed" for t in first["s1"]["tests"])
 
 
+@pytest.mark.e2e
 def test_the_time_budget_holds_across_a_batch() -> None:
     """Functions that each take 0.3 s, with a 1 s budget for all calls: does the batch stop about
     when asking one by one would have, the later calls refused with the budget's message?"""
@@ -189,6 +190,7 @@ def test_the_time_budget_holds_across_a_batch() -> None:
         zygote.close()
 
 
+@pytest.mark.e2e
 def test_cells_past_the_notebook_limit_are_not_run() -> None:
     """Cells that each take 0.4 s with a 1 s limit for the notebook: are the cells past the limit
     reported as not run (the batch does not run the whole notebook regardless)?"""
@@ -209,6 +211,7 @@ def test_cells_past_the_notebook_limit_are_not_run() -> None:
         zygote.close()
 
 
+@pytest.mark.e2e
 def test_a_cell_that_hangs_mid_batch_costs_only_itself() -> None:
     """A notebook whose third cell loops forever: are the cells after it still run (on a
     recovered sandbox, with the first two re-run), and the hang named?"""

@@ -78,6 +78,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return course
 
 
+@pytest.mark.e2e
 def test_regenerating_gives_the_committed_release_byte_for_byte(regenerated: Path) -> None:
     """Does regenerating from solutions/ reproduce assignments/ exactly (no drift, no timestamps)?"""
     fresh = files_under(regenerated / "assignments" / ASSIGNMENT)
@@ -87,6 +88,7 @@ def test_regenerating_gives_the_committed_release_byte_for_byte(regenerated: Pat
         assert fresh[name] == committed[name], f"{name} drifted: run `make release`"
 
 
+@pytest.mark.e2e
 def test_release_leaves_no_gradebook_behind(regenerated: Path) -> None:
     """Does the release use a throwaway gradebook, leaving no gradebook.db in the course?"""
     assert not (regenerated / "gradebook.db").exists()
@@ -143,6 +145,7 @@ def test_autograded_points_sum_to_100() -> None:
         assert [m["points"] for m in manual] == [2, 2, 2, 2]
 
 
+@pytest.mark.e2e
 def test_student_zip_holds_only_the_release(regenerated: Path) -> None:
     """Does the student zip hold the released notebook and README only: no autograder/, no solutions/?"""
     with zipfile.ZipFile(regenerated / "dist" / "student.zip") as bundle:

@@ -258,6 +258,7 @@ def reader():
 """
 
 
+@pytest.mark.e2e
 def test_a_plain_call_after_swapped_calls_finds_nothing_the_fork_left() -> None:
     """Whatever order the plugin asks in: after calls with the reference swapped in (their fork
     writes the reference's answer to /tmp, home, its folder and a shared mapping), does the next
@@ -359,6 +360,7 @@ def quitter(x):
 """
 
 
+@pytest.mark.e2e
 def test_an_exit_in_a_swapped_call_crashes_that_call_only_and_costs_no_restart() -> None:
     """Swapped calls run in the sandbox itself: does a student's exit inside one crash only that
     call, charge no restart (as when a swap fork died), and leave later swapped calls (now in a
@@ -407,6 +409,7 @@ def speller(x):
 """
 
 
+@pytest.mark.e2e
 def test_a_swapped_call_cannot_spell_the_reference_in_the_sandbox_usage() -> None:
     """Swapped calls run in the sandbox itself, and results.json shows the sandbox's peak memory and
     CPU time: can code that got the reference's answer there spell it in them (300 MB, 1 s of CPU

@@ -46,6 +46,7 @@ def anon_huge_kb(pid: int) -> int:
 
 
 @pytest.mark.skipif(not kernel_collapses(), reason="this kernel cannot collapse memory into huge pages")
+@pytest.mark.e2e
 def test_the_zygotes_heap_is_in_huge_pages() -> None:
     """Is most of the zygote's private memory (torch's import leaves ~140 MB) backed by 2 MiB
     pages, so that each fork copies one page-table entry per 2 MiB instead of 512?"""
@@ -56,6 +57,7 @@ def test_the_zygotes_heap_is_in_huge_pages() -> None:
         zygote.close()
 
 
+@pytest.mark.e2e
 def test_only_a_plan_that_matches_its_digest_is_held() -> None:
     """A plan whose bytes do not match the digest it came with, or that is not a batch: do the
     sandboxes forked afterwards not claim it (and so get the whole batch)? A sound one: do they
@@ -152,6 +154,7 @@ def answers(zygote: Zygote) -> object:
         session.close()
 
 
+@pytest.mark.e2e
 def test_the_seed_forks_each_worker_a_zygote_of_its_own() -> None:
     """Two workers asking one seed at once: does each get a zygote that is the seed's child, in a
     mount namespace of its own (two sharing one would stack their sandboxes' roots), isolated,
@@ -177,6 +180,7 @@ def test_the_seed_forks_each_worker_a_zygote_of_its_own() -> None:
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
+@pytest.mark.e2e
 def test_a_zygote_ends_with_its_worker_and_the_seed_goes_on() -> None:
     """A worker gone (its end of the zygote closed, as when it is killed): does its zygote end, its
     sandboxes with it, while the seed still forks a zygote for the worker that replaces it?"""
@@ -199,6 +203,7 @@ def test_a_zygote_ends_with_its_worker_and_the_seed_goes_on() -> None:
         seed.close()
 
 
+@pytest.mark.e2e
 def test_without_an_answering_seed_a_worker_starts_its_own_zygote() -> None:
     """The seed gone (killed, or never started): does the worker's zygote still start, its own?"""
     seed = Seed()
@@ -213,6 +218,7 @@ def test_without_an_answering_seed_a_worker_starts_its_own_zygote() -> None:
         seed.requests.close()
 
 
+@pytest.mark.e2e
 def test_a_seed_that_dies_before_its_zygote_is_ready_is_replaced() -> None:
     """The seed killed right after a worker asked it (before or after it forked the zygote): does
     the worker, waiting only when it needs its zygote, start one of its own that works?"""

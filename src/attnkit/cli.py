@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import shutil
 import sys
@@ -13,11 +14,6 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-# The imports below (torch above all) make some 200,000 objects and next to no garbage: the
-# collections they would trigger walk an ever larger heap for nothing, a quarter of a second of
-# every command's start. Once they are in, they are frozen out of the collector's view for good.
-_COLLECTING = gc.isenabled()
-gc.disable()
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
 # Set, not defaulted: a TA's OPENBLAS_NUM_THREADS=8 would otherwise leave threads alive at the fork
@@ -28,46 +24,42 @@ if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script 
 
     seed.start_for(sys.argv[1:])
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
-
+# Only what the parser needs: ``attnkit --help`` and ``attnkit collect --help`` import no torch,
+# nbformat or rich. The commands' modules come in ``import_commands``, once the arguments parsed.
 from attnkit import __version__
-from attnkit.assignment import Assignment, discover, solutions_beside
 from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import i18n
-from attnkit.i18n import _, ngettext
-from attnkit.engine import grade_jobs, shard_of
-from attnkit.intake import find_jobs
-from attnkit.feedback import causes, late_notice
+from attnkit.i18n import _
 from attnkit.policy import DEFAULT_MEMORY_MB, Limits
-from attnkit.seed import take as take_seed
-from attnkit.store import (
-    check_shard_set,
-    collect,
-    gather_shards,
-    is_current,
-    isolation_line,
-    output_lock,
-    record_shard,
-    repair_outputs,
-    rewrite_results,
-    write_class_outputs,
-    write_grades,
-    write_record,
-    write_report,
-)
 
 if TYPE_CHECKING:
+    from attnkit.assignment import Assignment
     from attnkit.lms_feedback import Packed
 
-gc.freeze()
-if _COLLECTING:
-    gc.enable()
 
-console = Console(stderr=True)
+# The modules each command needs: grade and check grade (torch above all, through the engine's
+# workers); the others only read and write files (no torch).
+COMMAND_MODULES = {
+    "grade": ("assignment", "console", "engine", "feedback", "intake", "seed", "store"),
+    "check": ("assignment", "console", "engine", "feedback", "intake", "seed", "store"),
+    "merge": ("assignment", "console", "store"),
+    "lms-feedback": ("assignment", "console", "lms_feedback", "store"),
+    "collect": ("assignment", "console", "lms"),
+}
+
+
+def import_commands(command: str) -> None:
+    """The modules ``command`` needs (``COMMAND_MODULES``). Their imports make some 200,000
+    objects (torch's, for grade) and next to no garbage: the collections they would trigger walk
+    an ever larger heap for nothing, a quarter of a second of every command's start. Once they
+    are in, they are frozen out of the collector's view for good."""
+    collecting = gc.isenabled()
+    gc.disable()
+    for name in COMMAND_MODULES[command]:
+        importlib.import_module(f"attnkit.{name}")
+    gc.freeze()
+    if collecting:
+        gc.enable()
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -148,45 +140,13 @@ def hidden_paths(*extra: Path) -> list[str]:
     return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
 
 
-def late_cells(r: dict[str, Any]) -> tuple[str, str]:
-    """The console's late penalty and total after it, as report.html shows them (``late_notice``
-    says which source is shown: the gradebook's figures, or the LMS's flag without a penalty)."""
-    found, notice = r.get("late"), late_notice(r)
-    total = f"{found['total']:g}/{found['max']:g}" if found else "-"
-    if notice and notice["source"] == "lms":
-        return _("{lms} 标记迟交").format(lms=notice["lms"]), total
-    return (f"{found['penalty']:g}", total) if found else ("-", "-")
-
-
-def summary_table(all_results: list[dict[str, Any]]) -> Table:
-    table = Table(title=_("评分结果"))
-    late = any(r.get("late") or r.get("lms_late") for r in all_results)
-    for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
-        table.add_column(column)
-    for r in sorted(all_results, key=lambda r: r["student_id"]):
-        score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
-        # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
-        table.add_row(
-            *(
-                Text(cell)
-                for cell in (
-                    r["student_id"],
-                    score,
-                    *(late_cells(r) if late else ()),
-                    ", ".join(r["diagnoses"]) or "-",
-                    _("；").join(r["problems"])[:60] or "-",
-                )
-            )
-        )
-    return table
-
-
 # The two class-level steps below join another source's lateness to the records (wiring, not
 # storage: gradebook.py reaches nbgrader_course.py, which reads the store; store.py imports neither).
 def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites: dict[str, Assignment]) -> None:
     """Each graded submission's late penalty and total after it, as the gradebook has them
     (``nbgrader export``'s figures), into its results.json and feedback.html."""
     from attnkit.gradebook import lateness
+    from attnkit.store import rewrite_results
 
     db_url = f"sqlite:///{database.resolve()}"
     for results in graded:
@@ -202,6 +162,7 @@ def add_lms_lateness(out: Path, all_results: list[dict[str, Any]], submitted: Pa
     ``lms_late`` into results.json and feedback.html; read every run, so a re-collect that
     changed only the flag is shown without regrading. Which lateness is shown: ``late_notice``."""
     from attnkit.lms_feedback import lms_lateness, lms_record
+    from attnkit.store import rewrite_results
 
     for results in all_results:
         found = lms_lateness(lms_record(submitted, results["student_id"], results["assignment"]))
@@ -219,30 +180,23 @@ def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, 
     """Write the LMS bulk-feedback zips (``lms_feedback``) and say where they are and who is not in them."""
     from attnkit.lms_feedback import write_lms_feedback
 
+    from attnkit.console import print_lms_feedback
+
     packed = write_lms_feedback(out, submitted, all_results)
-    if not quiet:
-        for path, count in sorted(packed.archives.items()):
-            console.print(
-                _("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(path=path, count=count),
-                soft_wrap=True,
-                markup=False,
-            )
-    for where, reason in packed.left_out:
-        console.print(_("未放入学习平台的反馈压缩包：{where}：{reason}").format(where=where, reason=reason), soft_wrap=True, markup=False)
-    for lms, students in sorted(packed.by_hand.items()):
-        console.print(
-            _("{lms} 没有批量上传反馈文件的功能：{count} 名学生的 feedback.html 请在它的评分页面逐一附上（在 {folder} 里）").format(
-                lms=lms, count=len(students), folder=out / STUDENTS_FOLDER
-            ),
-            soft_wrap=True,
-            markup=False,
-        )
+    print_lms_feedback(out, packed, quiet)
     return packed
 
 
 def command_grade(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     import torch
+
+    from attnkit.assignment import discover, solutions_beside
+    from attnkit.console import console, grading_progress, print_graded, print_grade_end
+    from attnkit.engine import grade_jobs, shard_of
+    from attnkit.intake import find_jobs
+    from attnkit.seed import take as take_seed
+    from attnkit.store import collect, is_current, record_shard, repair_outputs, write_class_outputs, write_grades, write_record, write_report
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
@@ -270,25 +224,13 @@ def command_grade(args: argparse.Namespace) -> int:
     # trigger here do not walk it each time.
     gc.collect()
     gc.freeze()
-    # No refresh thread: workers are forked from this process, which must not run other threads.
-    with Progress(
-        TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=args.quiet, auto_refresh=False
-    ) as progress:
+    with grading_progress(args.quiet) as progress:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: dict[str, Any]) -> None:
             results = write_record(args.out, record, suites)
             if args.verbose:
-                progress.console.print(
-                    _("{student}/{assignment}：{score}/{max_score}（{seconds} 秒）").format(
-                        student=results["student_id"],
-                        assignment=results["assignment"],
-                        score=f"{results['score']:g}",
-                        max_score=f"{results['max_score']:g}",
-                        seconds=f"{results['seconds']:.2f}",
-                    ),
-                    markup=False,
-                )
+                print_graded(progress, results)
             progress.advance(task)
             progress.refresh()
 
@@ -322,22 +264,7 @@ def command_grade(args: argparse.Namespace) -> int:
             )
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
         report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
-    # Always printed, --quiet or not: these need the TA's attention.
-    for r in not_graded:
-        console.print(
-            _("未评分：{student}/{assignment}：{reason}").format(student=r["student_id"], assignment=r["assignment"], reason=r["not_graded"]), markup=False
-        )
-    for item in skipped:
-        console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
-    if not args.quiet:
-        console.print(summary_table(all_results))
-        console.print(isolation_line(all_results))
-        console.print(
-            _("已写入 {csv} 与 {report}（{seconds} 秒）").format(
-                csv=args.out / "grades.csv", report=args.out / "report.html", seconds=f"{time.perf_counter() - started:.1f}"
-            ),
-            markup=False,
-        )
+    print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started)
     if not_graded or skipped:
         console.print(
             _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
@@ -360,6 +287,10 @@ def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: st
 
 
 def command_check(args: argparse.Namespace) -> int:
+    from attnkit.assignment import discover
+    from attnkit.console import print_check
+    from attnkit.store import collect
+
     if not args.notebook.is_file():
         raise GraderError(_("找不到笔记本：{path}").format(path=args.notebook))
     assignment = assignment_for(discover(), args.assignment, args.notebook.name)
@@ -387,39 +318,15 @@ def command_check(args: argparse.Namespace) -> int:
         )
         code = command_grade(grade_args)
         results = collect(out)[0]
-        if results.get("isolation") != "isolated":
-            print(_("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。"))
-        for grade_id in assignment.parts:
-            scores = results["parts"].get(grade_id, {})
-            print(f"{assignment.part_title(grade_id):<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
-        tests = [dict(test) for test in results["tests"]]
-        for cause in causes(tests):  # each runtime error once, before the tests it broke
-            print(
-                ngettext(
-                    "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
-                    "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
-                    len(cause["tests"]),
-                ).format(number=cause["number"], function=cause["function"], type=cause["type"], count=len(cause["tests"]))
-            )
-            if cause.get("text"):
-                print("  " + _("出错的一行：{place}：{text}").format(place=cause["place"], text=cause["text"]))
-            if cause.get("explanation"):
-                print(f"  {cause['explanation']}")
-        for test in tests:
-            if test.get("cause"):
-                print("  ✘ " + _("{name}：见「从这里开始 {number}」").format(name=test["name"], number=test["cause"]))
-            elif test["status"] != "passed":
-                print("  ✘ " + _("{name}：{output}").format(name=test["name"], output=test["output"]))
-        for mistake in results["diagnoses"]:
-            info = assignment.mistakes.get(mistake, {})
-            print(_("诊断 {mistake}（{section}）：{explanation}").format(mistake=mistake, section=info.get("section", ""), explanation=info.get("text", "")))
-        print(_("总分 {score}/{max_score}").format(score=f"{results['score']:g}", max_score=f"{results['max_score']:g}"))
-        if args.out:
-            print(_("反馈页面：{path}").format(path=out / STUDENTS_FOLDER / "me" / assignment.name / "feedback.html"))
+        print_check(assignment, results, out / STUDENTS_FOLDER / "me" / assignment.name / "feedback.html" if args.out else None)
     return code
 
 
 def command_merge(args: argparse.Namespace) -> int:
+    from attnkit.assignment import discover
+    from attnkit.console import console
+    from attnkit.store import check_shard_set, gather_shards, write_class_outputs
+
     check_shard_set(args.shards)
     all_results, skipped = gather_shards(args.shards, args.out)
     write_class_outputs(args.out, all_results, discover(), 0.0, skipped)
@@ -429,6 +336,10 @@ def command_merge(args: argparse.Namespace) -> int:
 
 def command_lms_feedback(args: argparse.Namespace) -> int:
     """The bulk-feedback zips of an output folder (after `merge`, or again after a TA's change)."""
+    from attnkit.assignment import discover
+    from attnkit.console import console
+    from attnkit.store import collect
+
     if not args.submitted.is_dir():
         raise GraderError(_("找不到提交文件夹：{folder}").format(folder=args.submitted))
     suites = discover()
@@ -444,6 +355,8 @@ def command_lms_feedback(args: argparse.Namespace) -> int:
 
 def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
+    from attnkit.assignment import discover
+    from attnkit.console import print_collected
     from attnkit.lms import collect as collect_download
     from attnkit.lms import timezone
 
@@ -453,27 +366,8 @@ def command_collect(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise GraderError(str(error)) from None
     found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem], args.lms, zone)
-    students = sorted({c.student_id for c in found.placed.values()})
-    console.print(
-        _("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(notebooks=len(found.placed), students=len(students), folder=args.submitted),
-        markup=False,
-    )
-    for candidate in sorted(found.placed.values(), key=lambda c: c.origin):
-        for note in candidate.notes:
-            console.print("  " + _("{student}：{note}").format(student=candidate.student_id, note=note), soft_wrap=True, markup=False)
-    for candidate in sorted(found.superseded, key=lambda c: c.origin):
-        console.print("  " + _("较早的重交，未采用：{origin}").format(origin=candidate.origin), soft_wrap=True, markup=False)
-    for origin, reason in sorted(found.unplaced):
-        # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
-        console.print("  " + escape(_("无法放置：{origin}：{reason}").format(origin=origin, reason=reason)), soft_wrap=True, style="red")
+    print_collected(found, args.submitted)
     if found.unplaced:
-        console.print(
-            ngettext(
-                "{count} 个文件无法放置（见上）；请手工处理后再评分。", "{count} 个文件无法放置（见上）；请手工处理后再评分。", len(found.unplaced)
-            ).format(count=len(found.unplaced)),
-            style="red",
-            markup=False,
-        )
         return 1
     return 0
 
@@ -496,20 +390,22 @@ def leave_working_directory(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import_commands(args.command)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
     command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect, "lms-feedback": command_lms_feedback}[
         args.command
     ]
+    from attnkit.console import console, print_error
+    from attnkit.store import output_lock
+
     try:
         if args.command in ("grade", "merge", "lms-feedback"):
             with output_lock(args.out):
                 return command(args)
         return command(args)
     except GraderError as error:
-        if args.verbose:
-            console.print(traceback.format_exc(), markup=False, highlight=False)
-        console.print(escape(_("无法评分：{reason}").format(reason=error)), soft_wrap=True, style="red")
+        print_error(error, traceback.format_exc() if args.verbose else None)
         return 2
     except KeyboardInterrupt:
         # Every graded submission was written as it arrived; the next run skips those.

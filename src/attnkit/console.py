@@ -1,0 +1,188 @@
+"""The command line's console output: the progress bar, the summary table, the closing lines of
+``attnkit grade``, ``attnkit check``'s feedback and ``attnkit collect``'s placements (stderr through
+rich, ``check`` on stdout). Imported by ``cli.py``'s commands, not at its start: ``--help`` needs
+none of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from attnkit.assignment import Assignment
+from attnkit.constants import STUDENTS_FOLDER
+from attnkit.feedback import causes, late_notice
+from attnkit.i18n import _, ngettext
+from attnkit.store import isolation_line
+
+if TYPE_CHECKING:
+    from attnkit.lms import Collected
+    from attnkit.lms_feedback import Packed
+
+console = Console(stderr=True)
+
+
+def late_cells(r: dict[str, Any]) -> tuple[str, str]:
+    """The console's late penalty and total after it, as report.html shows them (``late_notice``
+    says which source is shown: the gradebook's figures, or the LMS's flag without a penalty)."""
+    found, notice = r.get("late"), late_notice(r)
+    total = f"{found['total']:g}/{found['max']:g}" if found else "-"
+    if notice and notice["source"] == "lms":
+        return _("{lms} 标记迟交").format(lms=notice["lms"]), total
+    return (f"{found['penalty']:g}", total) if found else ("-", "-")
+
+
+def summary_table(all_results: list[dict[str, Any]]) -> Table:
+    table = Table(title=_("评分结果"))
+    late = any(r.get("late") or r.get("lms_late") for r in all_results)
+    for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
+        table.add_column(column)
+    for r in sorted(all_results, key=lambda r: r["student_id"]):
+        score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
+        # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    r["student_id"],
+                    score,
+                    *(late_cells(r) if late else ()),
+                    ", ".join(r["diagnoses"]) or "-",
+                    _("；").join(r["problems"])[:60] or "-",
+                )
+            )
+        )
+    return table
+
+
+def grading_progress(quiet: bool) -> Progress:
+    """The progress bar of ``attnkit grade``, advanced and refreshed by hand. No refresh thread:
+    workers are forked from this process, which must not run other threads."""
+    return Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=quiet, auto_refresh=False)
+
+
+def print_graded(progress: Progress, results: dict[str, Any]) -> None:
+    """``--verbose``: one graded submission, above the progress bar."""
+    progress.console.print(
+        _("{student}/{assignment}：{score}/{max_score}（{seconds} 秒）").format(
+            student=results["student_id"],
+            assignment=results["assignment"],
+            score=f"{results['score']:g}",
+            max_score=f"{results['max_score']:g}",
+            seconds=f"{results['seconds']:.2f}",
+        ),
+        markup=False,
+    )
+
+
+def print_lms_feedback(out: Path, packed: Packed, quiet: bool) -> None:
+    """Where the LMS bulk-feedback zips are and who is not in them."""
+    if not quiet:
+        for path, count in sorted(packed.archives.items()):
+            console.print(
+                _("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(path=path, count=count),
+                soft_wrap=True,
+                markup=False,
+            )
+    for where, reason in packed.left_out:
+        console.print(_("未放入学习平台的反馈压缩包：{where}：{reason}").format(where=where, reason=reason), soft_wrap=True, markup=False)
+    for lms, students in sorted(packed.by_hand.items()):
+        console.print(
+            _("{lms} 没有批量上传反馈文件的功能：{count} 名学生的 feedback.html 请在它的评分页面逐一附上（在 {folder} 里）").format(
+                lms=lms, count=len(students), folder=out / STUDENTS_FOLDER
+            ),
+            soft_wrap=True,
+            markup=False,
+        )
+
+
+def print_grade_end(out: Path, all_results: list[dict[str, Any]], skipped: list[dict[str, Any]], quiet: bool, seconds: float) -> None:
+    """The closing lines of ``attnkit grade``: what was not graded or skipped (always: these need
+    the TA's attention), then unless quiet the table, the isolation and where the outputs are."""
+    for r in all_results:
+        if r.get("not_graded"):
+            console.print(
+                _("未评分：{student}/{assignment}：{reason}").format(student=r["student_id"], assignment=r["assignment"], reason=r["not_graded"]),
+                markup=False,
+            )
+    for item in skipped:
+        console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
+    if not quiet:
+        console.print(summary_table(all_results))
+        console.print(isolation_line(all_results))
+        console.print(
+            _("已写入 {csv} 与 {report}（{seconds} 秒）").format(csv=out / "grades.csv", report=out / "report.html", seconds=f"{seconds:.1f}"),
+            markup=False,
+        )
+
+
+def print_check(assignment: Assignment, results: dict[str, Any], page: Path | None) -> None:
+    """``attnkit check``'s feedback on stdout: the parts, each runtime error once before the tests
+    it broke, the failed tests, the diagnoses, the total and (with ``--out``) the page."""
+    if results.get("isolation") != "isolated":
+        print(_("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。"))
+    for grade_id in assignment.parts:
+        scores = results["parts"].get(grade_id, {})
+        print(f"{assignment.part_title(grade_id):<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
+    tests = [dict(test) for test in results["tests"]]
+    for cause in causes(tests):  # each runtime error once, before the tests it broke
+        print(
+            ngettext(
+                "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
+                "从这里开始 {number}：你的 {function} 抛出了 {type}（{count} 项检查因此未通过）",
+                len(cause["tests"]),
+            ).format(number=cause["number"], function=cause["function"], type=cause["type"], count=len(cause["tests"]))
+        )
+        if cause.get("text"):
+            print("  " + _("出错的一行：{place}：{text}").format(place=cause["place"], text=cause["text"]))
+        if cause.get("explanation"):
+            print(f"  {cause['explanation']}")
+    for test in tests:
+        if test.get("cause"):
+            print("  ✘ " + _("{name}：见「从这里开始 {number}」").format(name=test["name"], number=test["cause"]))
+        elif test["status"] != "passed":
+            print("  ✘ " + _("{name}：{output}").format(name=test["name"], output=test["output"]))
+    for mistake in results["diagnoses"]:
+        info = assignment.mistakes.get(mistake, {})
+        print(_("诊断 {mistake}（{section}）：{explanation}").format(mistake=mistake, section=info.get("section", ""), explanation=info.get("text", "")))
+    print(_("总分 {score}/{max_score}").format(score=f"{results['score']:g}", max_score=f"{results['max_score']:g}"))
+    if page is not None:
+        print(_("反馈页面：{path}").format(path=page))
+
+
+def print_collected(found: Collected, submitted: Path) -> None:
+    """What ``attnkit collect`` placed, each placement's notes, the older resubmissions left
+    aside and (in red) every file it could not place."""
+    students = sorted({c.student_id for c in found.placed.values()})
+    console.print(
+        _("已放入 {notebooks} 份笔记本（{students} 名学生）到 {folder}").format(notebooks=len(found.placed), students=len(students), folder=submitted),
+        markup=False,
+    )
+    for candidate in sorted(found.placed.values(), key=lambda c: c.origin):
+        for note in candidate.notes:
+            console.print("  " + _("{student}：{note}").format(student=candidate.student_id, note=note), soft_wrap=True, markup=False)
+    for candidate in sorted(found.superseded, key=lambda c: c.origin):
+        console.print("  " + _("较早的重交，未采用：{origin}").format(origin=candidate.origin), soft_wrap=True, markup=False)
+    for origin, reason in sorted(found.unplaced):
+        # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
+        console.print("  " + escape(_("无法放置：{origin}：{reason}").format(origin=origin, reason=reason)), soft_wrap=True, style="red")
+    if found.unplaced:
+        console.print(
+            ngettext(
+                "{count} 个文件无法放置（见上）；请手工处理后再评分。", "{count} 个文件无法放置（见上）；请手工处理后再评分。", len(found.unplaced)
+            ).format(count=len(found.unplaced)),
+            style="red",
+            markup=False,
+        )
+
+
+def print_error(error: BaseException, traceback_text: str | None) -> None:
+    """A ``GraderError``'s reason in red (with ``--verbose`` after its traceback)."""
+    if traceback_text is not None:
+        console.print(traceback_text, markup=False, highlight=False)
+    console.print(escape(_("无法评分：{reason}").format(reason=error)), soft_wrap=True, style="red")

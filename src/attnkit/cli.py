@@ -11,6 +11,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 # The imports below (torch above all) make some 200,000 objects and next to no garbage: the
@@ -39,6 +40,7 @@ from attnkit.assignment import Assignment, discover, solutions_beside
 from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import i18n
 from attnkit.i18n import _, ngettext
+from attnkit.records import ResultsJson, SubmissionRecord
 from attnkit.engine import grade_jobs, shard_of
 from attnkit.intake import find_jobs
 from attnkit.feedback import causes, late_notice
@@ -148,7 +150,7 @@ def hidden_paths(*extra: Path) -> list[str]:
     return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
 
 
-def late_cells(r: dict[str, Any]) -> tuple[str, str]:
+def late_cells(r: ResultsJson) -> tuple[str, str]:
     """The console's late penalty and total after it, as report.html shows them (``late_notice``
     says which source is shown: the gradebook's figures, or the LMS's flag without a penalty)."""
     found, notice = r.get("late"), late_notice(r)
@@ -158,7 +160,7 @@ def late_cells(r: dict[str, Any]) -> tuple[str, str]:
     return (f"{found['penalty']:g}", total) if found else ("-", "-")
 
 
-def summary_table(all_results: list[dict[str, Any]]) -> Table:
+def summary_table(all_results: list[ResultsJson]) -> Table:
     table = Table(title=_("评分结果"))
     late = any(r.get("late") or r.get("lms_late") for r in all_results)
     for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
@@ -183,10 +185,10 @@ def summary_table(all_results: list[dict[str, Any]]) -> Table:
 
 # The two class-level steps below join another source's lateness to the records (wiring, not
 # storage: gradebook.py reaches nbgrader_course.py, which reads the store; store.py imports neither).
-def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites: dict[str, Assignment]) -> None:
+def add_lateness(out: Path, graded: list[ResultsJson], database: Path, suites: dict[str, Assignment]) -> None:
     """Each graded submission's late penalty and total after it, as the gradebook has them
     (``nbgrader export``'s figures), into its results.json and feedback.html."""
-    from attnkit.gradebook import lateness
+    from attnkit.gradebook_totals import lateness
 
     db_url = f"sqlite:///{database.resolve()}"
     for results in graded:
@@ -197,7 +199,7 @@ def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites
         rewrite_results(out, results, suites)
 
 
-def add_lms_lateness(out: Path, all_results: list[dict[str, Any]], submitted: Path, suites: dict[str, Assignment]) -> None:
+def add_lms_lateness(out: Path, all_results: list[ResultsJson], submitted: Path, suites: dict[str, Assignment]) -> None:
     """The LMS's late flag of each submission ``attnkit collect`` placed (its lms.json), as
     ``lms_late`` into results.json and feedback.html; read every run, so a re-collect that
     changed only the flag is shown without regrading. Which lateness is shown: ``late_notice``."""
@@ -215,7 +217,7 @@ def add_lms_lateness(out: Path, all_results: list[dict[str, Any]], submitted: Pa
             rewrite_results(out, results, suites)
 
 
-def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, Any]], quiet: bool) -> Packed:
+def report_lms_feedback(out: Path, submitted: Path, all_results: list[ResultsJson], quiet: bool) -> Packed:
     """Write the LMS bulk-feedback zips (``lms_feedback``) and say where they are and who is not in them."""
     from attnkit.lms_feedback import write_lms_feedback
 
@@ -276,7 +278,7 @@ def command_grade(args: argparse.Namespace) -> int:
     ) as progress:
         task = progress.add_task("grade", total=len(todo))
 
-        def on_record(record: dict[str, Any]) -> None:
+        def on_record(record: SubmissionRecord) -> None:
             results = write_record(args.out, record, suites)
             if args.verbose:
                 progress.console.print(
@@ -300,7 +302,8 @@ def command_grade(args: argparse.Namespace) -> int:
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
-        from attnkit.gradebook import class_totals, record_grades
+        from attnkit.gradebook import record_grades
+        from attnkit.gradebook_totals import class_totals
 
         # Only what was really graded goes into the gradebook: no "not graded" zeros.
         graded = [r for r in all_results if not r.get("not_graded")]
@@ -390,7 +393,7 @@ def command_check(args: argparse.Namespace) -> int:
         if results.get("isolation") != "isolated":
             print(_("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。"))
         for grade_id in assignment.parts:
-            scores = results["parts"].get(grade_id, {})
+            scores: Mapping[str, Any] = results["parts"].get(grade_id, {})
             print(f"{assignment.part_title(grade_id):<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
         tests = [dict(test) for test in results["tests"]]
         for cause in causes(tests):  # each runtime error once, before the tests it broke

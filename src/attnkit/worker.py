@@ -3,8 +3,10 @@ parent sends (usually two sessions for all of them: see ``worker_main``).
 
 Runs in its own process, forked by the engine (``multiprocessing`` fork context) with torch
 already imported. It never writes outputs: each finished
-submission goes back to the parent as a plain dict over its result pipe (between the messages of
-``attnkit.worker_messages``), and the parent is the only writer.
+submission goes back to the parent as a plain dict, a ``records.SubmissionRecord``, over its
+result pipe (between the messages of ``attnkit.worker_messages``), and the parent is the only
+writer. Where a session's submissions come from (a sandbox each, the plan) is
+``attnkit.sandbox_provider``'s.
 """
 
 from __future__ import annotations

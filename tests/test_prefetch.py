@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from attnkit import worker
+from attnkit import sandbox_provider
 from attnkit.constants import TIMEOUT
 from attnkit.intake import find_jobs
 from attnkit.notebook import CodeCell
@@ -45,7 +45,7 @@ OVERRIDES: dict[str, str] = {
 def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.MonkeyPatch, assignment: Any = CH19) -> tuple[dict[str, dict], dict[str, int]]:
     """Grade ``submitted`` in this process (one chunk, a real zygote): records by student and the
     number of single requests each submission's sandbox was sent."""
-    worker._plans.clear()
+    sandbox_provider._plans.clear()
     requests: dict[str, int] = {}
     current = [""]
     original = Submission._request
@@ -57,7 +57,7 @@ def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.M
     with monkeypatch.context() as patch:
         patch.setattr(Submission, "_request", counting)
         if not prefetch:
-            patch.setattr(worker.SandboxProvider, "_prefetch", lambda self, student, session: None)
+            patch.setattr(sandbox_provider.SandboxProvider, "_prefetch", lambda self, student, session: None)
         records: list[dict] = []
 
         def emit(message: dict) -> None:
@@ -72,7 +72,7 @@ def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.M
             run_chunk(find_jobs(submitted, suites).jobs, suites, limits, zygote, emit)
         finally:
             zygote.close()
-    worker._plans.clear()
+    sandbox_provider._plans.clear()
     return {record["student_id"]: record for record in records}, requests
 
 

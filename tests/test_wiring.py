@@ -13,7 +13,8 @@ from attnkit import engine, intake, worker_messages
 from attnkit.plugin import GradingPlugin, LocalProvider, Provider, TestResult
 from attnkit.policy import Limits
 from attnkit.proxy import LocalBackend, Student
-from attnkit.worker import ChunkFeed, Job, SubmissionRecords
+from attnkit.records import Job
+from attnkit.worker import ChunkFeed, SubmissionRecords
 
 from contract import CH19
 

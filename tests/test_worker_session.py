@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from attnkit import plugin, worker
+from attnkit import plugin, sandbox_provider, worker
 from attnkit.intake import find_jobs
 from attnkit.policy import Limits
 from attnkit.zygote_handle import Zygote
@@ -66,7 +66,7 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
     # suite yet (this process may have graded it in an earlier test).
     monkeypatch.setattr(pytest, "main", counted)
     monkeypatch.setattr(plugin, "_PLAIN_SUITES", set())
-    worker._plans.clear()
+    sandbox_provider._plans.clear()
     context = multiprocessing.get_context("fork")
     task_reader, task_writer = context.Pipe(duplex=False)
     result_reader, result_writer = context.Pipe(duplex=False)
@@ -106,7 +106,7 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
     assert sessions.read_text().count("session") == 2  # the first chunk's, then one for the other two
 
     monkeypatch.setattr(pytest, "main", main)
-    worker._plans.clear()
+    sandbox_provider._plans.clear()
     alone: dict[str, dict] = {}
     zygote = Zygote()
     try:
@@ -114,7 +114,7 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
             worker.run_chunk(chunk, {CH19.name: CH19}, Limits(), zygote, lambda m: alone.update({m["student_id"]: m}) if "tests" in m else None)
     finally:
         zygote.close()
-    worker._plans.clear()
+    sandbox_provider._plans.clear()
     together = {m["student_id"]: m for m in messages if "tests" in m}
     assert set(together) == set(alone) == set(STUDENTS)
     for student in STUDENTS:

@@ -38,19 +38,19 @@ os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 import torch
 
-from attnkit import operations, plugin, sandbox, worker
+from attnkit import operations, plugin, sandbox, sandbox_provider, worker
 from attnkit.assignment import discover
 from attnkit.intake import find_jobs
 from attnkit.policy import Limits
 from attnkit.zygote_handle import Zygote
 
 PHASES = (
-    (worker.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),
+    (sandbox_provider.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),
     (sandbox.Submission, "_batch", "  of which the batches (send, receive, decode)"),
     (plugin.GradingPlugin, "_within_test", "tests (their checks, swapped re-runs, single requests)"),
     (plugin.GradingPlugin, "record", "record (diagnosis included)"),
     (plugin.GradingPlugin, "diagnose", "  of which diagnosis"),
-    (worker.SandboxProvider, "close", "close: the record, evidence, usage"),
+    (sandbox_provider.SandboxProvider, "close", "close: the record, evidence, usage"),
 )
 
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
@@ -34,6 +34,7 @@ from attnkit.policy import DEFAULT_MEMORY_MB, Limits
 
 if TYPE_CHECKING:
     from attnkit.assignment import Assignment
+    from attnkit.records import ResultsJson, SubmissionRecord
     from attnkit.lms_feedback import Packed
 
 
@@ -142,10 +143,10 @@ def hidden_paths(*extra: Path) -> list[str]:
 
 # The two class-level steps below join another source's lateness to the records (wiring, not
 # storage: gradebook.py reaches nbgrader_course.py, which reads the store; store.py imports neither).
-def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites: dict[str, Assignment]) -> None:
+def add_lateness(out: Path, graded: list[ResultsJson], database: Path, suites: dict[str, Assignment]) -> None:
     """Each graded submission's late penalty and total after it, as the gradebook has them
     (``nbgrader export``'s figures), into its results.json and feedback.html."""
-    from attnkit.gradebook import lateness
+    from attnkit.gradebook_totals import lateness
     from attnkit.store import rewrite_results
 
     db_url = f"sqlite:///{database.resolve()}"
@@ -157,7 +158,7 @@ def add_lateness(out: Path, graded: list[dict[str, Any]], database: Path, suites
         rewrite_results(out, results, suites)
 
 
-def add_lms_lateness(out: Path, all_results: list[dict[str, Any]], submitted: Path, suites: dict[str, Assignment]) -> None:
+def add_lms_lateness(out: Path, all_results: list[ResultsJson], submitted: Path, suites: dict[str, Assignment]) -> None:
     """The LMS's late flag of each submission ``attnkit collect`` placed (its lms.json), as
     ``lms_late`` into results.json and feedback.html; read every run, so a re-collect that
     changed only the flag is shown without regrading. Which lateness is shown: ``late_notice``."""
@@ -176,7 +177,7 @@ def add_lms_lateness(out: Path, all_results: list[dict[str, Any]], submitted: Pa
             rewrite_results(out, results, suites)
 
 
-def report_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, Any]], quiet: bool) -> Packed:
+def report_lms_feedback(out: Path, submitted: Path, all_results: list[ResultsJson], quiet: bool) -> Packed:
     """Write the LMS bulk-feedback zips (``lms_feedback``) and say where they are and who is not in them."""
     from attnkit.lms_feedback import write_lms_feedback
 
@@ -227,7 +228,7 @@ def command_grade(args: argparse.Namespace) -> int:
     with grading_progress(args.quiet) as progress:
         task = progress.add_task("grade", total=len(todo))
 
-        def on_record(record: dict[str, Any]) -> None:
+        def on_record(record: SubmissionRecord) -> None:
             results = write_record(args.out, record, suites)
             if args.verbose:
                 print_graded(progress, results)
@@ -242,7 +243,8 @@ def command_grade(args: argparse.Namespace) -> int:
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
-        from attnkit.gradebook import class_totals, record_grades
+        from attnkit.gradebook import record_grades
+        from attnkit.gradebook_totals import class_totals
 
         # Only what was really graded goes into the gradebook: no "not graded" zeros.
         graded = [r for r in all_results if not r.get("not_graded")]

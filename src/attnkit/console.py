@@ -5,6 +5,7 @@ none of it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,13 +22,14 @@ from attnkit.i18n import _, ngettext
 from attnkit.store import isolation_line
 
 if TYPE_CHECKING:
+    from attnkit.records import ResultsJson
     from attnkit.lms import Collected
     from attnkit.lms_feedback import Packed
 
 console = Console(stderr=True)
 
 
-def late_cells(r: dict[str, Any]) -> tuple[str, str]:
+def late_cells(r: ResultsJson) -> tuple[str, str]:
     """The console's late penalty and total after it, as report.html shows them (``late_notice``
     says which source is shown: the gradebook's figures, or the LMS's flag without a penalty)."""
     found, notice = r.get("late"), late_notice(r)
@@ -37,7 +39,7 @@ def late_cells(r: dict[str, Any]) -> tuple[str, str]:
     return (f"{found['penalty']:g}", total) if found else ("-", "-")
 
 
-def summary_table(all_results: list[dict[str, Any]]) -> Table:
+def summary_table(all_results: list[ResultsJson]) -> Table:
     table = Table(title=_("评分结果"))
     late = any(r.get("late") or r.get("lms_late") for r in all_results)
     for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
@@ -66,7 +68,7 @@ def grading_progress(quiet: bool) -> Progress:
     return Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=quiet, auto_refresh=False)
 
 
-def print_graded(progress: Progress, results: dict[str, Any]) -> None:
+def print_graded(progress: Progress, results: ResultsJson) -> None:
     """``--verbose``: one graded submission, above the progress bar."""
     progress.console.print(
         _("{student}/{assignment}：{score}/{max_score}（{seconds} 秒）").format(
@@ -101,7 +103,7 @@ def print_lms_feedback(out: Path, packed: Packed, quiet: bool) -> None:
         )
 
 
-def print_grade_end(out: Path, all_results: list[dict[str, Any]], skipped: list[dict[str, Any]], quiet: bool, seconds: float) -> None:
+def print_grade_end(out: Path, all_results: list[ResultsJson], skipped: list[dict[str, Any]], quiet: bool, seconds: float) -> None:
     """The closing lines of ``attnkit grade``: what was not graded or skipped (always: these need
     the TA's attention), then unless quiet the table, the isolation and where the outputs are."""
     for r in all_results:
@@ -121,13 +123,13 @@ def print_grade_end(out: Path, all_results: list[dict[str, Any]], skipped: list[
         )
 
 
-def print_check(assignment: Assignment, results: dict[str, Any], page: Path | None) -> None:
+def print_check(assignment: Assignment, results: ResultsJson, page: Path | None) -> None:
     """``attnkit check``'s feedback on stdout: the parts, each runtime error once before the tests
     it broke, the failed tests, the diagnoses, the total and (with ``--out``) the page."""
     if results.get("isolation") != "isolated":
         print(_("注意：本机无法建立隔离的沙箱，你的笔记本以你自己的权限运行（只检查自己信任的笔记本）。"))
     for grade_id in assignment.parts:
-        scores = results["parts"].get(grade_id, {})
+        scores: Mapping[str, Any] = results["parts"].get(grade_id, {})
         print(f"{assignment.part_title(grade_id):<24} {scores.get('score', 0):g}/{scores.get('max_score', 0):g}")
     tests = [dict(test) for test in results["tests"]]
     for cause in causes(tests):  # each runtime error once, before the tests it broke

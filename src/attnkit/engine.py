@@ -29,7 +29,8 @@ from attnkit.i18n import _
 from attnkit.seed import Seed
 from attnkit.policy import Limits
 from attnkit.procfs import stat_fields
-from attnkit.worker import Job, worker_main
+from attnkit.records import Job, SubmissionRecord
+from attnkit.worker import worker_main
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
@@ -55,7 +56,7 @@ def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:
         start += size
 
 
-def not_graded_record(job: Job, reason: str) -> dict[str, Any]:
+def not_graded_record(job: Job, reason: str) -> SubmissionRecord:
     """The record of a submission whose grading killed or stalled its worker even on its own.
     An empty fingerprint: the next run tries it again."""
     return {
@@ -165,7 +166,7 @@ def grade_jobs(
     workers: int,
     limits: Limits,
     hide: list[str],
-    on_record: Callable[[dict], None],
+    on_record: Callable[[SubmissionRecord], None],
     seed: Seed | None = None,
 ) -> list[str]:
     """Run ``jobs`` on ``workers`` processes; call ``on_record`` (in this process) for each result,
@@ -184,7 +185,7 @@ class FanOut:
     still without a record. Every method runs in the parent, between ``wait``s on the pool."""
 
     def __init__(
-        self, jobs: list[Job], autograder: Path, workers: int, limits: Limits, hide: list[str], on_record: Callable[[dict], None], seed: Seed | None
+        self, jobs: list[Job], autograder: Path, workers: int, limits: Limits, hide: list[str], on_record: Callable[[SubmissionRecord], None], seed: Seed | None
     ) -> None:
         self.autograder = autograder
         self.workers = workers

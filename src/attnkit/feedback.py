@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import jinja2
@@ -13,6 +14,7 @@ from attnkit import i18n
 from attnkit.assignment import Assignment
 from attnkit.constants import CRASHED, STUDENTS_FOLDER, TIMEOUT
 from attnkit.i18n import _
+from attnkit.records import ResultsJson
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("attnkit", "templates"),
@@ -58,7 +60,7 @@ _ENV.globals["error_kind"] = error_kind
 _ENV.globals["cell_explanation"] = cell_explanation
 
 
-def late_notice(results: dict[str, Any]) -> dict[str, Any] | None:
+def late_notice(results: ResultsJson) -> dict[str, Any] | None:
     """The lateness a page and the console show, from one of two sources. The gradebook's
     (``gradebook.lateness``: nbgrader's rule, its penalty and the total ``nbgrader export``
     reports) wins whenever the course gave nbgrader a due date, late or not: it is what the
@@ -109,7 +111,7 @@ def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def feedback_html(results: dict[str, Any], assignment: Assignment) -> str:
+def feedback_html(results: Mapping[str, Any], assignment: Assignment) -> str:
     results = {**results, "tests": [dict(test) for test in results["tests"]]}  # marked below, not the caller's
     order = list(assignment.parts) + ["other"]
     ordered = [t for grade_id in order for t in results["tests"] if (t.get("grade_id") or "other") == grade_id]
@@ -135,7 +137,7 @@ def feedback_html(results: dict[str, Any], assignment: Assignment) -> str:
 
 
 def report_html(
-    all_results: list[dict[str, Any]],
+    all_results: list[ResultsJson],
     suites: dict[str, Assignment],
     seconds: float,
     skipped: list[dict[str, str]] | None = None,

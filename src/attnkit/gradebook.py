@@ -21,7 +21,9 @@ So that every nbgrader command of the course keeps working after ``attnkit grade
    page (``nbgrader_course.KitFeedbackExporter``).
 3. ``class_totals`` reads back what ``nbgrader export`` will report (manual points and late
    penalties included), so ``grades.csv`` can carry the same total; ``lateness`` is the same
-   reading for one submission, shown on the student's page, report.html and the console.
+   reading for one submission, shown on the student's page, report.html and the console. Both
+   live in ``gradebook_totals``, which ``nbgrader_course`` reads too: it
+   imports nothing of this module, which imports ``nbgrader_course``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from attnkit.constants import PROJECT_ROOT, GraderError
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
 from attnkit.i18n import _
+from attnkit.records import ResultsJson
 from attnkit.notebook import Unsafe, digest_of, read_submitted
 
 # nbgrader autograde's sanitising steps, in its order.
@@ -130,7 +133,7 @@ def submission_timestamp(submitted: Path, folder: Path) -> datetime.datetime | N
     return datetime.datetime.fromtimestamp(max(times), tz=datetime.UTC).replace(tzinfo=None)
 
 
-def graded_bytes(submitted: Path, folder: Path, results: dict[str, Any], name: str) -> tuple[bytes | None, str]:
+def graded_bytes(submitted: Path, folder: Path, results: ResultsJson, name: str) -> tuple[bytes | None, str]:
     """The bytes graded as the assignment's notebook ``name`` (results.json ``notebooks``: the
     one ``stored_as`` that name, else the one called so; its sha256), read without following
     links; or None and why not (for the TA). A renamed upload (``attention (1).ipynb``) is read
@@ -191,7 +194,7 @@ def copy_other_files(submitted: Path, folder: Path | None, target: Path, source:
         atomic_write(target / "timestamp.txt", timestamp.strftime(TIMESTAMP_FORMAT))
 
 
-def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes | None, target: Path, config: Any = None) -> None:
+def save_submission(db_url: str, results: ResultsJson, name: str, data: bytes | None, target: Path, config: Any = None) -> None:
     """Save one graded notebook (``name``, its graded bytes) as nbgrader autograde would:
     sanitised copy + SaveAutoGrades, with attnkit's results in its metadata."""
     import nbformat
@@ -230,7 +233,7 @@ def save_submission(db_url: str, results: dict[str, Any], name: str, data: bytes
         gradebook.db.commit()
 
 
-def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: Path | None = None, source: Path | None = None) -> list[str]:
+def record_grades(database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None) -> list[str]:
     """Register the assignments, then save every student's submission, timestamp and scores.
 
     With ``submitted``, each notebook is also sanitised into ``autograded/`` beside the database,
@@ -272,51 +275,3 @@ def record_grades(database: Path, all_results: list[dict[str, Any]], submitted: 
                     notices.append(why)
                 save_submission(db_url, results, f"{name}.ipynb", data, target, config)
     return notices
-
-
-def lateness(db_url: str, student: str, assignment: str) -> dict[str, Any] | None:
-    """How late one submission is and what that costs, as the gradebook (and so ``nbgrader
-    export``) has it: seconds late, the penalty, the total after it and its maximum. None if the
-    gradebook has no such submission."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    with Gradebook(db_url) as gradebook:
-        try:
-            submission = gradebook.find_submission(assignment, student)
-        except MissingEntry:
-            return None
-        penalty = float(submission.late_submission_penalty or 0.0)
-        return {
-            "seconds_late": float(submission.total_seconds_late or 0.0),
-            "penalty": penalty,
-            "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
-            "max": float(submission.max_score),
-            "timestamp": submission.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.timestamp else "",
-            "duedate": submission.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.duedate else "",
-        }
-
-
-def class_totals(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
-    """What ``nbgrader export`` reports per (student, assignment): the total after late penalty,
-    its maximum, the manual points a TA entered (None if none) and the penalty."""
-    os.environ["PATH"] = tool_environment()["PATH"]
-    from nbgrader.api import Gradebook, MissingEntry
-
-    totals: dict[tuple[str, str], dict[str, float | None]] = {}
-    if not database.is_file():
-        return totals
-    with Gradebook(f"sqlite:///{database.resolve()}") as gradebook:
-        for student, assignment in keys:
-            try:
-                submission = gradebook.find_submission(assignment, student)
-            except MissingEntry:
-                continue
-            manual = [g.manual_score for nb in submission.notebooks for g in nb.grades if g.manual_score is not None]
-            penalty = float(submission.late_submission_penalty or 0.0)
-            totals[(student, assignment)] = {
-                "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
-                "max": float(submission.max_score),
-                "manual": float(sum(manual)) if manual else None,
-                "penalty": penalty,
-            }
-    return totals

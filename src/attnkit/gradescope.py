@@ -39,10 +39,11 @@ import sys
 import zipfile
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from attnkit.constants import PROJECT_ROOT, GraderError
 from attnkit.files import write_zip
+from attnkit.records import ResultsJson
 
 ROOT = PROJECT_ROOT
 DEFAULT_OUT = Path("dist") / "gradescope.zip"
@@ -155,7 +156,7 @@ def _texts(autograder: Path | None, assignment: str) -> tuple[dict[str, dict[str
     return suite.mistakes, {grade_id: part.title for grade_id, part in suite.parts.items()}
 
 
-def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]], titles: dict[str, str] | None = None) -> str:
+def summary_text(results: ResultsJson, catalogue: dict[str, dict[str, str]], titles: dict[str, str] | None = None) -> str:
     """The top-level ``output`` students read on Gradescope (in the run's language, like the
     feedback page: ATTNKIT_LANG)."""
     from attnkit.i18n import _
@@ -205,20 +206,22 @@ def summary_text(results: dict[str, Any], catalogue: dict[str, dict[str, str]], 
 
 
 def to_gradescope(
-    results: dict[str, Any], catalogue: dict[str, dict[str, str]] | None = None, visibility: str = DEFAULT_VISIBILITY, titles: dict[str, str] | None = None
+    results: ResultsJson, catalogue: dict[str, dict[str, str]] | None = None, visibility: str = DEFAULT_VISIBILITY, titles: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """attnkit's results.json in Gradescope's schema: its keys at the top and in each test,
     attnkit's own (diagnoses, per-part scores, problems...) under ``extra_data``."""
     tests = []
     for test in results.get("tests", []):
-        entry = {key: test[key] for key in GRADESCOPE_TEST_KEYS if key in test}
-        extra = {key: value for key, value in test.items() if key not in GRADESCOPE_TEST_KEYS}
+        fields: Mapping[str, Any] = test  # read by keys that are not literals
+        entry = {key: fields[key] for key in GRADESCOPE_TEST_KEYS if key in fields}
+        extra = {key: value for key, value in fields.items() if key not in GRADESCOPE_TEST_KEYS}
         if extra:
             entry["extra_data"] = extra
         tests.append(entry)
     if visibility not in VISIBILITIES:
         raise ValueError(f"visibility must be one of {', '.join(VISIBILITIES)}, not {visibility!r}")
     extra_keys = ("diagnoses", "parts", "problems", "notes", "cells", "assignment", "fingerprint", "sandbox")
+    keyed: Mapping[str, Any] = results  # read by a key that is not a literal
     return {
         "score": results.get("score", 0),
         "max_score": results.get("max_score", 0),
@@ -227,7 +230,7 @@ def to_gradescope(
         "execution_time": round(float(results.get("seconds", 0.0) or 0.0), 3),
         "visibility": visibility,
         "tests": tests,
-        "extra_data": {key: results[key] for key in extra_keys if key in results},
+        "extra_data": {key: keyed[key] for key in extra_keys if key in keyed},
     }
 
 

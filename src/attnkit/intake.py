@@ -24,7 +24,7 @@ from attnkit.assignment import Assignment
 from attnkit.constants import GraderError
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
-from attnkit.worker import Job
+from attnkit.records import Job
 
 MAX_ID_LENGTH = 200
 

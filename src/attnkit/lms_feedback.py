@@ -36,6 +36,7 @@ from typing import Any
 from attnkit.constants import STUDENTS_FOLDER
 from attnkit.files import write_zip
 from attnkit.i18n import _
+from attnkit.records import ResultsJson
 from attnkit.lms import RECORD
 from attnkit.lms_names import CANVAS, claim
 from attnkit.notebook import Unsafe, read_submitted
@@ -139,7 +140,7 @@ def archive_path(out: Path, lms: str, assignment: str) -> Path:
     return out / f"lms-feedback-{lms}-{assignment}.zip"
 
 
-def write_lms_feedback(out: Path, submitted: Path, all_results: list[dict[str, Any]]) -> Packed:
+def write_lms_feedback(out: Path, submitted: Path, all_results: list[ResultsJson]) -> Packed:
     """One upload-ready zip per LMS and assignment of the submissions ``collect`` placed.
 
     Submissions without an ``lms.json`` (a class not collected from an LMS) are no one's business

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from nbconvert.exporters import HTMLExporter
 from nbconvert.exporters.exporter import ResourcesDict
@@ -47,6 +47,7 @@ from attnkit.store import results_path
 from attnkit.notebook import Unsafe, read_submitted
 from attnkit import i18n
 from attnkit.i18n import _
+from attnkit.records import ResultsJson
 
 # nbgrader's autograde pipeline with Execute and SaveAutoGrades replaced by attnkit's step.
 AUTOGRADE_PREPROCESSORS = [
@@ -66,7 +67,7 @@ class KitGradingFailed(RuntimeError):
     """``attnkit grade`` could not grade a submission inside ``nbgrader autograde``."""
 
 
-def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict[str, Any]:
+def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> ResultsJson:
     """Grade one student's notebooks with ``attnkit grade`` and return its results.json.
 
     A subprocess, not a call: the grader forks sandboxes and must own its process (nbgrader's
@@ -110,12 +111,12 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> dict
         return json.loads(results_file.read_text(encoding="utf-8"))
 
 
-def kit_scores(results: dict[str, Any]) -> dict[str, float]:
+def kit_scores(results: ResultsJson) -> dict[str, float]:
     """attnkit's score per autograded grade cell."""
     return {name: float(part["score"]) for name, part in results["parts"].items() if part.get("max_score")}
 
 
-def carry_results(nb: NotebookNode, results: dict[str, Any] | None) -> None:
+def carry_results(nb: NotebookNode, results: ResultsJson | None) -> None:
     """Put attnkit's results into the notebook's metadata, replacing whatever the student put there."""
     nb.metadata.pop(RESULTS_KEY, None)
     if results is not None:
@@ -207,14 +208,14 @@ class SafeMarkup(SanitizeHTML):
         return cell, resources
 
 
-def kit_page(results: dict[str, Any], db_url: str | None) -> str:
+def kit_page(results: ResultsJson, db_url: str | None) -> str:
     """The kit's feedback page for these results, with the gradebook's lateness (if any)."""
     from attnkit.assignment import discover
     from attnkit.store import bounded_feedback
-    from attnkit.gradebook import lateness
+    from attnkit.gradebook_totals import lateness
 
     suites = discover()
-    results = dict(results)
+    results = results.copy()  # shallow, as dict(results)
     if db_url:
         late = lateness(db_url, results["student_id"], results["assignment"])
         if late is not None:
@@ -240,7 +241,8 @@ class KitFeedbackExporter(HTMLExporter):
         info = resources.get("nbgrader", {})
         # The page is about the student nbgrader is writing feedback for, whatever the notebook says.
         carried = {**carried, "student_id": info.get("student", carried.get("student_id", ""))}
-        return kit_page(carried, info.get("db_url")), resources
+        # Ours: carry_results replaced whatever the student put there.
+        return kit_page(cast(ResultsJson, carried), info.get("db_url")), resources
 
 
 def _assignment_names() -> set[str]:

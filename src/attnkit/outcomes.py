@@ -15,6 +15,7 @@ from attnkit import i18n
 from attnkit.assignment import Assignment
 from attnkit.constants import MAX_MESSAGE
 from attnkit.i18n import _, ngettext
+from attnkit.records import HiddenTestRecord
 from attnkit.proxy import SandboxCrashed, StudentMissing, StudentRaised, StudentTimeout
 
 
@@ -39,8 +40,21 @@ class TestResult:
     # The student's exception, structured (``error_info``), when one made the test fail.
     error: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))  # shallow: a result is not changed once recorded
+    def to_dict(self) -> HiddenTestRecord:
+        """Every field, in order (shallow: a result is not changed once recorded)."""
+        return HiddenTestRecord(
+            name=self.name,
+            nodeid=self.nodeid,
+            grade_id=self.grade_id,
+            max_score=self.max_score,
+            score=self.score,
+            status=self.status,
+            output=self.output,
+            diagnoses=self.diagnoses,
+            substituted=self.substituted,
+            functions=self.functions,
+            error=self.error,
+        )
 
 
 def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:

@@ -1,5 +1,5 @@
 """What a source of submissions answers the grading plugin (``plugin.GradingPlugin``): the
-sandboxed class of a worker (``worker.SandboxProvider``), one trusted file in this process
+sandboxed class of a worker (``sandbox_provider.SandboxProvider``), one trusted file in this process
 (``local_provider.LocalProvider``), or a test's own."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ open, that stand-in answers *any* input: a student could call it on every hidden
 holds (the plan's requests) and carry the answers out, or make the trusted worker compute a
 16000x16000 attention. So each swapped-in function is a :class:`ScopedReference`: it answers a call
 only if its arguments are ones the same test passes to that function when it runs on the
-assignment's source notebook (recorded while planning, ``worker.Plan.inner``), compared as values
+assignment's source notebook (recorded while planning, ``sandbox_provider.Plan.inner``), compared as values
 after binding them to the reference's signature. Every other call raises :class:`OutOfScope`, and
 the test fails with :data:`OUT_OF_SCOPE` whatever the student's code made of the refusal.
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from attnkit.assignment import Assignment
 from attnkit.files import readable_json
 from attnkit.i18n import N_, _
 from attnkit.isolation_level import level as isolation_level
+from attnkit.records import PartScore, ResultsJson, SubmissionRecord
+
+Results = TypeVar("Results", bound=Mapping[str, Any])  # a results.json, typed or as read back
 
 # Per-student output caps, whatever the notebook prints or raises: each message is cut to a fixed
 # size, and the whole results.json (feedback.html) is then cut, largest text first, to stay
@@ -36,7 +40,7 @@ def _clip_items(items: list[Any], limit: int = MAX_ITEMS) -> list[str]:
     return kept
 
 
-def _student_texts(results: dict[str, Any]) -> list[tuple[Any, Any]]:
+def _student_texts(results: Mapping[str, Any]) -> list[tuple[Any, Any]]:
     """(container, key) of every field whose text the submission controls."""
     places: list[tuple[Any, Any]] = [(t, "output") for t in results["tests"]]
     places += [(cell, key) for cell in results["cells"] for key in ("message", "output")]
@@ -44,7 +48,7 @@ def _student_texts(results: dict[str, Any]) -> list[tuple[Any, Any]]:
     return places
 
 
-def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str, Any]:
+def fit(results: Results, max_bytes: int = MAX_RESULTS_BYTES) -> Results:
     """Cut the longest texts (in place) until the JSON encoding is at most ``max_bytes``."""
 
     def size() -> int:
@@ -66,16 +70,16 @@ def fit(results: dict[str, Any], max_bytes: int = MAX_RESULTS_BYTES) -> dict[str
     return results
 
 
-def results_json(record: dict[str, Any], assignment: Assignment) -> dict[str, Any]:
+def results_json(record: SubmissionRecord, assignment: Assignment) -> ResultsJson:
     """The per-submission results.json: Gradescope's keys first, then ours. Texts that come from
     the submission are cut to fixed sizes, and the whole stays under MAX_RESULTS_BYTES."""
     tests = record.get("tests", [])
-    parts: dict[str, dict[str, float]] = {grade_id: {"score": 0.0, "max_score": 0.0} for grade_id in assignment.parts}
+    parts: dict[str, PartScore] = {grade_id: {"score": 0.0, "max_score": 0.0} for grade_id in assignment.parts}
     for test in tests:
         part = parts.setdefault(test.get("grade_id") or "other", {"score": 0.0, "max_score": 0.0})
         part["score"] += test["score"]
         part["max_score"] += test["max_score"]
-    results = {
+    results: ResultsJson = {
         "score": round(sum(t["score"] for t in tests), 4),
         "max_score": round(sum(t["max_score"] for t in tests), 4),
         "output_format": "text",
@@ -88,7 +92,8 @@ def results_json(record: dict[str, Any], assignment: Assignment) -> dict[str, An
                 "status": t["status"],
                 "grade_id": t["grade_id"],
                 "diagnoses": t["diagnoses"],
-                **{key: t[key] for key in ("substituted", "functions", "error") if t.get(key)},
+                # Only when not empty (ResultsTest: NotRequired), by keys mypy cannot follow through the loop.
+                **{key: t[key] for key in ("substituted", "functions", "error") if t.get(key)},  # type: ignore[typeddict-item]
             }
             for t in tests
         ],

@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from attnkit import i18n
 from attnkit.assignment import Assignment
@@ -31,6 +31,7 @@ from attnkit.feedback import feedback_html, report_html
 from attnkit.files import atomic_write, csv_text, readable_json
 from attnkit.i18n import _
 from attnkit.isolation_level import describe as describe_isolation
+from attnkit.records import ResultsJson, SubmissionRecord
 from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 
 SHARD_FILE = "shard.json"
@@ -38,7 +39,7 @@ LOCK_FILE = ".attnkit.lock"
 
 
 class Job(Protocol):
-    """What the store needs of a ``worker.Job`` (named structurally: the store imports nothing
+    """What the store needs of a ``records.Job`` (named structurally: the store imports nothing
     of the grading machinery)."""
 
     @property
@@ -49,10 +50,10 @@ class Job(Protocol):
     def fingerprint(self) -> str: ...
 
 
-def results_path(out: Path, job: Job | dict) -> Path:
-    # A dict is a record or a results.json; anything else a Job.
-    student_id = job["student_id"] if isinstance(job, dict) else job.student_id
-    assignment = job["assignment"] if isinstance(job, dict) else job.assignment
+def results_path(out: Path, job: Job | Mapping[str, Any]) -> Path:
+    # A mapping is a record or a results.json; anything else a Job.
+    student_id = job["student_id"] if isinstance(job, Mapping) else job.student_id
+    assignment = job["assignment"] if isinstance(job, Mapping) else job.assignment
     return out / STUDENTS_FOLDER / student_id / assignment / "results.json"
 
 
@@ -90,7 +91,7 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.close()
 
 
-def write_record(out: Path, record: dict[str, Any], suites: dict[str, Assignment]) -> dict[str, Any]:
+def write_record(out: Path, record: SubmissionRecord, suites: dict[str, Assignment]) -> ResultsJson:
     assignment = suites[record["assignment"]]
     results = results_json(record, assignment)
     folder = results_path(out, record).parent
@@ -99,14 +100,14 @@ def write_record(out: Path, record: dict[str, Any], suites: dict[str, Assignment
     return results
 
 
-def rewrite_results(out: Path, results: dict[str, Any], suites: dict[str, Assignment]) -> None:
+def rewrite_results(out: Path, results: ResultsJson, suites: dict[str, Assignment]) -> None:
     """results.json and feedback.html again, after the class-level steps added to ``results``."""
     folder = results_path(out, results).parent
     atomic_write(folder / "results.json", readable_json(results))
     atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
 
 
-def bounded_feedback(results: dict[str, Any], assignment: Assignment) -> str:
+def bounded_feedback(results: ResultsJson, assignment: Assignment) -> str:
     """The feedback page, under MAX_FEEDBACK_BYTES: escaping can make the page several times
     larger than results.json, so the texts are cut further (a copy) until it fits."""
     page = feedback_html(results, assignment)
@@ -117,7 +118,7 @@ def bounded_feedback(results: dict[str, Any], assignment: Assignment) -> str:
     return page
 
 
-def collect(out: Path, jobs: Sequence[Job] | None = None) -> list[dict[str, Any]]:
+def collect(out: Path, jobs: Sequence[Job] | None = None) -> list[ResultsJson]:
     """Every results.json under ``out`` (or just those of ``jobs``)."""
     paths = [results_path(out, job) for job in jobs] if jobs is not None else sorted((out / STUDENTS_FOLDER).glob("*/*/results.json"))
     collected = []
@@ -152,14 +153,14 @@ def repair_outputs(out: Path, suites: dict[str, Assignment]) -> None:
 TOTAL_COLUMNS = ["manual_score", "late_penalty", "total", "total_max", "total_source"]
 
 
-def part_columns(all_results: list[dict[str, Any]], suites: dict[str, Assignment]) -> list[str]:
+def part_columns(all_results: list[ResultsJson], suites: dict[str, Assignment]) -> list[str]:
     """grades.csv's part columns: the grade ids of the assignments in the class, in notebook order."""
     present = {r["assignment"] for r in all_results}
     shown = [suite for suite in suites.values() if suite.name in present] or list(suites.values())
     return list(dict.fromkeys(grade_id for suite in shown for grade_id in suite.parts))
 
 
-def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
+def grades_csv(all_results: list[ResultsJson], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> str:
     """One row per submission. With ``totals`` (read back from the gradebook), the row also has
     the manual points a TA entered in formgrader and the total `nbgrader export` reports;
     ``total_source`` says whether that total came from the gradebook or from attnkit alone. A
@@ -170,12 +171,13 @@ def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment],
     writer.writerow(["student_id", "assignment", "score", "max_score", *parts, *(TOTAL_COLUMNS if totals is not None else [])])
     for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
         own = suites[r["assignment"]].parts if r["assignment"] in suites else r["parts"]
+        scored: Mapping[str, Mapping[str, Any]] = r["parts"]
         row = [
             csv_text(r["student_id"]),
             csv_text(r["assignment"]),
             f"{r['score']:g}",
             f"{r['max_score']:g}",
-            *(f"{r['parts'].get(part, {}).get('score', 0):g}" if part in own else "" for part in parts),
+            *(f"{scored.get(part, {}).get('score', 0):g}" if part in own else "" for part in parts),
         ]
         if totals is not None:
             found = totals.get((r["student_id"], r["assignment"]))
@@ -188,24 +190,22 @@ def grades_csv(all_results: list[dict[str, Any]], suites: dict[str, Assignment],
     return buffer.getvalue()
 
 
-def isolation_line(all_results: list[dict[str, Any]]) -> str:
+def isolation_line(all_results: list[ResultsJson]) -> str:
     """The class's sandboxes in one line (report.html's, and the console's after the table)."""
     return describe_isolation([r.get("sandbox", {}).get("isolation", []) for r in all_results])
 
 
-def write_grades(
-    out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None
-) -> None:
+def write_grades(out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:
     atomic_write(out / "grades.csv", grades_csv(all_results, suites, totals))
 
 
-def write_report(out: Path, all_results: list[dict[str, Any]], suites: dict[str, Assignment], seconds: float, skipped: list[dict[str, str]]) -> None:
+def write_report(out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], seconds: float, skipped: list[dict[str, str]]) -> None:
     atomic_write(out / "report.html", report_html(all_results, suites, seconds, skipped, isolation_line(all_results)))
 
 
 def write_class_outputs(
     out: Path,
-    all_results: list[dict[str, Any]],
+    all_results: list[ResultsJson],
     suites: dict[str, Assignment],
     seconds: float,
     skipped: list[dict[str, str]] | None = None,
@@ -271,10 +271,10 @@ def check_shard_set(folders: list[Path]) -> None:
         raise GraderError(_("分片不全，缺少 {missing}：请先运行 attnkit grade --shard {first} …，再合并").format(missing=i18n.join(absent), first=absent[0]))
 
 
-def gather_shards(folders: list[Path], out: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def gather_shards(folders: list[Path], out: Path) -> tuple[list[ResultsJson], list[dict[str, str]]]:
     """Every submission's results.json and feedback.html of ``folders`` copied into ``out`` (a
     later folder's wins), with their skipped items once each: what `merge` writes the class from."""
-    all_results: dict[tuple[str, str], dict[str, Any]] = {}
+    all_results: dict[tuple[str, str], ResultsJson] = {}
     skipped: list[dict[str, str]] = []
     for shard in folders:
         for item in read_skipped(shard):

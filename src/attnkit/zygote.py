@@ -11,7 +11,7 @@ request on FD carries one end of a fresh socketpair (SCM_RIGHTS) and the sandbox
 (``operations.spawn``); the reply gives the sandbox's pid, which the grader kills when it is done
 or out of time. A request ``operations.hold_plan(digest)`` with a memfd instead hands the zygote a
 worker's plan (the batch of requests every submission's hidden tests will make, see
-``attnkit.worker.Plan``): decoded once here, it is in every sandbox forked afterwards, which then
+``attnkit.sandbox_provider.Plan``): decoded once here, it is in every sandbox forked afterwards, which then
 answers ``operations.held_batch(digest)`` without receiving or decoding it again. Every request,
 here and on a sandbox's channel, is built and named in ``attnkit.operations``.
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from attnkit.i18n import _
-from attnkit.markers import dependencies_of, functions_of, grade_id_of, test_key
+from attnkit import charges
+from attnkit.markers import assignment_of, dependencies_of, functions_of, grade_id_of, test_key
 from attnkit.outcomes import TestResult, failure_message, only_failed_functions
 from attnkit.proxy import Student
 
@@ -52,6 +53,9 @@ class _Deferred:
     item: pytest.Function
     error: BaseException
     calls: list[Any]
+    # Dependencies that passed their own tests but may be where the failure starts
+    # (``attnkit.charges``): each is swapped in alone; the first with which it passes is charged.
+    suspects: tuple[str, ...] = ()
 
 
 class OwnLoop:
@@ -70,7 +74,12 @@ class OwnLoop:
         _recorded_at: dict[int, int]
 
         def open(self, submission_id: str) -> Student: ...
-        def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None) -> None: ...
+        swapped: dict[str, dict[str, str]]
+
+        def record(
+            self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None, charged: bool = False
+        ) -> None: ...
+        def _charge_suspects(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str) -> tuple[str, ...]: ...
         def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]: ...
         def _swap_for(self, item: pytest.Item, submission_id: str) -> dict[str, str]: ...
         def _plain_call(self, item: pytest.Function) -> None: ...
@@ -170,6 +179,11 @@ class OwnLoop:
         if error is not None and self._may_swap(item, error, submission_id):
             self._deferred.append(_Deferred(item, error, list(proxy.calls)))
             return
+        suspects = self._charge_suspects(item, error, proxy, submission_id) if error is not None else ()
+        if suspects:
+            assert error is not None
+            self._deferred.append(_Deferred(item, error, list(proxy.calls), suspects))
+            return
         self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
 
     def _within_test(self, item: pytest.Function, body: Callable[[], object]) -> BaseException | _Skipped | None:
@@ -210,16 +224,23 @@ class OwnLoop:
             self._recorded_at = {}
             return
         swapped_yet = False
+        pending: list[tuple[TestResult, str]] = []
         for waiting in deferred:
             item = waiting.item
             swap = self._swap_for(item, submission_id)
-            if swap and not swapped_yet:
+            if (swap or waiting.suspects) and not swapped_yet:
                 # The provider's own plain calls (a feedback page's evidence) go before the first
                 # swapped one too: for the parts that failed or may yet fail.
                 failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
                 self.provider.before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
                 swapped_yet = True
-            if not swap:  # the dependency it waited for passed after all: its own failure stands
+            charged = self._charge_trials(item, waiting.suspects, opened) if waiting.suspects and not swap else ""
+            if charged:  # its own failure, its points charged to the dependency below
+                opened.calls = waiting.calls
+                self.record(item, submission_id, failure_message(waiting.error), diagnose=False, error=waiting.error, charged=True)
+                pending.append((self.results[submission_id][-1], charged))
+                continue
+            if not swap:  # the dependency it waited for passed after all (or none was charged): its own failure stands
                 opened.calls = waiting.calls
                 self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
                 continue
@@ -233,3 +254,17 @@ class OwnLoop:
         self.results.get(submission_id, []).sort(key=lambda result: recorded_at[id(result)])
         for position, result, diagnoses, assignment in unnarrowed:
             result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
+        if pending:
+            charges.apply(self.results[submission_id], pending, assignment_of(deferred[0].item))
+
+    def _charge_trials(self, item: pytest.Function, suspects: tuple[str, ...], opened: Student) -> str:
+        """The first of ``suspects`` with the reference for which alone the failed ``item`` passes
+        (``attnkit.charges``), or ""."""
+        for name in suspects:
+            item.funcargs = {"student": opened}
+            error = self._within_test(item, functools.partial(self._swapped_call, item, {name: ""}))
+            self.swapped.pop(item.nodeid, None)
+            opened.substitutes = {}
+            if error is None:
+                return name
+        return ""

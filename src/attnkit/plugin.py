@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from _pytest.reports import TestReport
 
+from attnkit import charges
 from attnkit.assignment import Assignment
 from attnkit.constants import GraderError
 from attnkit.i18n import _
@@ -272,7 +273,11 @@ class GradingPlugin(OwnLoop):
             self.record(item, str(submission_id), message, diagnose=call.when == "call", error=error)
         return report
 
-    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None) -> None:
+    def record(
+        self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None, charged: bool = False
+    ) -> None:
+        """One test's result for one submission. ``charged``: a failure whose points go to a
+        dependency (``attnkit.charges``): not a failure of the functions the test grades."""
         points = self.points[base_nodeid(item)]
         assignment = assignment_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
@@ -300,7 +305,7 @@ class GradingPlugin(OwnLoop):
             error=error_info(error) if error is not None else {},
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
-        if message is not None:
+        if message is not None and not charged:
             failed = self.failed_functions.setdefault(submission_id, {})
             failed_at = self._failed_at.setdefault(submission_id, {})
             for name in functions_of(item):
@@ -321,6 +326,42 @@ class GradingPlugin(OwnLoop):
         """The submission's failed functions whose first failed test is at ``position`` or before."""
         failed_at = self._failed_at.get(submission_id, {})
         return {name: grade_id for name, grade_id in self.failed_functions.get(submission_id, {}).items() if failed_at.get(name, position) <= position}
+
+    def _charge_suspects(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str) -> tuple[str, ...]:
+        """The dependencies a failed ``item`` may be charged to (``attnkit.charges``): none unless
+        every dependency passed its own tests (none failed, none waiting for its re-run)."""
+        if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)) or not isinstance(error, Exception):
+            return ()
+        if isinstance(error, StudentRaised) and error.type_name == "NotImplementedError":
+            return ()  # a stub: nothing of a dependency's to charge
+        dependencies = list(dependencies_of(item))
+        failed = self.failed_functions.get(submission_id, {})
+        waiting = {name for deferred in self._deferred for name in functions_of(deferred.item)}
+        if not dependencies or any(name in failed or name in waiting for name in dependencies):
+            return ()
+        if charges.raised_in(error) in dependencies:
+            return charges.suspects(dependencies, error, None)
+        planned = self.provider.scope_of(test_key(item))
+        wrong = None if planned is None else [name for name in dependencies if self._wrong_on_its_inputs(item, proxy, name, planned.get(name, []))]
+        return charges.suspects(dependencies, error, wrong)
+
+    def _wrong_on_its_inputs(self, item: pytest.Function, proxy: Student, name: str, wires: list[bytes]) -> bool:
+        """Whether the student's ``name`` goes wrong on an input this test hands it on the source
+        notebook (the plan's scope), as the reference answers it."""
+        from attnkit import protocol
+
+        reference = assignment_of(item).catalogue().reference_namespace().get(name)
+        probe = self._probe_once(proxy)
+        for wire in dict.fromkeys(wires):
+            call = protocol.decode(wire)
+            try:
+                expected = reference(*call["args"], **call["kwargs"]) if reference is not None else None
+            except Exception:
+                continue  # not an input the reference answers: no evidence either way
+            fresh = protocol.decode(wire)
+            if charges.differs(probe(name, tuple(fresh["args"]), fresh["kwargs"]), expected):
+                return True
+        return False
 
     def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]:
         from attnkit.diagnosis import diagnose

@@ -88,7 +88,7 @@ def results_json(record: dict[str, Any], assignment: Assignment) -> dict[str, An
                 "status": t["status"],
                 "grade_id": t["grade_id"],
                 "diagnoses": t["diagnoses"],
-                **{key: t[key] for key in ("substituted", "functions", "error") if t.get(key)},
+                **{key: t[key] for key in ("substituted", "functions", "error", "charge") if t.get(key)},
             }
             for t in tests
         ],

@@ -39,6 +39,9 @@ class TestResult:
     functions: list[str] = field(default_factory=list)
     # The student's exception, structured (``error_info``), when one made the test fail.
     error: dict[str, Any] = field(default_factory=dict)
+    # Points moved where the failure starts (``attnkit.charges``): on a dependent test, the
+    # dependency charged ({to, part, points}); on a test of that dependency, {from: [tests], points}.
+    charge: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> HiddenTestRecord:
         """Every field, in order (shallow: a result is not changed once recorded)."""
@@ -54,6 +57,7 @@ class TestResult:
             substituted=self.substituted,
             functions=self.functions,
             error=self.error,
+            charge=self.charge,
         )
 
 

@@ -21,7 +21,7 @@ cost more than running it.
 Register this module as a plugin (``-p attnkit.plugin``, or pass it in ``plugins=``) for the
 fixture, plus a :class:`GradingPlugin` instance for the submissions and the results.
 
-This module holds the hooks and the loop only. What a test is (its markers, points, title) is
+This module holds the hooks; the loop itself is :mod:`attnkit.own_loop`. What a test is (its markers, points, title) is
 :mod:`attnkit.markers`; what a student reads about it (the result record, the curated messages)
 is :mod:`attnkit.outcomes`; the in-process development provider is :mod:`attnkit.local_provider`.
 
@@ -32,10 +32,7 @@ Development use (trusted code only, runs in-process)::
 
 from __future__ import annotations
 
-import functools
-import gc
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 from collections.abc import Callable, Iterator
@@ -43,6 +40,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from _pytest.reports import TestReport
 
+from attnkit import charges
 from attnkit.assignment import Assignment
 from attnkit.constants import GraderError
 from attnkit.i18n import _
@@ -66,6 +64,7 @@ from attnkit.outcomes import (
     substitution_note,
     swapped_failure,
 )
+from attnkit.own_loop import OwnLoop, _Deferred
 from attnkit.provider import Provider
 from attnkit.proxy import Outcome, Student, StudentRaised
 
@@ -97,40 +96,13 @@ def _suite_state(config: pytest.Config) -> tuple:
     return (tuple(paths), tuple(files))
 
 
-def _plain_student_test(item: pytest.Item) -> bool:
-    """A test function of the ``student`` fixture alone, with nothing pytest would do around it."""
-    return (
-        isinstance(item, pytest.Function)
-        and set(item.fixturenames) <= {"student", "request"}
-        and set(getattr(getattr(item, "callspec", None), "params", {})) == {"student"}
-        and not any(item.get_closest_marker(name) for name in ("skip", "skipif", "xfail", "usefixtures", "filterwarnings"))
-    )
-
-
 def _diagnosable(catalogue: Any) -> dict[str, dict]:
     """The mistakes diagnosis replays: with their variants when the catalogue has them."""
     variants = getattr(catalogue, "diagnosable_namespaces", None)
     return variants() if variants is not None else catalogue.mistake_namespaces()
 
 
-class _Skipped:
-    """What ``GradingPlugin._within_test`` returns for a test that skipped itself."""
-
-
-_SKIPPED = _Skipped()
-
-
-@dataclass
-class _Deferred:
-    """A failed test waiting for its re-run with references swapped in: its plain run's failure,
-    and the calls that run made (its diagnosis, should the re-run not happen)."""
-
-    item: pytest.Function
-    error: BaseException
-    calls: list[Any]
-
-
-class GradingPlugin:
+class GradingPlugin(OwnLoop):
     """Collects per-submission results; registered once per pytest session."""
 
     def __init__(self, provider: Provider, results: dict[str, list[TestResult]] | None = None) -> None:
@@ -205,161 +177,6 @@ class GradingPlugin:
             pytest.exit(self.fatal, returncode=3)
 
     # -- the test loop -------------------------------------------------------------------------
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
-        """Run a session of ``student`` tests ourselves: open each submission, run its tests in
-        order, record them, close it, exactly as pytest's own loop with this plugin's hooks would,
-        less pytest's per-test protocol (setup, call and teardown reports, their hooks, the
-        environment variable per phase), which costs more than most tests and ends up in no
-        result. A session with anything else in it (other fixtures, skip or xfail markers,
-        collection errors) runs in pytest's own loop."""
-        plain = not session.testsfailed and bool(session.items) and all(_plain_student_test(item) for item in session.items)
-        if self.template and not plain:
-            # Only a suite that changed under a running process gets here: its items are one
-            # submission's, and pytest's loop would grade nobody else.
-            self.fatal = _("隐藏测试在评分期间被改动过，请重新运行")
-            pytest.exit(self.fatal, returncode=3)
-        if not plain:
-            return None
-        if self.suite_state is not None:
-            _PLAIN_SUITES.add(self.suite_state)
-        self._positions = {test_key(item): position for position, item in enumerate(session.items)}
-        if self.template:
-            runs = self._template_runs(session.items)
-        else:
-            runs = ((str(item.callspec.params["student"]), item) for item in session.items)  # type: ignore[attr-defined]
-        submission_id: str | None = None
-        opened: Student | BaseException | None = None
-        # The collector runs between submissions, not inside them: what a submission's tests leave
-        # in cycles (a failure's traceback and frames) is garbage once it is closed, and the
-        # automatic collections a busy worker triggers kept walking everything the chunk holds.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for current, item in runs:
-                if current is None or item is None:  # the submissions so far are done: close before asking for more
-                    self._run_deferred(submission_id, opened)
-                    self._close(submission_id, opened)
-                    submission_id, opened = None, None
-                    continue
-                if current != submission_id:
-                    self._run_deferred(submission_id, opened)
-                    self._close(submission_id, opened)
-                    submission_id, opened = current, None
-                    try:
-                        opened = self.open(current)
-                    except Exception as error:  # pytest too fails each test's setup with it
-                        opened = error
-                if isinstance(opened, BaseException):
-                    self.record(item, current, failure_message(opened), diagnose=False, error=opened)
-                    continue
-                # Opened just above; and a plain session holds test functions only.
-                assert opened is not None and isinstance(item, pytest.Function)
-                self._run(item, opened, current)
-            self._run_deferred(submission_id, opened)
-        finally:
-            self._deferred.clear()
-            self._unnarrowed.clear()
-            self._close(submission_id, opened)
-            if collecting:
-                gc.enable()
-        return True
-
-    def _template_runs(self, items: list[pytest.Item]) -> Iterator[tuple[str | None, pytest.Item | None]]:
-        """(submission, test) for every submission and each of the session's tests, in order; then,
-        while the provider has more submissions of this suite for the same session (its optional
-        ``more()``: the worker's next chunk), theirs: a worker keeps one session for its whole
-        class. ``(None, None)`` between rounds."""
-        submission_ids = list(self.provider.submission_ids())
-        while submission_ids:
-            for submission_id in submission_ids:
-                for item in items:
-                    yield submission_id, item
-            yield None, None
-            submission_ids = list(self.provider.more())
-
-    def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
-        if submission_id is not None and isinstance(opened, Student):
-            self.provider.close(submission_id)
-        if submission_id is not None:
-            gc.collect(1)
-
-    def _run(self, item: pytest.Function, proxy: Student, submission_id: str) -> None:
-        """One test on one submission, as ``pytest_runtest_call``, ``pytest_pyfunc_call`` and
-        ``pytest_runtest_makereport`` below do it in pytest's loop, except that a re-run with the
-        reference swapped in waits (``_Deferred``) until the submission's other tests are done."""
-        item.funcargs = {"student": proxy}
-        error = self._within_test(item, functools.partial(self._plain_call, item))
-        if error is _SKIPPED:
-            return  # no result, as in pytest's loop (its own report)
-        assert not isinstance(error, _Skipped)
-        if error is not None and self._may_swap(item, error, submission_id):
-            self._deferred.append(_Deferred(item, error, list(proxy.calls)))
-            return
-        self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
-
-    def _within_test(self, item: pytest.Function, body: Callable[[], object]) -> BaseException | _Skipped | None:
-        """Run ``body`` inside the test's hooks; the failure it raised, ``_SKIPPED``, or None."""
-        hooks = self.pytest_runtest_call(item)
-        next(hooks)
-        try:
-            body()
-        except pytest.skip.Exception:
-            return _SKIPPED
-        except (KeyboardInterrupt, pytest.exit.Exception):
-            raise
-        except BaseException as failure:  # a failed test (pytest.fail included)
-            return failure
-        finally:
-            next(hooks, None)
-        return None
-
-    def _may_swap(self, item: pytest.Function, error: BaseException, submission_id: str) -> bool:
-        """Whether the failed ``item`` may be re-run with references swapped in: a dependency
-        has failed its own tests, or one of its tests is itself waiting for such a re-run."""
-        if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)) or not isinstance(error, Exception):
-            return False
-        failed = self.failed_functions.get(submission_id, {})
-        waiting = {name for deferred in self._deferred for name in functions_of(deferred.item)}
-        return any(name in failed or name in waiting for name in dependencies_of(item))
-
-    def _run_deferred(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
-        """The submission's swapped re-runs, in the session's order, once its plain runs are all
-        done. Every call that does not swap then comes before any that does, so the sandbox
-        rarely has to be replaced after one (``Submission._forget_swaps``): all tests of a
-        function come before the tests that depend on it, so each re-run still sees its
-        dependencies' final results. The results are then put back in the session's order, and
-        each one's diagnoses narrowed to the functions failed up to it, as if run in turn."""
-        deferred, self._deferred = self._deferred, []
-        unnarrowed, self._unnarrowed = self._unnarrowed, []
-        if submission_id is None or not isinstance(opened, Student) or not deferred:
-            self._recorded_at = {}
-            return
-        swapped_yet = False
-        for waiting in deferred:
-            item = waiting.item
-            swap = self._swap_for(item, submission_id)
-            if swap and not swapped_yet:
-                # The provider's own plain calls (a feedback page's evidence) go before the first
-                # swapped one too: for the parts that failed or may yet fail.
-                failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
-                self.provider.before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
-                swapped_yet = True
-            if not swap:  # the dependency it waited for passed after all: its own failure stands
-                opened.calls = waiting.calls
-                self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
-                continue
-            item.funcargs = {"student": opened}
-            error = self._within_test(item, functools.partial(self._swapped_call, item, swap))
-            if error is _SKIPPED:
-                continue
-            assert not isinstance(error, _Skipped)
-            self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
-        recorded_at, self._recorded_at = self._recorded_at, {}
-        self.results.get(submission_id, []).sort(key=lambda result: recorded_at[id(result)])
-        for position, result, diagnoses, assignment in unnarrowed:
-            result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
-
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         proxy = item.funcargs.get("student") if isinstance(item, pytest.Function) else None
@@ -456,7 +273,11 @@ class GradingPlugin:
             self.record(item, str(submission_id), message, diagnose=call.when == "call", error=error)
         return report
 
-    def record(self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None) -> None:
+    def record(
+        self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None, charged: bool = False
+    ) -> None:
+        """One test's result for one submission. ``charged``: a failure whose points go to a
+        dependency (``attnkit.charges``): not a failure of the functions the test grades."""
         points = self.points[base_nodeid(item)]
         assignment = assignment_of(item)
         swapped = self.swapped.pop(item.nodeid, {})
@@ -484,7 +305,7 @@ class GradingPlugin:
             error=error_info(error) if error is not None else {},
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
-        if message is not None:
+        if message is not None and not charged:
             failed = self.failed_functions.setdefault(submission_id, {})
             failed_at = self._failed_at.setdefault(submission_id, {})
             for name in functions_of(item):
@@ -505,6 +326,42 @@ class GradingPlugin:
         """The submission's failed functions whose first failed test is at ``position`` or before."""
         failed_at = self._failed_at.get(submission_id, {})
         return {name: grade_id for name, grade_id in self.failed_functions.get(submission_id, {}).items() if failed_at.get(name, position) <= position}
+
+    def _charge_suspects(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str) -> tuple[str, ...]:
+        """The dependencies a failed ``item`` may be charged to (``attnkit.charges``): none unless
+        every dependency passed its own tests (none failed, none waiting for its re-run)."""
+        if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)) or not isinstance(error, Exception):
+            return ()
+        if isinstance(error, StudentRaised) and error.type_name == "NotImplementedError":
+            return ()  # a stub: nothing of a dependency's to charge
+        dependencies = list(dependencies_of(item))
+        failed = self.failed_functions.get(submission_id, {})
+        waiting = {name for deferred in self._deferred for name in functions_of(deferred.item)}
+        if not dependencies or any(name in failed or name in waiting for name in dependencies):
+            return ()
+        if charges.raised_in(error) in dependencies:
+            return charges.suspects(dependencies, error, None)
+        planned = self.provider.scope_of(test_key(item))
+        wrong = None if planned is None else [name for name in dependencies if self._wrong_on_its_inputs(item, proxy, name, planned.get(name, []))]
+        return charges.suspects(dependencies, error, wrong)
+
+    def _wrong_on_its_inputs(self, item: pytest.Function, proxy: Student, name: str, wires: list[bytes]) -> bool:
+        """Whether the student's ``name`` goes wrong on an input this test hands it on the source
+        notebook (the plan's scope), as the reference answers it."""
+        from attnkit import protocol
+
+        reference = assignment_of(item).catalogue().reference_namespace().get(name)
+        probe = self._probe_once(proxy)
+        for wire in dict.fromkeys(wires):
+            call = protocol.decode(wire)
+            try:
+                expected = reference(*call["args"], **call["kwargs"]) if reference is not None else None
+            except Exception:
+                continue  # not an input the reference answers: no evidence either way
+            fresh = protocol.decode(wire)
+            if charges.differs(probe(name, tuple(fresh["args"]), fresh["kwargs"]), expected):
+                return True
+        return False
 
     def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]:
         from attnkit.diagnosis import diagnose

@@ -51,6 +51,7 @@ class HiddenTestRecord(TypedDict):
     substituted: list[str]
     functions: list[str]
     error: dict[str, Any]
+    charge: dict[str, Any]  # points moved where the failure starts (attnkit.charges); {} when none
 
 
 class CellRecord(TypedDict):
@@ -116,7 +117,7 @@ class PartScore(TypedDict):
 
 class ResultsTest(TypedDict):
     """A test as results.json shows it (``scoring.results_json``): Gradescope's keys, then ours;
-    ``substituted``, ``functions`` and ``error`` only when not empty."""
+    ``substituted``, ``functions``, ``error`` and ``charge`` only when not empty."""
 
     name: str
     score: float
@@ -128,6 +129,7 @@ class ResultsTest(TypedDict):
     substituted: NotRequired[list[str]]
     functions: NotRequired[list[str]]
     error: NotRequired[dict[str, Any]]
+    charge: NotRequired[dict[str, Any]]
 
 
 class ResultsJson(TypedDict):

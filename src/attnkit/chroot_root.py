@@ -34,14 +34,17 @@ from dataclasses import dataclass
 from attnkit.isolation import DEVICES, MINIMAL_ETC
 
 ROOTS = "/var/tmp/attnkit-chroot"
-FORMAT = "1"  # part of every digest: a change in how roots are built builds them anew
+FORMAT = "2"  # part of every digest: a change in how roots are built builds them anew
 # Inside a root: the per-sandbox work folders (root's, 0711: none can list it). A name no host
 # folder of the allowlist has (/work, /srv may well hold a virtualenv).
 WORK = "/.attnkit-sandboxes"
 MAX_AGE_SECONDS = 24 * 3600
-# Large parts of the trees no notebook imports: torch's programs, its own test suite, C++ headers
-# and CMake files (several hundred MB where the root must be copied).
-SKIPPED = ("torch/bin", "torch/test", "torch/include", "torch/share")
+# Large parts of the trees no notebook imports: torch's own test suite, C++ headers and CMake
+# files, and of its programs all but one (~200 MB where the root must be copied).
+SKIPPED = ("torch/test", "torch/include", "torch/share")
+# Folders whose files are left out but the named ones: torch.multiprocessing, imported lazily by
+# torch.utils.benchmark and others, refuses to import without torch_shm_manager.
+ONLY = {"torch/bin": ("torch_shm_manager",)}
 # (major, minor) of each device a notebook may open: what the namespaced root binds from /dev.
 _DEVICE_NUMBERS = {"null": (1, 3), "zero": (1, 5), "random": (1, 8), "urandom": (1, 9)}
 
@@ -64,7 +67,12 @@ class Root:
 
 
 def _skipped(path: str) -> bool:
-    return any(path.endswith("/" + part) for part in SKIPPED)
+    return any(path.endswith("/" + part) for part in SKIPPED) or any(path.endswith("/" + part) for part in ONLY)
+
+
+def _kept_files(folder: str, files: list[str]) -> list[str]:
+    kept = next((names for part, names in ONLY.items() if folder.endswith("/" + part)), None)
+    return files if kept is None else [name for name in files if name in kept]
 
 
 def trees(folders: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -150,15 +158,22 @@ def _copy_tree(root: str, top: str, pool: range) -> None:
                 os.symlink(os.readlink(path), root + path)
             elif not _skipped(path):
                 kept.append(name)
+            elif any(path.endswith("/" + part) for part in ONLY):
+                _folder(root + path, stat.S_IMODE(os.lstat(path).st_mode) & 0o755)
+                _files(root, path, _kept_files(path, os.listdir(path)), pool)
         subfolders[:] = kept
-        for name in files:
-            path = os.path.join(folder, name)
-            entry = os.lstat(path)
-            if stat.S_ISLNK(entry.st_mode):
-                os.symlink(os.readlink(path), root + path)
-            elif stat.S_ISREG(entry.st_mode):
-                _place(path, root + path, entry, pool)
-            # sockets, fifos, devices: nothing a notebook imports
+        _files(root, folder, files, pool)
+
+
+def _files(root: str, folder: str, files: list[str], pool: range) -> None:
+    for name in files:
+        path = os.path.join(folder, name)
+        entry = os.lstat(path)
+        if stat.S_ISLNK(entry.st_mode):
+            os.symlink(os.readlink(path), root + path)
+        elif stat.S_ISREG(entry.st_mode):
+            _place(path, root + path, entry, pool)
+        # sockets, fifos, devices: nothing a notebook imports
 
 
 def _devices(root: str) -> None:
@@ -295,8 +310,8 @@ def entries(root: str) -> list[str]:
         if inside == "/":
             subfolders[:] = [s for s in subfolders if "/" + s != WORK]
         found.append(inside)
-        if inside != "/dev":
-            found += [os.path.join(inside, name) for name in files]
+        if inside != "/dev":  # a link's own mode means nothing (its target is listed where it lies)
+            found += [os.path.join(inside, name) for name in files if not os.path.islink(os.path.join(folder, name))]
     return found
 
 

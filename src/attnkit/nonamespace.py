@@ -79,7 +79,10 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
             return _for_trusted_notebooks(Mode("none", f"{mode.why}; uid pool: {error}"), layer, abi)
     sandbox_user = "pool" if root else "grader"
     if layer.block is not None:
-        unreadable = unreadable_trees(layer.block.uid(0), layer.read_only)
+        # Without Landlock, the sandbox will see the chroot's root: its trees are checked there
+        # (the folders above them enter-only, so a pyenv under /root, mode 700, still serves).
+        chrooted = abi < 1 and _chroot(layer, layer.block.uid(0))
+        unreadable = unreadable_trees(layer.block.uid(0), layer.read_only, layer.chroot.path if chrooted else None)  # type: ignore[union-attr]
         if unreadable:  # e.g. a pyenv under /root (mode 700): the pool uid could not even start Python
             return _for_trusted_notebooks(
                 Mode(
@@ -96,7 +99,7 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
         return _for_trusted_notebooks(Mode("none", f"{mode.why}; landlock: not available"), layer, abi)
     uid = layer.block.uid(0)  # type: ignore[union-attr]
     why = mode.why
-    if _chroot(layer, uid):
+    if layer.chroot is not None:
         # What the sandbox sees is the root alone: the probe checks it there (nothing writable,
         # nothing hidden), so a course readable by all no longer refuses the run.
         exposed = probe(uid, hide, layer.read_only, layer.chroot.path)  # type: ignore[union-attr]
@@ -231,9 +234,11 @@ def _access_as(uid: int, paths: list[str], checks: tuple[tuple[str, int], ...], 
     return lines
 
 
-def unreadable_trees(uid: int, folders: list[str]) -> list[str]:
-    """The sandbox's read-only trees that ``uid`` cannot enter and read."""
-    readable = {line.split("\t", 1)[1] for line in _access_as(uid, folders, (("rx", os.R_OK | os.X_OK),)) if line.startswith("rx\t")}
+def unreadable_trees(uid: int, folders: list[str], root: str | None = None) -> list[str]:
+    """The sandbox's read-only trees that ``uid`` cannot enter and read (chrooted into ``root``,
+    if given)."""
+    lines = _access_as(uid, folders, (("rx", os.R_OK | os.X_OK),), root)
+    readable = {line.split("\t", 1)[1] for line in lines if line.startswith("rx\t")}
     return [folder for folder in folders if folder not in readable]
 
 

@@ -98,8 +98,9 @@ HUNT = textwrap.dedent(
 # pure-Python modules, torch's own lazily imported submodules (tests/test_isolation_layers.py
 # checks the same in a locked-down child). Every layer must still import them.
 LAZY_MODULES = ("sqlite3", "xml.dom.minidom", "colorsys", "torch.nn.utils.prune", "torch.utils.benchmark")
-LAZY_IMPORTS = textwrap.dedent(
-    r"""
+LAZY_IMPORTS = (
+    textwrap.dedent(
+        r"""
     import json as _json, sys as _sys
     _lazy = {"loaded_before": [_n for _n in LAZY_MODULES if _n in _sys.modules]}
     for _n in LAZY_MODULES:
@@ -115,7 +116,10 @@ LAZY_IMPORTS = textwrap.dedent(
         _lazy["sqlite3_query"] = type(_error).__name__
     raise RuntimeError("ISOPROBE:" + _json.dumps(_lazy))
     """
-).lstrip().replace("LAZY_MODULES", repr(LAZY_MODULES))
+    )
+    .lstrip()
+    .replace("LAZY_MODULES", repr(LAZY_MODULES))
+)
 
 
 def assert_lazy_imports(report: dict) -> None:

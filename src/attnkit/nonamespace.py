@@ -102,8 +102,8 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
     if layer.chroot is not None:
         # What the sandbox sees is the root alone: the probe checks it there (nothing writable,
         # nothing hidden), so a course readable by all no longer refuses the run.
-        exposed = probe(uid, hide, layer.read_only, layer.chroot.path)  # type: ignore[union-attr]
-        exposed += writable_inside(uid, layer.chroot)  # type: ignore[arg-type]
+        exposed = probe(uid, hide, layer.read_only, layer.chroot.path)
+        exposed += writable_inside(uid, layer.chroot)
     else:
         why = f"{why}; chroot: {layer.chroot_error}"
         exposed = probe(uid, hide, layer.read_only)

@@ -93,6 +93,42 @@ HUNT = textwrap.dedent(
     """
 ).lstrip()
 
+# Modules neither torch's import nor the zygote's warm-up loads, imported only once the sandbox
+# runs, inside its root: a C extension whose shared library no process has mapped yet (sqlite3),
+# pure-Python modules, torch's own lazily imported submodules (tests/test_isolation_layers.py
+# checks the same in a locked-down child). Every layer must still import them.
+LAZY_MODULES = ("sqlite3", "xml.dom.minidom", "colorsys", "torch.nn.utils.prune", "torch.utils.benchmark")
+LAZY_IMPORTS = (
+    textwrap.dedent(
+        r"""
+    import json as _json, sys as _sys
+    _lazy = {"loaded_before": [_n for _n in LAZY_MODULES if _n in _sys.modules]}
+    for _n in LAZY_MODULES:
+        try:
+            __import__(_n)
+            _lazy[_n] = "ok"
+        except BaseException as _error:
+            _lazy[_n] = f"{type(_error).__name__}: {_error}"[:200]
+    try:
+        import sqlite3 as _sqlite3
+        _lazy["sqlite3_query"] = _sqlite3.connect(":memory:").execute("select 41 + 1").fetchone()[0]
+    except BaseException as _error:
+        _lazy["sqlite3_query"] = type(_error).__name__
+    raise RuntimeError("ISOPROBE:" + _json.dumps(_lazy))
+    """
+    )
+    .lstrip()
+    .replace("LAZY_MODULES", repr(LAZY_MODULES))
+)
+
+
+def assert_lazy_imports(report: dict) -> None:
+    """Every lazily imported module imported in the sandbox, sqlite3 for the first time there."""
+    assert {name: report[name] for name in LAZY_MODULES if report[name] != "ok"} == {}, report
+    assert report["sqlite3_query"] == 42, report
+    assert report["loaded_before"] == [], report
+
+
 MEMORY_HOG = textwrap.dedent(
     """
     import os, torch
@@ -127,6 +163,7 @@ def hostile_class(folder: Path, reference: Path, outside: list[Path], ta_home: s
         "exec_course": with_cells(release, [exec_cell(str(reference))], after_code_cell=last),
         "hunter": with_cells(release, [HUNT.replace("HOME_OF_TA", ta_home).replace("KEY_OF_TA", key_name)], after_code_cell=last),
         "hog": with_cells(solution, [MEMORY_HOG], after_code_cell=0),
+        "lazy": with_cells(solution, [LAZY_IMPORTS], after_code_cell=-1),
     }
     for number, copy in enumerate(outside):
         students[f"exec_outside_{number}"] = with_cells(release, [exec_cell(str(copy))], after_code_cell=last)
@@ -251,6 +288,8 @@ def test_the_bystander_scores_full_marks(runs: dict[str, Run], setting: str) -> 
     run = runs[setting]
     if not run.refused:
         assert run.score("bystander") == 100, run.results["bystander"]["tests"]
+        assert run.score("lazy") == 100, run.results["lazy"]["tests"]
+        assert_lazy_imports(run.probe("lazy"))
         usage = run.results["bystander"]["sandbox"]
         assert usage.get("cpu_seconds", 0) > 0 and usage.get("max_rss_kb", 0) > 10_000, usage
 

@@ -22,6 +22,7 @@ import pytest
 
 from attnkit import landlock, policy, seccomp_filter
 from settings import docker_default, userns_without_mount
+from test_isolation import assert_lazy_imports
 
 
 LANDLOCK = landlock.abi_version()
@@ -211,22 +212,57 @@ def open_course():
     shutil.rmtree(paths["work"], ignore_errors=True)
 
 
+def lazy_imports() -> dict:
+    """In a locked-down sandbox: each of LAZY_MODULES (modules no zygote loads) imported ("ok",
+    or the error), which had been loaded before, and a query through sqlite3's own library."""
+    from test_isolation import LAZY_MODULES
+
+    report: dict = {"loaded_before": [name for name in LAZY_MODULES if name in sys.modules]}
+    for name in LAZY_MODULES:
+        try:
+            __import__(name)
+            report[name] = "ok"
+        except BaseException as error:  # the report says what failed
+            report[name] = f"{type(error).__name__}: {error}"
+    try:
+        import sqlite3
+
+        report["sqlite3_query"] = sqlite3.connect(":memory:").execute("select 41 + 1").fetchone()[0]
+    except BaseException as error:  # the report says what failed
+        report["sqlite3_query"] = f"{type(error).__name__}: {error}"
+    return report
+
+
 def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
     """``lockdown.lock_down`` of kind "none" (--no-isolation) in a forked child, as the zygote
     readies it (``nonamespace.choose``'s fallback for trusted notebooks), then a notebook's
     attempts: the child's answer."""
-    from attnkit import lockdown, nonamespace
+    from attnkit import nonamespace
     from attnkit.isolation import Mode, allowlist
 
     seccomp_filter.compiled()  # as choose does, in the zygote
     mode, layer = nonamespace._for_trusted_notebooks(
         Mode("none", "refused for this test"), nonamespace.Layer(read_only=allowlist([str(open_course["hide"])])), abi
     )
+    return locked_down(open_course, mode, layer)
+
+
+def locked_down(open_course: dict[str, Path], mode, layer) -> dict:
+    """``lockdown.lock_down`` in a forked child as the zygote forks a sandbox of ``mode`` and
+    ``layer`` (``fork_server._spawn``: its uid, its work folder, inside the chroot if it has one),
+    then a notebook's attempts: the child's answer."""
+    from attnkit import lockdown
+
+    if layer.chroot is not None:  # as _spawn makes it: inside the root, the one the sandbox sees
+        shutil.rmtree(open_course["work"], ignore_errors=True)
+        open_course["work"] = Path(tempfile.mkdtemp(prefix="sandbox-", dir=layer.chroot.work))
     with open("/proc/self/status") as status:
         address_space = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
     settings = {"workdir": str(open_course["work"]), "address_space_base": address_space, "memory_mb": 2048, "cpu_seconds": 60}
     if layer.uid(0) is not None:
         settings["sandbox_uid"] = layer.uid(0)
+    if layer.chroot is not None:
+        settings["chroot"] = layer.chroot.path
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -242,6 +278,11 @@ def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
                 "write_out": attempt(lambda: (open_course["out"] / "grades.csv").write_text("me,100")),
                 "own_work": attempt(lambda: Path("scratch.txt").write_text("mine")),
                 "socket": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+                "outside_copies": [attempt(read(Path(copy))) for copy in open_course.get("outside", [])],
+                "write_root": attempt(lambda: Path("/attnkit-written").write_text("x")),
+                "root_listing": attempt(lambda: os.listdir("/")),
+                "root_entries": sorted(os.listdir("/")) if layer.chroot is not None else [],
+                "lazy": lazy_imports(),
             }
         except BaseException as error:  # the child reports whatever happened
             answer = {"raised": f"{type(error).__name__}: {error}"}
@@ -259,7 +300,7 @@ def test_no_isolation_still_applies_landlock_seccomp_and_an_unprivileged_uid(ope
     """Kind "none" with Landlock in the kernel: a --no-isolation sandbox reads neither the course
     nor a peer, writes nothing into OUT (all of them open to everyone by their modes), opens no
     socket, is no longer root, and is recorded as unisolated with what it still obtained."""
-    from attnkit.isolation import describe, level
+    from attnkit.isolation_level import describe, level
 
     result = locked_down_unisolated(open_course, LANDLOCK)
     assert "raised" not in result, result
@@ -276,18 +317,118 @@ def test_no_isolation_still_applies_landlock_seccomp_and_an_unprivileged_uid(ope
     assert "Landlock" in describe([items]) and "未隔离" in describe([items])
 
 
-def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course: dict[str, Path]) -> None:
-    """Kind "none", no Landlock: today's documented behaviour (the uid's own view of the machine),
-    plus the seccomp filter and, as root, an unprivileged uid; the record says there is no Landlock."""
-    from attnkit.isolation import describe, level
+def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course: dict[str, Path], outside_copies: list[Path]) -> None:
+    """Kind "none", no Landlock: the seccomp filter and, as root, an unprivileged uid chrooted
+    into the allowlist's root (--no-isolation still chroots: neither the course, open to all, nor
+    a copy in /opt is there); without root, the uid's own view of the machine. The record says
+    there is no Landlock; modules first imported after the fork still import."""
+    from attnkit.isolation_level import describe, level
 
+    open_course["outside"] = outside_copies  # type: ignore[assignment]
     result = locked_down_unisolated(open_course, 0)
     assert "raised" not in result, result
     items = result["obtained"]
     assert "landlock-files" not in items and {"unisolated", "seccomp-filter"} <= set(items), items
     assert result["socket"] == "EPERM" and result["euid"] != 0, result
-    assert result["reference"] == "ok", "without Landlock the file modes are all that holds: this course is open to all"
+    if os.geteuid() == 0:
+        assert "chroot-root" in items, items
+        assert result["reference"] == result["peer"] == "ENOENT", result
+        assert result["outside_copies"] == ["ENOENT", "ENOENT"], result
+        assert result["own_work"] == "ok" and result["write_root"] == "EACCES", result
+    else:
+        assert result["reference"] == "ok", "without Landlock the file modes are all that holds: this course is open to all"
+    assert_lazy_imports(result["lazy"])
     assert level(items) == "unisolated" and "没有 Landlock" in describe([items])
+
+
+def test_pool_layer_chroots_each_sandbox_into_the_allowlist(open_course: dict[str, Path], outside_copies: list[Path]) -> None:
+    """Root without Landlock (kind "pool"): the sandbox, locked down as the zygote forks it, is
+    chrooted into a root that holds only the allowlist: neither the course (open to all) nor a
+    peer nor a world-readable copy of the reference in /opt is there, it can write nothing but
+    its own work folder, and modules first imported after the fork still import."""
+    _root_only()
+    from attnkit import chroot_root, nonamespace
+    from attnkit.isolation import Mode, allowlist
+    from attnkit.isolation_level import level
+
+    seccomp_filter.compiled()
+    open_course["outside"] = outside_copies  # type: ignore[assignment]
+    layer = nonamespace.Layer(read_only=allowlist([str(open_course["hide"])]), fixed_uid=policy.POOL_BASE + 4001)
+    assert nonamespace._chroot(layer, policy.POOL_BASE + 4001), layer.chroot_error
+    mode = Mode("pool", "refused for this test", sandbox_host_uid="pool", visible=layer.read_only)
+    result = locked_down(open_course, mode, layer)
+    assert "raised" not in result, result
+    items = result["obtained"]
+    assert {"chroot-root", "uid-pool", "probe-passed", "seccomp-filter", "no-capabilities"} <= set(items), items
+    assert items.index("chroot-root") < items.index("uid-pool") < items.index("seccomp-filter"), items
+    assert level(items) == "isolated"
+    assert result["reference"] == result["peer"] == result["list_out"] == result["write_out"] == "ENOENT", result
+    assert result["outside_copies"] == ["ENOENT", "ENOENT"], result
+    assert result["own_work"] == "ok" and result["write_root"] == "EACCES" and result["socket"] == "EPERM", result
+    assert result["euid"] == policy.POOL_BASE + 4001
+    tops = {folder.strip("/").split("/")[0] for folder in layer.read_only} | {"dev", "etc", "lib", "lib64", "lib32", "libx32"}
+    assert set(result["root_entries"]) <= tops | {chroot_root.WORK.strip("/")}, result["root_entries"]
+    assert_lazy_imports(result["lazy"])
+
+
+def test_chroot_root_holds_the_allowlist_only_and_nothing_the_pool_uid_may_write(open_course: dict[str, Path], outside_copies: list[Path]) -> None:
+    """The root itself: every allowlisted folder, none of the hidden trees, no /opt copy, none of
+    torch's programs and tests; every folder root's; nothing a pool uid may write (the probe, as
+    it runs in the zygote, chrooted) but its devices and its own work folder."""
+    _root_only()
+    from attnkit import chroot_root, nonamespace
+    from attnkit.isolation import allowlist
+
+    hide = [str(open_course["hide"])]
+    layer = nonamespace.Layer(read_only=allowlist(hide))
+    uid = policy.POOL_BASE + 4002
+    assert nonamespace._chroot(layer, uid), layer.chroot_error
+    root = layer.chroot.path  # type: ignore[union-attr]
+    assert os.stat(chroot_root.ROOTS).st_mode & 0o777 == 0o700
+    for folder in layer.read_only:
+        assert os.path.isdir(root + os.path.realpath(folder)), folder
+        assert not os.path.lexists(root + os.path.realpath(folder) + "/torch/test")
+        assert not os.path.lexists(root + os.path.realpath(folder) + "/torch/bin")
+    for path in [open_course["reference"], open_course["peer"], open_course["out"], *outside_copies]:
+        assert not os.path.lexists(root + str(path)), path
+    assert not os.path.lexists(root + str(open_course["hide"]))
+    for folder, _subfolders, _files in os.walk(root):
+        info = os.lstat(folder)
+        assert info.st_uid == 0 and not info.st_mode & 0o022, (folder, oct(info.st_mode))
+    assert nonamespace.writable_inside(uid, layer.chroot) == []  # type: ignore[arg-type]
+    assert nonamespace.probe(uid, hide, layer.read_only, root) == []
+    # The same content is the same root: a second zygote finds it built.
+    again = nonamespace.Layer(read_only=layer.read_only)
+    assert nonamespace._chroot(again, uid) and again.chroot.path == root  # type: ignore[union-attr]
+
+
+def test_stale_chroot_roots_are_swept(tmp_path: Path) -> None:
+    """Roots of other content no zygote holds go, and builds left unfinished and work folders
+    left behind for over a day; the current root, a root a running zygote holds and fresh work
+    folders stay."""
+    import fcntl
+
+    from attnkit import chroot_root
+
+    roots = tmp_path / "roots"
+    for name in ("current", "other", "held", ".building-x", ".building-y"):
+        (roots / name / chroot_root.WORK.strip("/")).mkdir(parents=True)
+    old, fresh = roots / "current" / chroot_root.WORK.strip("/") / "sandbox-old", roots / "current" / chroot_root.WORK.strip("/") / "sandbox-new"
+    old.mkdir()
+    fresh.mkdir()
+    day_ago = time.time() - chroot_root.MAX_AGE_SECONDS - 60
+    os.utime(old, (day_ago, day_ago))
+    os.utime(roots / ".building-x", (day_ago, day_ago))
+    held = os.open(roots / "held.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_SH)  # as a running zygote holds its root
+    try:
+        removed = chroot_root.sweep("current", str(roots))
+    finally:
+        os.close(held)
+    assert sorted(removed) == sorted([str(roots / "other"), str(roots / ".building-x"), str(old)]), removed
+    assert sorted(p.name for p in roots.iterdir() if not p.name.endswith(".lock")) == [".building-y", "current", "held"]
+    assert fresh.exists() and not old.exists()
+    assert chroot_root.sweep("current", str(roots)) == [str(roots / "held")]  # its zygote has ended
 
 
 # -- a hostile class graded where namespaces are refused ----------------------------------------------
@@ -334,7 +475,7 @@ LAYER_SETTINGS: dict[str, tuple[Callable[[list[str], pwd.struct_passwd], list[st
 def layer_class(folder: Path, course: Path, out: Path, outside: list[Path], home: str, listener_port: int) -> None:
     from attacks import ASSIGNMENT, RELEASE, SOLUTION, load, with_cells, write
     from attacks.cells import _probe, fake_results, snoop
-    from test_isolation import HUNT, exec_cell
+    from test_isolation import HUNT, LAZY_IMPORTS, exec_cell
 
     release, solution = load(RELEASE), load(SOLUTION)
     reference = next((course / "autograder").rglob("reference.py"))
@@ -346,7 +487,12 @@ def layer_class(folder: Path, course: Path, out: Path, outside: list[Path], home
         "writer": fake_results(str(out / "students"), str(folder), "writer", "bystander", ASSIGNMENT),
         **{f"exec_outside_{n}": exec_cell(str(copy)) for n, copy in enumerate(outside)},
     }
-    students = {"bystander": solution, "stub": release, "killer": with_cells(solution, [KILL_EVERYONE], after_code_cell=0)}
+    students = {
+        "bystander": solution,
+        "stub": release,
+        "killer": with_cells(solution, [KILL_EVERYONE], after_code_cell=0),
+        "lazy": with_cells(solution, [LAZY_IMPORTS], after_code_cell=-1),  # imports after the fork, in every layer
+    }
     students.update({name: with_cells(release, [cell], after_code_cell=-1) for name, cell in attacks.items()})
     for student_id, notebook in students.items():
         write(notebook, folder / student_id / ASSIGNMENT)
@@ -431,6 +577,7 @@ def test_layer_obtained_is_the_one_recorded(layer_runs, setting: str) -> None:
         assert "seccomp-filter" in items and "no-capabilities" in items and "allowlisted-root" not in items, items
         assert ("landlock-files" in items) == (layer == "landlock"), items
         assert ("uid-pool" in items) == (not LAYER_SETTINGS[setting][1]), items
+        assert ("chroot-root" in items) == (layer == "pool"), items
 
 
 @pytest.mark.parametrize("setting", list(LAYER_SETTINGS))
@@ -441,19 +588,13 @@ def test_layer_bystander_full_marks_and_no_theft_pays(layer_runs, setting: str) 
     run = layer_runs[setting]
     assert run.score("bystander") == 100, run.results["bystander"]["tests"]
     assert run.score("killer") == 100, run.results["killer"]["cells"]
+    assert run.score("lazy") == 100, run.results["lazy"]["tests"]
+    assert_lazy_imports(run.probe("lazy"))
     baseline = run.score("stub")
-    for student_id in ("exec_course", "peers", "sockets", "writer"):
+    for student_id in ("exec_course", "peers", "sockets", "writer", "hunter", "exec_outside_0", "exec_outside_1"):
         assert run.score(student_id) <= baseline, (student_id, run.score(student_id))
-    if LAYER_SETTINGS[setting][2] == "landlock":  # the pool layer: see the next test
-        for student_id in ("hunter", "exec_outside_0", "exec_outside_1"):
-            assert run.score(student_id) <= baseline, (student_id, run.score(student_id))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: without Landlock (root, Docker 20.10) the pool uid reads what is world-readable "
-    "outside the course, such as a copy of the reference the TA left in /opt; the README says so",
-)
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.e2e
@@ -473,8 +614,7 @@ def test_layer_keeps_the_course_peers_outputs_and_network_out(layer_runs, settin
     for name in ("open_reference", "open_catalogue", "open_solution", "read_victim", "list_submitted", "list_out", "list_autograder"):
         assert not peers[name].startswith("ok"), (name, peers[name])
     assert peers["euid"] != 0
-    if LAYER_SETTINGS[setting][2] == "landlock":
-        assert peers["readable_hidden_files"] == [], peers["readable_hidden_files"]
+    assert peers["readable_hidden_files"] == [], peers["readable_hidden_files"]
     sockets = probe_report(run.results["sockets"], "sockets")
     assert set(sockets) == {"tcp_loopback", "udp_loopback", "abstract_unix", "socketpair"}, sockets
     assert all(not value.startswith("ok") for value in sockets.values()), sockets
@@ -486,13 +626,23 @@ def test_layer_keeps_the_course_peers_outputs_and_network_out(layer_runs, settin
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_layer_refusal_names_each_exposed_path_and_its_chmod(layer_runs, user_python) -> None:
-    """Root without Landlock, the course and class readable by all: refused before any cell ran,
-    each path named with the chmod that closes it."""
+def test_pool_layer_grades_a_course_open_to_all_out_of_its_chroots_reach(layer_runs) -> None:
+    """Root without Landlock, the course and class readable by all: each sandbox's chroot holds
+    none of them, so the run is graded (it was refused, naming each chmod, while the file modes
+    were all that held: the words are tested in test_exposure_refusal_names_each_path_and_its_chmod
+    and test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it), and no theft pays."""
     run = layer_runs["docker-20.10-exposed"]
-    _python, course = user_python
-    assert run.returncode != 0 and run.results == {}, run.stderr[-2000:]
-    assert "Landlock" in run.stderr and f"chmod -R o-rwx,g-rwx {course}" in run.stderr, run.stderr[-2000:]
+    assert run.returncode == 0, run.stderr[-3000:]
+    for student_id, results in run.results.items():
+        assert results["isolation"] == "isolated" and "chroot-root" in results["sandbox"]["isolation"], (student_id, results["sandbox"])
+    assert run.score("bystander") == 100, run.results["bystander"]["tests"]
+    baseline = run.score("stub")
+    for student_id in ("exec_course", "peers", "writer", "hunter", "exec_outside_0", "exec_outside_1"):
+        assert run.score(student_id) <= baseline, (student_id, run.score(student_id))
+    peers = probe_report(run.results["peers"], "snoop")
+    assert peers["readable_hidden_files"] == [], peers
+    for name in ("open_reference", "open_catalogue", "open_solution", "read_victim", "list_submitted", "list_out", "list_autograder"):
+        assert not peers[name].startswith("ok"), (name, peers[name])
 
 
 # -- --no-isolation graded for real, where no layer can be had ----------------------------------------
@@ -606,6 +756,8 @@ def test_no_isolation_bystander_full_marks_and_no_theft_pays(no_isolation_runs, 
     run = no_isolation_runs[setting]
     assert run.score("bystander") == 100, run.results["bystander"]["tests"]
     assert run.score("killer") == 100, run.results["killer"]["cells"]
+    assert run.score("lazy") == 100, run.results["lazy"]["tests"]
+    assert_lazy_imports(run.probe("lazy"))
     baseline = run.score("stub")
     for student_id in ("exec_course", "hunter", "peers", "sockets", "writer", "exec_outside_0", "exec_outside_1"):
         assert run.score(student_id) <= baseline, (student_id, run.score(student_id))

@@ -168,7 +168,8 @@ def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
     sysctl, never seccomp). Now it grades on a pool uid checked by its probe, or, where that uid
     cannot even read the grader's Python (pyenv's under /root, mode 700, as on this project's
     machine), refuses before any cell runs, naming the container's seccomp profile, the unreadable
-    trees and what works there; never a sysctl."""
+    trees and what works there; never a sysctl. Graded, each sandbox is chrooted into a root that
+    holds only the allowlist (``chroot_root``)."""
     submitted, out = tmp_path / "submitted", tmp_path / "out"
     write(load(SOLUTION), submitted / "bystander" / ASSIGNMENT)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
@@ -186,3 +187,6 @@ def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
         record = json.loads(next(out.rglob("results.json")).read_text())
         assert record["score"] == 100 and record["isolation"] == "isolated", record["sandbox"]
         assert "uid-pool" in record["sandbox"]["isolation"] and "probe-passed" in record["sandbox"]["isolation"]
+        # Chrooted into the allowlist's root: the checkout's course, readable by all here, is not
+        # in the sandbox's view, so the probe (run there) no longer refuses the run over it.
+        assert "chroot-root" in record["sandbox"]["isolation"], record["sandbox"]

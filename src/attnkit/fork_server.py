@@ -214,8 +214,12 @@ def _isolate(mode: Mode, hide: list[str]) -> Mode:
 def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: dict[str, Any], shell: InteractiveShell, control: socket.socket) -> int:
     """Fork one sandbox; its pid once it is mapped and placed (nothing of the student's has run)."""
     group = sandboxes.new_group(settings)
-    # Unisolated, a folder of the host's /tmp: made here, so that it is removed once reaped.
-    workdir = settings["workdir"] = None if mode.namespaced else tempfile.mkdtemp(prefix="sandbox-")
+    # Unisolated, a folder of the host's /tmp: made here, so that it is removed once reaped;
+    # chrooted (root without Landlock), a folder of the root's own work folder, the one it sees.
+    chroot = _LAYER[0].chroot if _LAYER[0] is not None else None
+    workdir = settings["workdir"] = None if mode.namespaced else tempfile.mkdtemp(prefix="sandbox-", dir=chroot.work if chroot else None)
+    if chroot is not None:
+        settings["chroot"] = chroot.path
     uid = _LAYER[0].uid(sandboxes.spawned) if _LAYER[0] is not None else None
     if uid is not None:  # as root without namespaces: this sandbox's uid, of the zygote's own block (or nobody)
         settings["sandbox_uid"] = uid

@@ -24,9 +24,6 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-# Re-exported only because tests/test_isolation_layers.py (not edited in this split) imports them
-# from here; the grader itself imports them from attnkit.isolation_level.
-from attnkit.isolation_level import describe as describe, level as level
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000

@@ -72,7 +72,7 @@ class Collected:
 def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC) -> Collected:
     """Every candidate of every source, by the LMS's own order; conflicts refused, not guessed."""
     found = Collected()
-    listed = download_entries(sources, found, zone)
+    listed = download_entries(sources, found.unplaced, zone)
     if lms is None:
         try:
             lms = detect([entry.path for _label, entry in listed])

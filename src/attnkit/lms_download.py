@@ -18,12 +18,9 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from attnkit.i18n import _
 
-if TYPE_CHECKING:
-    from attnkit.lms import Collected
 
 MAX_FILE_BYTES = 50 * 1024 * 1024  # a notebook with embedded figures is a few MB; 50 MB is plenty
 MAX_TOTAL_BYTES = 4 * 1024 * 1024 * 1024
@@ -123,24 +120,25 @@ def zip_entries(archive: Path, unplaced: list[tuple[str, str]], zone: datetime.t
         yield Entry(name, info.file_size, zip_time(info, zone), read)
 
 
-def download_entries(sources: list[Path], found: Collected, zone: datetime.tzinfo) -> list[tuple[str, Entry]]:
-    """(label, entry) of every regular file of every source; what is not one is reported."""
+def download_entries(sources: list[Path], unplaced: list[tuple[str, str]], zone: datetime.tzinfo) -> list[tuple[str, Entry]]:
+    """(label, entry) of every regular file of every source; what is not one is reported in
+    ``unplaced`` as (file, reason)."""
     listed = []
     for source in sources:
         if source.is_symlink() and source.is_dir():
-            found.unplaced.append((str(source), _("符号链接，未跟随")))
+            unplaced.append((str(source), _("符号链接，未跟随")))
             continue
         if source.is_dir():
-            entries = folder_entries(source, found.unplaced)
+            entries = folder_entries(source, unplaced)
         elif source.is_file() and zipfile.is_zipfile(source):
-            entries = zip_entries(source, found.unplaced, zone)
+            entries = zip_entries(source, unplaced, zone)
         else:
-            found.unplaced.append((str(source), _("不存在，或既不是文件夹也不是 zip")))
+            unplaced.append((str(source), _("不存在，或既不是文件夹也不是 zip")))
             continue
         for entry in entries:
             label = f"{source.name}:{entry.path}" if source.is_file() else str(source / entry.path)
             if any(part in ("__MACOSX", ".DS_Store") for part in entry.path.parts):
-                found.unplaced.append((label, _("操作系统生成的附带文件")))
+                unplaced.append((label, _("操作系统生成的附带文件")))
                 continue
             listed.append((label, entry))
     return listed

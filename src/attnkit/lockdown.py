@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnkit import nonamespace
+from attnkit import chroot_root, nonamespace
 from attnkit.isolation import SANDBOX_HOME, Mode
 from attnkit.isolation_steps import (
     become_sandbox_user,
@@ -57,10 +57,13 @@ def lock_down(context: SandboxContext) -> list[str]:
     ====  ===================================  ==================================  ===================================
     step  namespaces (kinds root, userns)      no-namespaces (landlock, pool)      unisolated (kind none, trusted only)
     ====  ===================================  ==================================  ===================================
-    1     record the namespaces the clone      own, empty session keyring          record "unisolated"
-          gave
-    2     bind the staged root (our own        as root: workdir to the pool uid,   then as no-namespaces, with what
-          mount)                               bounding set dropped, become it     needs no privilege: own keyring;
+    1     record the namespaces the clone      as root without Landlock: close     record "unisolated"
+          gave                                 descriptors, chroot into the
+                                               allowlist's root (``chroot_root``)
+                                               and chdir to the workdir, as root
+    2     bind the staged root (our own        own, empty session keyring; as      then as no-namespaces, with what
+          mount)                               root: workdir to the pool uid,      needs no privilege: the chroot (as
+                                               bounding set dropped, become it     root without Landlock); own keyring;
     3     uid/gid 65534 in the namespace       no_new_privs                        as root the pool uid, else nobody
                                                                                    (the zygote tried which it can
                                                                                    become); no_new_privs
@@ -95,9 +98,11 @@ def lock_down(context: SandboxContext) -> list[str]:
         context.workdir = SANDBOX_HOME
     elif kind == "no-namespaces":
         # Landlock, or as root a pool uid checked by the zygote's probe (attnkit.nonamespace):
-        # own keyring; as root the workdir to the pool uid, bounding set emptied, become it;
-        # no_new_privs; Landlock's allowlist where the mode has it.
+        # as root without Landlock, descriptors closed, chroot into the allowlist's root and into
+        # the work folder, still as root; own keyring; as root the workdir to the pool uid,
+        # bounding set emptied, become it; no_new_privs; Landlock's allowlist where the mode has it.
         context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
+        _chroot(context)
         context.obtained += nonamespace.enter(context.mode, context.workdir, context.settings.get("sandbox_uid"))
     else:
         # Trusted notebooks only (--no-isolation, or a learner checking their own): no layer could
@@ -105,6 +110,7 @@ def lock_down(context: SandboxContext) -> list[str]:
         # (the zygote readied it: nonamespace._for_trusted_notebooks).
         context.obtained.append("unisolated")
         context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
+        _chroot(context)
         context.obtained += nonamespace.enter(context.mode, context.workdir, context.settings.get("sandbox_uid"))
     _close_descriptors(context)
     _record_cgroup(context)
@@ -151,6 +157,19 @@ def _own_keyring(context: SandboxContext) -> None:
 def _drop_capabilities(context: SandboxContext) -> None:
     drop_capabilities()
     context.obtained.append("no-capabilities")
+
+
+# -- without namespaces ------------------------------------------------------------------------------
+def _chroot(context: SandboxContext) -> None:
+    """As root without Landlock (``nonamespace._chroot``): into the root that holds only the
+    allowlist. Descriptors first (an open folder of the host is a way out of any chroot), then
+    chroot and chdir while still root (the pool uid may not chroot); the uid drop follows."""
+    root = context.settings.get("chroot")
+    if not root:
+        return
+    _close_descriptors(context)
+    context.workdir = chroot_root.enter(chroot_root.Root(str(root), -1), context.workdir)
+    context.obtained.append("chroot-root")
 
 
 # -- every layer ------------------------------------------------------------------------------------

@@ -8,17 +8,21 @@ refusal (see :func:`choose`):
   abstract unix sockets to the sandbox; the seccomp filter closes the rest; as root the sandbox
   also runs under a uid of the zygote's own block (``uid_pool``).
 - ``pool`` (root, no Landlock: an old kernel, or a profile that denies its syscalls): the pool
-  uid and the seccomp filter, and before any cell runs a probe under that uid that nothing
-  hidden (suites, solutions, submissions, outputs, gradebook) is readable or writable by it.
-  The probe's findings refuse the run, naming each path and the chmod that fixes it.
+  uid and the seccomp filter, each sandbox chrooted into a root that holds only the allowlist
+  (``chroot_root``: nothing of the course, the class, the outputs, nor anything else of the host,
+  such as a world-readable copy of the reference in /opt), and before any cell runs a probe
+  under that uid, chrooted, that it can write nothing there and read nothing hidden (suites,
+  solutions, submissions, outputs, gradebook). Where no root can be built or entered, the probe
+  runs on the host's own files instead. The probe's findings refuse the run, naming each path
+  and the chmod that fixes it.
 
 Whatever the layer, the sandbox installs the seccomp filter last (:func:`enter`).
 
 Where neither layer can be had (kind "none"), the grader refuses untrusted notebooks; for trusted
 ones (``--no-isolation``) :func:`choose` still readies whatever of this layer needs no privilege
 (:func:`_for_trusted_notebooks`): Landlock with the same allowlist where the kernel has it, the
-seccomp filter, and as root an unprivileged uid (the pool's, else nobody). Such a sandbox is
-recorded as "unisolated", with what it still obtained.
+seccomp filter, and as root an unprivileged uid (the pool's, else nobody), chrooted as above
+where Landlock is missing. Such a sandbox is recorded as "unisolated", with what it still obtained.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ import ctypes
 import os
 from dataclasses import dataclass, field
 
-from attnkit import landlock, seccomp_filter, uid_pool
+from attnkit import chroot_root, landlock, seccomp_filter, uid_pool
 from attnkit.isolation import NOBODY, Mode, allowlist, host_root
 from attnkit.isolation_steps import drop_capabilities, leave_session_keyring
-from attnkit.policy import MAX_PATHS_CHECKED
+from attnkit.policy import MAX_PATHS_CHECKED, MAX_ZYGOTES, POOL_BASE, UIDS_PER_ZYGOTE
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -52,6 +56,8 @@ class Layer:
     read_only: list[str] = field(default_factory=list)
     block: uid_pool.UidBlock | None = None
     fixed_uid: int | None = None  # kind "none" as root without a usable block: every sandbox's uid (nobody)
+    chroot: chroot_root.Root | None = None  # root without Landlock: the root every sandbox is chrooted into
+    chroot_error: str = ""  # why there is none (in the mode's why when the host's files are probed instead)
 
     def uid(self, sandbox_number: int) -> int | None:
         """The host uid sandbox number ``sandbox_number`` becomes (None: it keeps the grader's)."""
@@ -74,7 +80,10 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
             return _for_trusted_notebooks(Mode("none", f"{mode.why}; uid pool: {error}"), layer, abi)
     sandbox_user = "pool" if root else "grader"
     if layer.block is not None:
-        unreadable = unreadable_trees(layer.block.uid(0), layer.read_only)
+        # Without Landlock, the sandbox will see the chroot's root: its trees are checked there
+        # (the folders above them enter-only, so a pyenv under /root, mode 700, still serves).
+        chrooted = abi < 1 and _chroot(layer, layer.block.uid(0))
+        unreadable = unreadable_trees(layer.block.uid(0), layer.read_only, layer.chroot.path if chrooted else None)  # type: ignore[union-attr]
         if unreadable:  # e.g. a pyenv under /root (mode 700): the pool uid could not even start Python
             return _for_trusted_notebooks(
                 Mode(
@@ -89,10 +98,52 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
         return Mode("landlock", mode.why, sandbox_host_uid=sandbox_user, visible=layer.read_only, landlock_abi=abi), layer
     if not root:
         return _for_trusted_notebooks(Mode("none", f"{mode.why}; landlock: not available"), layer, abi)
-    exposed = probe(layer.block.uid(0), hide, layer.read_only)  # type: ignore[union-attr]
+    uid = layer.block.uid(0)  # type: ignore[union-attr]
+    why = mode.why
+    if layer.chroot is not None:
+        # What the sandbox sees is the root alone: the probe checks it there (nothing writable,
+        # nothing hidden), so a course readable by all no longer refuses the run.
+        exposed = probe(uid, hide, layer.read_only, layer.chroot.path)
+        exposed += writable_inside(uid, layer.chroot)
+    else:
+        why = f"{why}; chroot: {layer.chroot_error}"
+        exposed = probe(uid, hide, layer.read_only)
     if exposed:
         return _for_trusted_notebooks(Mode("none", f"{mode.why}; landlock: not available", exposed=[e.__dict__ for e in exposed]), layer, abi)
-    return Mode("pool", mode.why, sandbox_host_uid="pool", visible=layer.read_only), layer
+    return Mode("pool", why, sandbox_host_uid="pool", visible=layer.read_only), layer
+
+
+POOL_UIDS = range(POOL_BASE, POOL_BASE + MAX_ZYGOTES * UIDS_PER_ZYGOTE)
+
+
+def _chroot(layer: Layer, uid: int) -> bool:
+    """As root without Landlock: the root the sandboxes of ``layer`` are chrooted into, built or
+    found (``chroot_root.prepare``), where a child of ours can chroot into it and become ``uid``
+    there. Whether there is one; else ``layer.chroot_error`` says why not."""
+    if layer.chroot is not None:
+        return True
+    try:
+        root = chroot_root.prepare(layer.read_only, POOL_UIDS)
+    except OSError as error:
+        layer.chroot_error = f"could not build {chroot_root.ROOTS}: {error}"
+        return False
+    failed = [line.split("\t", 1)[1] for line in _access_as(uid, [], (), root.path) if line.startswith("error\t")]
+    if failed:  # a profile that denies chroot(2), say: the host's files are probed instead
+        os.close(root.lock_fd)
+        layer.chroot_error = failed[0]
+        return False
+    layer.chroot = root
+    return True
+
+
+def writable_inside(uid: int, root: chroot_root.Root) -> list[Exposure]:
+    """What of ``root`` (its devices and work folders aside) ``uid`` could write, chrooted."""
+    exposed = []
+    for line in _access_as(uid, chroot_root.entries(root.path), (("write", os.W_OK),), root.path):
+        access, path = line.split("\t", 1)
+        # A hard link shares its file's modes: the chmod on the host's own path closes it.
+        exposed.append(Exposure("?", "", path) if access == "error" else Exposure(path, "write", f"chmod o-w,g-w {path}"))
+    return exposed
 
 
 def _for_trusted_notebooks(mode: Mode, layer: Layer, abi: int) -> tuple[Mode, Layer]:
@@ -107,12 +158,16 @@ def _for_trusted_notebooks(mode: Mode, layer: Layer, abi: int) -> tuple[Mode, La
         return mode, layer
     if layer.block is not None and _can_become(layer.block.uid(0)):
         mode.sandbox_host_uid = "pool"
-        return mode, layer
-    layer.block = None
-    if _can_become(NOBODY):
-        mode.sandbox_host_uid, layer.fixed_uid = "nobody", NOBODY
     else:
-        mode.sandbox_host_uid = "grader"
+        layer.block = None
+        if _can_become(NOBODY):
+            mode.sandbox_host_uid, layer.fixed_uid = "nobody", NOBODY
+        else:
+            mode.sandbox_host_uid = "grader"
+    sandbox_uid = layer.uid(0)
+    if abi < 1 and sandbox_uid is not None and host_root():
+        # No Landlock: the chroot is what keeps the host's files out, trusted notebooks or not.
+        _chroot(layer, sandbox_uid)
     return mode, layer
 
 
@@ -148,15 +203,19 @@ def _fix(path: str, holds_allowed: bool) -> str:
     return f"chmod -R o-rwx,g-rwx {path}"
 
 
-def _access_as(uid: int, paths: list[str], checks: tuple[tuple[str, int], ...]) -> list[str]:
-    """In a child that becomes ``uid`` (as a sandbox would, with no groups): "<rights>\t<path>" for
-    each path it has any of ``checks`` on ("error\t<why>" if it could not become ``uid``)."""
+def _access_as(uid: int, paths: list[str], checks: tuple[tuple[str, int], ...], root: str | None = None) -> list[str]:
+    """In a child that becomes ``uid`` (as a sandbox would, with no groups; chrooted into ``root``
+    first if given, as a sandbox is): "<rights>\t<path>" for each path it has any of ``checks`` on
+    ("error\t<why>" if it could not chroot or become ``uid``)."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
         os.close(read_end)
         lines = []
         try:
+            if root is not None:
+                os.chroot(root)
+                os.chdir("/")
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
@@ -176,16 +235,18 @@ def _access_as(uid: int, paths: list[str], checks: tuple[tuple[str, int], ...]) 
     return lines
 
 
-def unreadable_trees(uid: int, folders: list[str]) -> list[str]:
-    """The sandbox's read-only trees that ``uid`` cannot enter and read."""
-    readable = {line.split("\t", 1)[1] for line in _access_as(uid, folders, (("rx", os.R_OK | os.X_OK),)) if line.startswith("rx\t")}
+def unreadable_trees(uid: int, folders: list[str], root: str | None = None) -> list[str]:
+    """The sandbox's read-only trees that ``uid`` cannot enter and read (chrooted into ``root``,
+    if given)."""
+    lines = _access_as(uid, folders, (("rx", os.R_OK | os.X_OK),), root)
+    readable = {line.split("\t", 1)[1] for line in lines if line.startswith("rx\t")}
     return [folder for folder in folders if folder not in readable]
 
 
-def probe(uid: int, hide: list[str], allowed: list[str]) -> list[Exposure]:
-    """Which hidden paths ``uid`` could read or write. Only the outermost of each exposed tree is
-    named: one chmod -R fixes it."""
-    lines = _access_as(uid, _hidden_paths(hide, allowed), (("read", os.R_OK), ("write", os.W_OK)))
+def probe(uid: int, hide: list[str], allowed: list[str], root: str | None = None) -> list[Exposure]:
+    """Which hidden paths ``uid`` could read or write (chrooted into ``root``, if given). Only the
+    outermost of each exposed tree is named: one chmod -R fixes it."""
+    lines = _access_as(uid, _hidden_paths(hide, allowed), (("read", os.R_OK), ("write", os.W_OK)), root)
     allowed_real = [os.path.realpath(a) for a in allowed]
     exposed: list[Exposure] = []
     for line in lines:

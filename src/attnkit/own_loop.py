@@ -68,12 +68,14 @@ class OwnLoop:
         fatal: str
         template: bool
         suite_state: tuple | None
+        plain_suites: set[tuple]  # plugin._PLAIN_SUITES
         _positions: dict[str, int]
         _deferred: list[_Deferred]
         _unnarrowed: list[tuple[int, TestResult, list[str], Assignment]]
         _recorded_at: dict[int, int]
 
         def open(self, submission_id: str) -> Student: ...
+
         swapped: dict[str, dict[str, str]]
 
         def record(
@@ -103,9 +105,7 @@ class OwnLoop:
         if not plain:
             return None
         if self.suite_state is not None:
-            from attnkit import plugin
-
-            plugin._PLAIN_SUITES.add(self.suite_state)
+            self.plain_suites.add(self.suite_state)
         self._positions = {test_key(item): position for position, item in enumerate(session.items)}
         if self.template:
             runs = self._template_runs(session.items)

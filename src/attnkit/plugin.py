@@ -131,6 +131,8 @@ class GradingPlugin(OwnLoop):
         # state of its suite's files (``_suite_state``) when it was collected.
         self.template = False
         self.suite_state: tuple | None = None
+        # The loop adds to it (own_loop needs no import of this module: no cycle).
+        self.plain_suites: set[tuple] = _PLAIN_SUITES
 
     # -- the fixture ---------------------------------------------------------------------------
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -138,7 +140,7 @@ class GradingPlugin(OwnLoop):
             ids = self.provider.submission_ids()
             if self.suite_state is None:
                 self.suite_state = _suite_state(metafunc.config)
-            self.template = self.suite_state in _PLAIN_SUITES and bool(ids)
+            self.template = self.suite_state in self.plain_suites and bool(ids)
             if self.template:
                 ids = ids[:1]  # the loop runs these items for every submission
             metafunc.parametrize("student", ids, ids=ids, indirect=True, scope="session")

@@ -150,7 +150,7 @@ class ResultsJson(TypedDict):
     notes: list[str]
     cells: list[CellRecord]  # the cells that failed, their texts cut
     sandbox: dict[str, Any]
-    isolation: str  # ``isolation.level``
+    isolation: str  # ``isolation_level.level``
     evidence: dict[str, Any]
     seconds: float
     notebooks: list[NotebookRecord]

@@ -217,6 +217,11 @@ def lazy_imports() -> dict:
     or the error), which had been loaded before, and a query through sqlite3's own library."""
     from test_isolation import LAZY_MODULES
 
+    # A forked child inherits the test process's modules, and an earlier test may have imported
+    # one of these (matplotlib imports colorsys): forget them, so that each import below reads
+    # its files from disk inside the lock-down, as in a zygote's sandbox, where none is loaded.
+    for name in [loaded for loaded in sys.modules if any(loaded == lazy or loaded.startswith(lazy + ".") for lazy in LAZY_MODULES)]:
+        del sys.modules[name]
     report: dict = {"loaded_before": [name for name in LAZY_MODULES if name in sys.modules]}
     for name in LAZY_MODULES:
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,7 @@ CHAPTER_OUTPUT = (
 )
 
 
+@pytest.mark.e2e  # runs the chapter's script with torch in a subprocess
 def test_script_prints_the_chapters_seven_lines_byte_for_byte() -> None:
     """Does `python examples/attention.py` print the chapter's output, byte for byte, and nothing on stderr?"""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}

@@ -227,8 +227,8 @@ def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, lan
     """As Gradescope runs the bundle: root in a container under Docker's default seccomp profile and
     capabilities (tests/settings.py), with and without Landlock, without ATTNKIT_NO_ISOLATION, in an
     image whose Python is in /usr. The solution scores full marks in a sandbox the result calls
-    isolated (the layer the setting gives: Landlock, else the pool uid checked by its probe); no
-    theft scores more than the release notebook. Never sysctl advice in a container."""
+    isolated (the layer the setting gives: Landlock, else the pool uid in a chroot of the allowlist,
+    checked by its probe); no theft scores more than the release notebook. Never sysctl advice in a container."""
     setting, env = docker_default_setting(landlock), image_environment(image_root)
     assert "ATTNKIT_NO_ISOLATION" not in env and "ATTNKIT_VENV" not in env
 
@@ -243,6 +243,7 @@ def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, lan
         assert "seccomp-filter" in obtained and "uid-pool" in obtained, obtained
         assert ("landlock-files" in obtained) == landlock, obtained
         assert ("probe-passed" in obtained) == (not landlock), obtained
+        assert ("chroot-root" in obtained) == (not landlock), obtained  # without Landlock: a root of the allowlist only
         print(f"\n[gradescope] landlock={landlock} {name}: {results['score']:g}/{results['max_score']:g} {obtained}", file=sys.stderr)
         return results
 
@@ -250,17 +251,15 @@ def test_graded_isolated_in_docker_default(image_root: Path, tmp_path: Path, lan
     assert solution["score"] == solution["max_score"] > 0, solution["tests"]
     thefts = theft_notebooks(image_root, tmp_path)
     stub = grade("stub", thefts.pop("stub"))["score"]
-    if not landlock:
-        # The pool layer's known gap (README, test_isolation_layers): a world-readable copy of the
-        # reference elsewhere on the machine (this one holds checkouts under /work) is found by a
-        # hunt. A Gradescope image holds none; the course itself stays closed, as exec_reference shows.
-        thefts.pop("hunter")
+    # Every theft, the hunt included: without Landlock the sandbox is chrooted into the allowlist's
+    # root, so the world-readable checkouts under /work are out of its view as well.
     for name, notebook in thefts.items():
         results = grade(name, notebook)
         assert results["score"] <= stub, (name, results["score"], stub)
         if name == "exec_reference":  # refused by the sandbox, not missed: the file is there
             errors = [cell.get("error_type") for cell in results["extra_data"]["cells"]]
-            assert "PermissionError" in errors, results["extra_data"]["cells"]
+            # Landlock denies the path; the chroot has no such path at all.
+            assert ("PermissionError" if landlock else "FileNotFoundError") in errors, results["extra_data"]["cells"]
         if name == "forge":
             assert all(not value.startswith("ok") for value in forge_report(results).values()), forge_report(results)
     assert not list((image_root / "source" / "autograder").rglob("test_forged.py"))
@@ -272,23 +271,40 @@ def grader_python_unreadable_by_others() -> bool:
     return any(not folder.stat().st_mode & 0o001 for folder in [path, *path.parents])
 
 
-@pytest.mark.parametrize("landlock", [True, False], ids=["landlock-allowed", "landlock-denied"])
 @pytest.mark.root
 @pytest.mark.e2e
-def test_refused_in_docker_default_when_the_grader_python_is_under_root(autograder_root: Path, landlock: bool) -> None:
-    """The bundle on this project's virtualenv, whose Python (pyenv's) lies under /root (700): the
-    sandbox's pool uid could not even start it, so the grader refuses before any cell runs, says
-    why and what fixes it, never a sysctl; no result is written."""
+def test_refused_in_docker_default_when_the_grader_python_is_under_root(autograder_root: Path) -> None:
+    """The bundle on this project's virtualenv, whose Python (pyenv's) lies under /root (700), with
+    Landlock: the sandbox's pool uid could not even start it, so the grader refuses before any cell
+    runs, says why and what fixes it, never a sysctl; no result is written."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         pytest.skip("loads a seccomp filter without no_new_privs: needs root on Linux")
     if not grader_python_unreadable_by_others():
         pytest.skip(f"this machine's grader Python ({sys.base_prefix}) is readable by all: nothing to refuse")
-    done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=docker_default_setting(landlock))
+    done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=docker_default_setting(True))
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
     assert "sysctl" not in done.stderr, done.stderr[-3000:]
     assert "cannot read the Python trees" in done.stderr and "install Python outside root's home" in done.stderr, done.stderr[-3000:]
     assert "seccomp" in done.stderr, done.stderr[-3000:]
     assert not (autograder_root / "results" / "results.json").exists()
+
+
+@pytest.mark.root
+@pytest.mark.e2e
+def test_graded_in_a_chroot_without_landlock_when_the_grader_python_is_under_root(autograder_root: Path) -> None:
+    """The same bundle without Landlock (Docker 20.10's profile): the pool layer's chroot holds its own
+    links or copies of the Python trees, readable by the pool uid, so a Python under /root is no
+    reason to refuse: the solution scores full marks in the chroot, isolated."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("loads a seccomp filter without no_new_privs: needs root on Linux")
+    if not grader_python_unreadable_by_others():
+        pytest.skip(f"this machine's grader Python ({sys.base_prefix}) is readable by all: the case does not arise")
+    done = start_autograder(autograder_root, {"attention.ipynb": SOLUTION}, prefix=docker_default_setting(False))
+    assert done.returncode == 0 and "sysctl" not in done.stderr, done.stdout[-2000:] + done.stderr[-3000:]
+    results = json.loads((autograder_root / "results" / "results.json").read_text(encoding="utf-8"))
+    obtained = results["extra_data"]["sandbox"]["isolation"]
+    assert isolation_level(obtained) == "isolated" and "chroot-root" in obtained and "uid-pool" in obtained, obtained
+    assert results["score"] == results["max_score"] > 0, results["tests"]
 
 
 @pytest.mark.e2e

@@ -322,6 +322,7 @@ def test_no_isolation_still_applies_landlock_seccomp_and_an_unprivileged_uid(ope
     assert "Landlock" in describe([items]) and "未隔离" in describe([items])
 
 
+@pytest.mark.e2e  # a real lock-down in a forked child, into a chroot root built from the Python trees
 def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course: dict[str, Path], outside_copies: list[Path]) -> None:
     """Kind "none", no Landlock: the seccomp filter and, as root, an unprivileged uid chrooted
     into the allowlist's root (--no-isolation still chroots: neither the course, open to all, nor
@@ -346,6 +347,7 @@ def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course:
     assert level(items) == "unisolated" and "没有 Landlock" in describe([items])
 
 
+@pytest.mark.e2e  # a real lock-down in a forked child, into a chroot root built from the Python trees
 def test_pool_layer_chroots_each_sandbox_into_the_allowlist(open_course: dict[str, Path], outside_copies: list[Path]) -> None:
     """Root without Landlock (kind "pool"): the sandbox, locked down as the zygote forks it, is
     chrooted into a root that holds only the allowlist: neither the course (open to all) nor a
@@ -376,6 +378,7 @@ def test_pool_layer_chroots_each_sandbox_into_the_allowlist(open_course: dict[st
     assert_lazy_imports(result["lazy"])
 
 
+@pytest.mark.e2e  # a real lock-down in a forked child, into a chroot root built from the Python trees
 def test_chroot_root_holds_the_allowlist_only_and_nothing_the_pool_uid_may_write(open_course: dict[str, Path], outside_copies: list[Path]) -> None:
     """The root itself: every allowlisted folder, none of the hidden trees, no /opt copy, none of
     torch's programs and tests; every folder root's; nothing a pool uid may write (the probe, as

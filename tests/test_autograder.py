@@ -510,23 +510,26 @@ def submissions() -> dict[str, str | Path]:
     return sources
 
 
-@pytest.fixture(scope="module")
-def autograder_results() -> dict:
-    """Per submission id, the hidden suite's TestResults (one real pytest session for all)."""
-    plugin = GradingPlugin(SourceProvider(submissions()))
+def grade_in_one_session(sources: dict[str, str], *options: str) -> dict:
+    """Per submission id, ch19's hidden suite's TestResults for these notebook sources: one real
+    pytest session in this process (``options`` go to pytest)."""
+    plugin = GradingPlugin(SourceProvider(sources))
     # As the engine does: tiny tensors run several times faster on one thread (and a busy machine
     # makes OpenMP's thread pool far slower still).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        code = pytest.main(
-            ["-q", "--assert=plain", "-p", "no:cacheprovider", "-W", "error::pytest.PytestRemovedIn10Warning", str(CH19.folder)],
-            plugins=[plugin_module, plugin],
-        )
+        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", *options, str(CH19.folder)], plugins=[plugin_module, plugin])
     finally:
         torch.set_num_threads(threads)
     assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"the hidden suite did not run: {code!r}"
     return plugin.results
+
+
+@pytest.fixture(scope="module")
+def autograder_results() -> dict:
+    """Per submission id, the hidden suite's TestResults (one real pytest session for all)."""
+    return grade_in_one_session(submissions(), "-W", "error::pytest.PytestRemovedIn10Warning")
 
 
 def score(results: list) -> float:

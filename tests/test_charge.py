@@ -8,15 +8,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from attnkit import plugin as plugin_module
-from attnkit.plugin import GradingPlugin
 
 from charge_submissions import CHARGES
 from contract import CH19
 from fair_submissions import FAIRNESS
-from test_autograder import ALTERNATIVES, SourceProvider
+from test_autograder import ALTERNATIVES, grade_in_one_session
 from test_fairness import grade_notebooks
 
 catalogue = CH19.catalogue()
@@ -33,15 +30,7 @@ CHARGED_PART = {"scaled_attention": "check_scaled_attention", "split_heads": "ch
 def results() -> dict:
     sources = {"reference": REFERENCE, **{f"style_{name}": REFERENCE + "\n" + source for name, source in list(ALTERNATIVES.items())[:3]}}
     sources.update({name: REFERENCE + "\n" + source for name, (_, source) in CHARGES.items()})
-    plugin = GradingPlugin(SourceProvider(sources))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", str(CH19.folder)], plugins=[plugin_module, plugin])
-    finally:
-        torch.set_num_threads(threads)
-    assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"the hidden suite did not run: {code!r}"
-    return plugin.results
+    return grade_in_one_session(sources)
 
 
 def summary(graded: list) -> str:

@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit import plugin as plugin_module
-from attnkit.plugin import GradingPlugin
 
 from contract import CH19
 from fair_submissions import FAIRNESS
-from test_autograder import SourceProvider
+from test_autograder import grade_in_one_session
 
 catalogue = CH19.catalogue()
 REFERENCE = catalogue.reference_source()
@@ -26,15 +24,7 @@ FUNCTION_OF_MISTAKE = {mistake.id: mistake.function for mistake in catalogue.MIS
 def results() -> dict:
     sources = {"reference": REFERENCE}
     sources.update({name: REFERENCE + "\n" + source for name, (_, source) in FAIRNESS.items()})
-    plugin = GradingPlugin(SourceProvider(sources))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", str(CH19.folder)], plugins=[plugin_module, plugin])
-    finally:
-        torch.set_num_threads(threads)
-    assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"the hidden suite did not run: {code!r}"
-    return plugin.results
+    return grade_in_one_session(sources)
 
 
 def score(graded: list) -> float:

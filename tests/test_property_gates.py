@@ -11,13 +11,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from attnkit import plugin as plugin_module
-from attnkit.plugin import GradingPlugin
 
 from contract import CH19, code_cell
-from test_autograder import SourceProvider
+from test_autograder import grade_in_one_session
 from test_fairness import grade_notebooks
 
 REFERENCE = CH19.catalogue().reference_source()
@@ -171,15 +168,7 @@ def causal_allowed(size):
 def results() -> dict:
     sources = {"reference": REFERENCE, "equivalent_layout": REFERENCE + "\n" + EQUIVALENT_LAYOUT, "wrong_at_five": REFERENCE + "\n" + WRONG_AT_FIVE}
     sources.update({name: REFERENCE + "\n" + source for name, (_, source) in STUBS.items()})
-    plugin = GradingPlugin(SourceProvider(sources))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code = pytest.main(["-q", "--assert=plain", "-p", "no:cacheprovider", str(CH19.folder)], plugins=[plugin_module, plugin])
-    finally:
-        torch.set_num_threads(threads)
-    assert code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), f"the hidden suite did not run: {code!r}"
-    return plugin.results
+    return grade_in_one_session(sources)
 
 
 def summary(graded: list) -> str:

@@ -549,6 +549,52 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
     assert 'id="score">150 / 300<' in page
 
 
+def test_fit_cuts_as_halving_the_longest_text_one_re_encoding_at_a_time() -> None:
+    """``scoring.fit`` counts the size down instead of re-encoding the record per cut: does it cut
+    exactly the texts, to exactly the lengths, that halving the longest (the first of equal ones)
+    and re-encoding after every cut would, and end within the cap?"""
+    import copy
+    import random
+
+    from attnkit.files import readable_json
+    from attnkit.i18n import _
+    from attnkit.scoring import TRUNCATED_NOTE, _student_texts, fit
+
+    def re_encoding_fit(results: dict, max_bytes: int) -> dict:
+        cut = False
+        while len(readable_json(results).encode()) > max_bytes:
+            places = [(container, key) for container, key in _student_texts(results) if isinstance(container[key], str)]
+            container, key = max(places, key=lambda place: len(place[0][place[1]]))
+            if len(container[key]) <= 16:
+                break
+            container[key] = container[key][: len(container[key]) // 2] + _("……（已截断）")
+            cut = True
+        if cut:
+            results["notes"].append(_(TRUNCATED_NOTE))
+        return results
+
+    chance = random.Random(19)
+    pieces = ['<"&>', "\\", "\n", "注意力", "\u2028", "x", "\U0001f600", "\x00"]
+
+    def text() -> str:
+        return "".join(chance.choice(pieces) for _ in range(chance.choice([0, 3, 40, 700, 5_000])))
+
+    # 1,000 bytes cannot be reached (110 texts of at least their cut mark): both stop at the floor.
+    for max_bytes in (1_000, 20_000, 200_000):
+        record = {
+            "score": 1.0,
+            "tests": [{"name": f"t{i}", "output": text(), "status": "failed"} for i in range(40)],
+            "cells": [{"index": i, "message": text(), "output": text()} for i in range(30)],
+            "problems": [text() for _ in range(20)],
+            "notes": [text() for _ in range(20)],
+        }
+        expected = re_encoding_fit(copy.deepcopy(record), max_bytes)
+        fitted = fit(copy.deepcopy(record), max_bytes)
+        assert fitted == expected
+        if max_bytes > 1_000:
+            assert len(readable_json(fitted).encode()) <= max_bytes + len(_(TRUNCATED_NOTE).encode()) + 8
+
+
 @pytest.mark.e2e
 def test_an_empty_class_is_an_error_not_an_empty_report(tmp_path: Path) -> None:
     """An empty submissions folder (a wrong path, an unzip that failed): does the grader say so and

@@ -92,20 +92,20 @@ test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not e2e and not browser" tests
 
 release: $(STAMP)
-	$(BIN)/python -m attnkit.release
+	$(BIN)/python -m attnkit.course.release
 
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=path/to/attention.ipynb"; exit 2; }
 	$(BIN)/attnkit check $(NB)
 
 student-zip: $(STAMP)
-	$(BIN)/python -m attnkit.release --assignment $(ASSIGNMENT) --zip dist/$(ASSIGNMENT)-student.zip
+	$(BIN)/python -m attnkit.course.release --assignment $(ASSIGNMENT) --zip dist/$(ASSIGNMENT)-student.zip
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py
 
 gradescope: $(STAMP)
-	$(BIN)/python -m attnkit.gradescope --out dist/gradescope.zip
+	$(BIN)/python -m attnkit.course.gradescope --out dist/gradescope.zip
 
 clean:
 	rm -rf $(OUT) dist

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ch19-attention"
 OUT = ROOT / "examples" / "submitted"
 
-from attnkit.assignment import discover
+from attnkit.assignment.folder import discover
 
 by_id = discover()[ASSIGNMENT].catalogue().by_id  # trusted: the demo is built by the instructor
 

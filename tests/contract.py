@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from attnkit.assignment import Assignment, discover
+from attnkit.assignment.folder import Assignment, discover
 
 ROOT = Path(__file__).resolve().parents[1]
 # The suites folders the meta-tests check: the project's own (what `make grade` grades) and the

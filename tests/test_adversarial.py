@@ -38,7 +38,7 @@ import pytest
 
 from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, Student, cell_source, load, probes, replace_cell, with_cells, write_class
 from attacks import cells as C
-from attnkit.policy import DEFAULT_MAX_PROCESSES
+from attnkit.boundary.policy import DEFAULT_MAX_PROCESSES
 
 pytestmark = pytest.mark.e2e
 
@@ -363,7 +363,7 @@ def processes() -> dict[int, Proc]:
 def strays(marker: str, since: float) -> list[Proc]:
     """Processes the attack run left behind: anything carrying the marker, and any process of
     user nobody started since ``since`` that no live zygote owns (somebody else's grading run
-    may be going on: its sandboxes hang below a root-owned ``attnkit.zygote``)."""
+    may be going on: its sandboxes hang below a root-owned ``attnkit.sandbox.zygote``)."""
     table = processes()
 
     def owned_by_live_zygote(proc: Proc) -> bool:
@@ -371,7 +371,7 @@ def strays(marker: str, since: float) -> list[Proc]:
         while proc.ppid in table and proc.pid not in seen:
             seen.add(proc.pid)
             proc = table[proc.ppid]
-            if proc.uid == 0 and "attnkit.zygote" in proc.cmdline:
+            if proc.uid == 0 and "attnkit.sandbox.zygote" in proc.cmdline:
                 return True
         return False
 
@@ -710,7 +710,7 @@ def test_nothing_can_be_deleted(world: World) -> None:
     for path in (
         "autograder/ch19_attention/catalogue.py",
         "autograder/ch19_attention/reference.py",
-        "src/attnkit/engine.py",
+        "src/attnkit/engine/fan_out.py",
         "solutions",
         "assignments",
         "pyproject.toml",
@@ -737,9 +737,9 @@ def test_hidden_tests_stay_hidden(world: World) -> None:
         "import_ch19_attention.reference",
         "import_ch19_attention.catalogue",
         "import_attnkit",
-        "import_attnkit.checks",
-        "import_attnkit.engine",
-        "import_attnkit.plugin",
+        "import_attnkit.assignment.checks",
+        "import_attnkit.engine.fan_out",
+        "import_attnkit.grading.plugin",
     ):
         assert not report[action].startswith("ok"), (action, report[action])
     for folder in ("list_autograder", "list_submitted", "list_out"):  # refused, or an empty mount over it
@@ -915,7 +915,7 @@ def test_slow_drip_is_cut_off(protocol_runs) -> None:
 
 def test_decoding_a_hostile_frame_is_cheap() -> None:
     """Does decoding a frame the sandbox wrote cost the trusted side at most a few times its size?"""
-    from attnkit import protocol
+    from attnkit.boundary import wire
 
     count = (2 * 2**20) // 3  # a 2 MB header: [[],[],...]
     header = b"[" + b"[]," * (count - 1) + b"[]]"
@@ -923,8 +923,8 @@ def test_decoding_a_hostile_frame_is_cheap() -> None:
     frame = struct.pack("!II", len(body), 0) + body
     tracemalloc.start()
     try:
-        protocol.decode(frame)
-    except protocol.ProtocolError:
+        wire.decode(frame)
+    except wire.ProtocolError:
         return  # refused outright: cheap
     finally:
         peak = tracemalloc.get_traced_memory()[1]

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit import plugin as plugin_module
-from attnkit.assignment import Assignment
-from attnkit.local_provider import LocalProvider, notebook_source
-from attnkit.plugin import GradingPlugin, Provider
-from attnkit.proxy import LocalBackend, Student
+from attnkit.grading import plugin as plugin_module
+from attnkit.assignment.folder import Assignment
+from attnkit.grading.local_provider import LocalProvider, notebook_source
+from attnkit.grading.plugin import GradingPlugin, Provider
+from attnkit.grading.student import LocalBackend, Student
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_NOTEBOOKS = sorted((ROOT / "solutions" / "ch19-attention").glob("*.ipynb"))
@@ -767,9 +767,9 @@ def test_the_sandbox_forgets_everything_a_swapped_call_saw():
     in, does the student's own scaled_attention still give its own (wrong) answer, even on an input
     whose reference answer it asked for during that call, with nothing kept from the call?"""
     from attnkit.notebook import CodeCell
-    from attnkit.policy import Limits
-    from attnkit.sandbox import Submission
-    from attnkit.zygote_handle import Zygote
+    from attnkit.boundary.policy import Limits
+    from attnkit.driver.submission import Submission
+    from attnkit.driver.zygote_handle import Zygote
 
     source = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
     reference = catalogue.reference_namespace()
@@ -881,7 +881,7 @@ FAILING_STYLES = {
 def test_common_torch_failures_are_explained_at_the_students_line(style):
     """Does a common torch failure come back with the student's own failing line (never the
     grader's), a Chinese explanation, and no traceback or path?"""
-    from attnkit.outcomes import error_info, failure_message
+    from attnkit.grading.outcomes import error_info, failure_message
 
     line, explanation = FAILING_STYLES[style]
     source = f"import torch\n\ndef scaled_attention(query, key, value, allowed=None):\n    {line}\n    return scores, scores\n"
@@ -903,9 +903,9 @@ def test_the_stand_in_answers_only_the_swapped_name_within_bounds():
     """During a swapped call, does the trusted side answer the stand-in for the swapped name only,
     refuse huge inputs and stop after its call budget, without the call itself failing?"""
     from attnkit.notebook import CodeCell
-    from attnkit.policy import Limits
-    from attnkit.sandbox import Submission
-    from attnkit.zygote_handle import Zygote
+    from attnkit.boundary.policy import Limits
+    from attnkit.driver.submission import Submission
+    from attnkit.driver.zygote_handle import Zygote
 
     source = (
         REFERENCE

@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from attnkit.assignment import discover
-from attnkit.intake import find_jobs
+from attnkit.assignment.folder import discover
+from attnkit.intake.jobs import find_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = ROOT / "tests" / "course"

@@ -1,4 +1,4 @@
-"""Does a cell run by the sandbox's shell (``attnkit.cells``, which skips IPython's tokenizer, its
+"""Does a cell run by the sandbox's shell (``attnkit.sandbox.warm_shell``, which skips IPython's tokenizer, its
 second parse and its per-statement compilation on plain-Python cells, and reuses what the zygote
 compiled ahead for cells of the very same text) do exactly what IPython's own ``run_cell`` does:
 the same output, displayed values, tracebacks, errors and namespace?"""
@@ -53,7 +53,7 @@ CELLS = [
 
 SCRIPT = r"""
 import io, json, sys
-from attnkit import cells
+from attnkit.sandbox import warm_shell
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 

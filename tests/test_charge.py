@@ -1,4 +1,4 @@
-"""Points charged where the failure starts (issue 26; ``attnkit.charges``): a dependency that
+"""Points charged where the failure starts (issue 26; ``attnkit.grading.charges``): a dependency that
 passes its own tests but breaks on what multi-head attention hands it (a ``.view()`` on split
 heads, float32 out of float64 heads) loses the dependent tests' points in its own part, capped
 at what its own tests there hold; the dependent tests get them back; the total is unchanged."""

@@ -1,4 +1,4 @@
-"""The hidden tests' checks (``attnkit.checks``): their shortcuts decide exactly as the full checks."""
+"""The hidden tests' checks (``attnkit.assignment.checks``): their shortcuts decide exactly as the full checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from attnkit import checks
+from attnkit.assignment import checks
 
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 1e-12, 1e300, float("inf"), float("-inf"), float("nan")]
 

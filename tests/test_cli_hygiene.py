@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from attnkit import __version__
-from attnkit.gradescope import VISIBILITIES, to_gradescope
+from attnkit.course.gradescope import VISIBILITIES, to_gradescope
 from commands import BIN, attnkit, python_m, tool_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,14 +63,14 @@ def test_grade_forks_its_workers_zygotes_from_one_seed(tmp_path: Path, entry: st
             except psutil.Error:
                 continue
         for pid, (words, parent) in arguments.items():
-            if "attnkit.zygote" not in words:
+            if "attnkit.sandbox.zygote" not in words:
                 continue
             if parent == process.pid and "--seed" in words:
                 seeds.add(pid)
             # A worker's own zygote would count here; a sandbox's parent is a zygote. A parent
             # whose command line reads empty has exited (a zombie: a zygote ending before the
             # sandbox it is taking down) and tells nothing.
-            elif parent in seeds or (parent in arguments and arguments[parent][0] and "attnkit.zygote" not in arguments[parent][0]):
+            elif parent in seeds or (parent in arguments and arguments[parent][0] and "attnkit.sandbox.zygote" not in arguments[parent][0]):
                 zygotes[pid] = parent
         time.sleep(0.02)
     _, stderr = process.communicate()
@@ -167,7 +167,7 @@ def test_gradescope_visibility_is_configurable(tmp_path: Path) -> None:
         to_gradescope(results, visibility="sometimes")
     source = tmp_path / "results.json"
     source.write_text(json.dumps(results))
-    run = python_m("attnkit.gradescope", "results", str(source), str(tmp_path / "gs.json"), "--visibility", "hidden")
+    run = python_m("attnkit.course.gradescope", "results", str(source), str(tmp_path / "gs.json"), "--visibility", "hidden")
     assert run.returncode == 0, run.stderr
     assert json.loads((tmp_path / "gs.json").read_text())["visibility"] == "hidden"
     assert 'ATTNKIT_VISIBILITY="${ATTNKIT_VISIBILITY:-after_published}"' in (ROOT / "gradescope" / "run_autograder").read_text()

@@ -87,7 +87,7 @@ def test_a_split_heads_that_always_raises_earns_no_property_point(results):
 
 
 def test_a_missing_module_says_what_grading_has_installed():
-    from attnkit.explain import explain
+    from attnkit.boundary.explain import explain
 
     text = explain("ModuleNotFoundError", "No module named 'einops'")
     assert all(name in text for name in ("torch", "numpy", "matplotlib", "标准库"))
@@ -95,7 +95,7 @@ def test_a_missing_module_says_what_grading_has_installed():
 
 def test_a_missing_name_explains_skipped_cells_truthfully():
     """Grading does not run skip-grading cells: the NameError explanation must not claim it runs all."""
-    from attnkit.explain import explain
+    from attnkit.boundary.explain import explain
 
     text = explain("NameError", "name 'helper' is not defined")
     assert "skip-grading" in text and "评分时按顺序运行全部单元格）" not in text
@@ -116,9 +116,9 @@ def test_section_titles_lose_their_markdown(tmp_path):
 
 
 def test_the_page_does_not_call_pythons_errors_pytorchs():
-    from attnkit import feedback
+    from attnkit.report import pages
 
-    template = (Path(feedback.__file__).parent / "templates" / "feedback.html.j2").read_text(encoding="utf-8")
+    template = (Path(pages.__file__).parent / "templates" / "feedback.html.j2").read_text(encoding="utf-8")
     assert "PyTorch 的原始信息" not in template
 
 
@@ -140,7 +140,7 @@ def test_a_precision_failure_says_so_instead_of_printing_equal_rows(results):
 
 def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectations_precision():
     """A float64 answer compared with a float32 expectation: float32's tolerance, not float64's."""
-    from attnkit.checks import assert_close
+    from attnkit.assignment.checks import assert_close
 
     exact = torch.tensor([1 / 3, 2 / 3], dtype=torch.float64)
     assert_close(exact, exact.to(torch.float32), "x")  # off by float32 rounding only
@@ -150,8 +150,8 @@ def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectatio
 
 def page(graded: list) -> str:
     """The student's feedback page for one graded submission, as the CLI renders it."""
-    from attnkit.feedback import feedback_html
-    from attnkit.scoring import results_json
+    from attnkit.report.pages import feedback_html
+    from attnkit.report.results_json import results_json
 
     record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [result.to_dict() for result in graded]}
     return feedback_html(results_json(record, CH19), CH19)

@@ -19,8 +19,8 @@ import pytest
 from commands import run_command
 
 from attnkit.notebook import CodeCell
-from attnkit.sandbox import Submission
-from attnkit.zygote_handle import Zygote
+from attnkit.driver.submission import Submission
+from attnkit.driver.zygote_handle import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 # A TA's shell that asks numerical libraries for many threads.

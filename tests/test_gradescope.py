@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.gradescope import build_bundle, build_bundles, to_gradescope
-from attnkit.isolation_level import level as isolation_level
+from attnkit.course.gradescope import build_bundle, build_bundles, to_gradescope
+from attnkit.report.isolation_level import level as isolation_level
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "ch19-attention" / "attention.ipynb"
@@ -144,8 +144,8 @@ def test_bundle_contents(bundle: Path) -> None:
         "pyproject.toml",
         "README.md",
         "src/attnkit/cli.py",
-        "src/attnkit/zygote.py",
-        "src/attnkit/templates/feedback.html.j2",
+        "src/attnkit/sandbox/zygote.py",
+        "src/attnkit/report/templates/feedback.html.j2",
         "autograder/ch19_attention/catalogue.py",
         "autograder/ch19_attention/reference.py",
         "autograder/ch19_attention/manifest.toml",
@@ -372,7 +372,7 @@ WARMUP = "warmup-softmax"
 @pytest.fixture(scope="module")
 def two_suites(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project tree holding chapter 19 and the warm-up under autograder/, the warm-up released
-    by the real ``python -m attnkit.release`` (nbgrader generate_assignment)."""
+    by the real ``python -m attnkit.course.release`` (nbgrader generate_assignment)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     tree = tmp_path_factory.mktemp("two-suites") / "project"
     tree.mkdir()
@@ -384,7 +384,7 @@ def two_suites(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(COURSE / "solutions" / WARMUP, tree / "solutions" / WARMUP)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     released = subprocess.run(
-        [sys.executable, "-m", "attnkit.release", "--root", str(tree), "--assignment", WARMUP, "--zip", str(tree / "dist" / "warmup.zip")],
+        [sys.executable, "-m", "attnkit.course.release", "--root", str(tree), "--assignment", WARMUP, "--zip", str(tree / "dist" / "warmup.zip")],
         cwd=tree,
         env=env,
         capture_output=True,

@@ -512,9 +512,9 @@ def test_output_caps_hold_whatever_the_record_says() -> None:
     """A record as a hostile notebook could make it (every message, output, problem and note huge and
     full of characters that escaping multiplies): is results.json under 1 MB and feedback.html under
     4 MB, with a note that something was cut, and the scores untouched?"""
-    from attnkit.store import bounded_feedback
+    from attnkit.report.store import bounded_feedback
     from contract import CH19
-    from attnkit.scoring import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, TRUNCATED_NOTE, results_json
+    from attnkit.report.results_json import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, TRUNCATED_NOTE, results_json
 
     flood = '<"&>' * 50_000
     record = {
@@ -558,7 +558,7 @@ def test_fit_cuts_as_halving_the_longest_text_one_re_encoding_at_a_time() -> Non
 
     from attnkit.files import readable_json
     from attnkit.i18n import _
-    from attnkit.scoring import TRUNCATED_NOTE, _student_texts, fit
+    from attnkit.report.results_json import TRUNCATED_NOTE, _student_texts, fit
 
     def re_encoding_fit(results: dict, max_bytes: int) -> dict:
         cut = False

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import landlock, policy, seccomp_filter
+from attnkit.sandbox.lockdown import landlock
+from attnkit.boundary import policy
+from attnkit.sandbox.lockdown import seccomp as seccomp_filter
 from settings import docker_default, userns_without_mount
 from test_isolation import assert_lazy_imports
 
@@ -79,7 +81,7 @@ def course(tmp_path: Path) -> dict[str, Path]:
 
 
 def allow_python(work: Path) -> landlock.Allowlist:
-    from attnkit.isolation import allowlist
+    from attnkit.sandbox.lockdown.zygote_namespace import allowlist
 
     return landlock.Allowlist(read_only=tuple(allowlist([str(work.parent)])), read_write=(str(work),))
 
@@ -242,12 +244,12 @@ def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
     """``lockdown.lock_down`` of kind "none" (--no-isolation) in a forked child, as the zygote
     readies it (``nonamespace.choose``'s fallback for trusted notebooks), then a notebook's
     attempts: the child's answer."""
-    from attnkit import nonamespace
-    from attnkit.isolation import Mode, allowlist
+    from attnkit.sandbox.lockdown import without_namespaces
+    from attnkit.sandbox.lockdown.zygote_namespace import Mode, allowlist
 
     seccomp_filter.compiled()  # as choose does, in the zygote
-    mode, layer = nonamespace._for_trusted_notebooks(
-        Mode("none", "refused for this test"), nonamespace.Layer(read_only=allowlist([str(open_course["hide"])])), abi
+    mode, layer = without_namespaces._for_trusted_notebooks(
+        Mode("none", "refused for this test"), without_namespaces.Layer(read_only=allowlist([str(open_course["hide"])])), abi
     )
     return locked_down(open_course, mode, layer)
 
@@ -256,7 +258,7 @@ def locked_down(open_course: dict[str, Path], mode, layer) -> dict:
     """``lockdown.lock_down`` in a forked child as the zygote forks a sandbox of ``mode`` and
     ``layer`` (``fork_server._spawn``: its uid, its work folder, inside the chroot if it has one),
     then a notebook's attempts: the child's answer."""
-    from attnkit import lockdown
+    from attnkit.sandbox.lockdown import sequence
 
     if layer.chroot is not None:  # as _spawn makes it: inside the root, the one the sandbox sees
         shutil.rmtree(open_course["work"], ignore_errors=True)
@@ -273,7 +275,7 @@ def locked_down(open_course: dict[str, Path], mode, layer) -> dict:
     if pid == 0:
         os.close(read_end)
         try:
-            obtained = lockdown.lock_down(lockdown.SandboxContext(mode, False, write_end, settings, io.StringIO()))
+            obtained = sequence.lock_down(sequence.SandboxContext(mode, False, write_end, settings, io.StringIO()))
             answer = {
                 "obtained": obtained,
                 "euid": os.geteuid(),
@@ -305,7 +307,7 @@ def test_no_isolation_still_applies_landlock_seccomp_and_an_unprivileged_uid(ope
     """Kind "none" with Landlock in the kernel: a --no-isolation sandbox reads neither the course
     nor a peer, writes nothing into OUT (all of them open to everyone by their modes), opens no
     socket, is no longer root, and is recorded as unisolated with what it still obtained."""
-    from attnkit.isolation_level import describe, level
+    from attnkit.report.isolation_level import describe, level
 
     result = locked_down_unisolated(open_course, LANDLOCK)
     assert "raised" not in result, result
@@ -328,7 +330,7 @@ def test_no_isolation_without_landlock_still_drops_root_and_filters(open_course:
     into the allowlist's root (--no-isolation still chroots: neither the course, open to all, nor
     a copy in /opt is there); without root, the uid's own view of the machine. The record says
     there is no Landlock; modules first imported after the fork still import."""
-    from attnkit.isolation_level import describe, level
+    from attnkit.report.isolation_level import describe, level
 
     open_course["outside"] = outside_copies  # type: ignore[assignment]
     result = locked_down_unisolated(open_course, 0)
@@ -354,14 +356,15 @@ def test_pool_layer_chroots_each_sandbox_into_the_allowlist(open_course: dict[st
     peer nor a world-readable copy of the reference in /opt is there, it can write nothing but
     its own work folder, and modules first imported after the fork still import."""
     _root_only()
-    from attnkit import chroot_root, nonamespace
-    from attnkit.isolation import Mode, allowlist
-    from attnkit.isolation_level import level
+    from attnkit.sandbox.lockdown import chroot as chroot_root
+    from attnkit.sandbox.lockdown import without_namespaces
+    from attnkit.sandbox.lockdown.zygote_namespace import Mode, allowlist
+    from attnkit.report.isolation_level import level
 
     seccomp_filter.compiled()
     open_course["outside"] = outside_copies  # type: ignore[assignment]
-    layer = nonamespace.Layer(read_only=allowlist([str(open_course["hide"])]), fixed_uid=policy.POOL_BASE + 4001)
-    assert nonamespace._chroot(layer, policy.POOL_BASE + 4001), layer.chroot_error
+    layer = without_namespaces.Layer(read_only=allowlist([str(open_course["hide"])]), fixed_uid=policy.POOL_BASE + 4001)
+    assert without_namespaces._chroot(layer, policy.POOL_BASE + 4001), layer.chroot_error
     mode = Mode("pool", "refused for this test", sandbox_host_uid="pool", visible=layer.read_only)
     result = locked_down(open_course, mode, layer)
     assert "raised" not in result, result
@@ -384,13 +387,14 @@ def test_chroot_root_holds_the_allowlist_only_and_nothing_the_pool_uid_may_write
     torch's programs and tests; every folder root's; nothing a pool uid may write (the probe, as
     it runs in the zygote, chrooted) but its devices and its own work folder."""
     _root_only()
-    from attnkit import chroot_root, nonamespace
-    from attnkit.isolation import allowlist
+    from attnkit.sandbox.lockdown import chroot as chroot_root
+    from attnkit.sandbox.lockdown import without_namespaces
+    from attnkit.sandbox.lockdown.zygote_namespace import allowlist
 
     hide = [str(open_course["hide"])]
-    layer = nonamespace.Layer(read_only=allowlist(hide))
+    layer = without_namespaces.Layer(read_only=allowlist(hide))
     uid = policy.POOL_BASE + 4002
-    assert nonamespace._chroot(layer, uid), layer.chroot_error
+    assert without_namespaces._chroot(layer, uid), layer.chroot_error
     root = layer.chroot.path  # type: ignore[union-attr]
     assert os.stat(chroot_root.ROOTS).st_mode & 0o777 == 0o700
     for folder in layer.read_only:
@@ -403,11 +407,11 @@ def test_chroot_root_holds_the_allowlist_only_and_nothing_the_pool_uid_may_write
     for folder, _subfolders, _files in os.walk(root):
         info = os.lstat(folder)
         assert info.st_uid == 0 and not info.st_mode & 0o022, (folder, oct(info.st_mode))
-    assert nonamespace.writable_inside(uid, layer.chroot) == []  # type: ignore[arg-type]
-    assert nonamespace.probe(uid, hide, layer.read_only, root) == []
+    assert without_namespaces.writable_inside(uid, layer.chroot) == []  # type: ignore[arg-type]
+    assert without_namespaces.probe(uid, hide, layer.read_only, root) == []
     # The same content is the same root: a second zygote finds it built.
-    again = nonamespace.Layer(read_only=layer.read_only)
-    assert nonamespace._chroot(again, uid) and again.chroot.path == root  # type: ignore[union-attr]
+    again = without_namespaces.Layer(read_only=layer.read_only)
+    assert without_namespaces._chroot(again, uid) and again.chroot.path == root  # type: ignore[union-attr]
 
 
 def test_stale_chroot_roots_are_swept(tmp_path: Path) -> None:
@@ -416,7 +420,7 @@ def test_stale_chroot_roots_are_swept(tmp_path: Path) -> None:
     folders stay."""
     import fcntl
 
-    from attnkit import chroot_root
+    from attnkit.sandbox.lockdown import chroot as chroot_root
 
     roots = tmp_path / "roots"
     for name in ("current", "other", "held", ".building-x", ".building-y"):
@@ -797,7 +801,7 @@ def no_markers(tmp_path: Path) -> dict:
 
 
 def test_refusal_in_a_seccomp_confined_container_names_the_profile_never_a_sysctl(tmp_path: Path) -> None:
-    from attnkit import confinement
+    from attnkit.driver import refusal as confinement
 
     (tmp_path / ".dockerenv").touch()
     found = confinement.detect(
@@ -810,7 +814,7 @@ def test_refusal_in_a_seccomp_confined_container_names_the_profile_never_a_sysct
 
 
 def test_refusal_under_kubernetes_and_podman_markers(tmp_path: Path) -> None:
-    from attnkit import confinement
+    from attnkit.driver import refusal as confinement
 
     assert confinement.container_kind(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "0::/\n") == "kubernetes"
     (tmp_path / "run").mkdir()
@@ -821,7 +825,7 @@ def test_refusal_under_kubernetes_and_podman_markers(tmp_path: Path) -> None:
 
 
 def test_refusal_under_ubuntu_apparmor_names_the_profile_and_sudo(tmp_path: Path) -> None:
-    from attnkit import confinement
+    from attnkit.driver import refusal as confinement
 
     for why, sysctl in (("mount inside the user namespace: Operation not permitted", ""), ("unshare(CLONE_NEWUSER): Operation not permitted", "1")):
         found = confinement.detect(why, status="Seccomp:\t0\n", apparmor_sysctl=sysctl, **no_markers(tmp_path))
@@ -831,7 +835,7 @@ def test_refusal_under_ubuntu_apparmor_names_the_profile_and_sudo(tmp_path: Path
 
 
 def test_refusal_on_a_plain_host_keeps_the_sysctl_advice(tmp_path: Path) -> None:
-    from attnkit import confinement
+    from attnkit.driver import refusal as confinement
 
     found = confinement.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t0\n", apparmor_sysctl="0", **no_markers(tmp_path))
     assert not found.container and not found.userns_restricted
@@ -839,7 +843,7 @@ def test_refusal_on_a_plain_host_keeps_the_sysctl_advice(tmp_path: Path) -> None
 
 
 def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
-    from attnkit import confinement
+    from attnkit.driver import refusal as confinement
 
     text = confinement.exposure_refusal([{"path": "/srv/course", "access": "read", "fix": "chmod -R o-rwx,g-rwx /srv/course"}] * 25)
     assert text.count("chmod -R o-rwx,g-rwx /srv/course") == 20 and "5" in text.splitlines()[-1]
@@ -847,7 +851,7 @@ def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
 
 # -- the uid pool and the probe -----------------------------------------------------------------------
 def test_uid_blocks_are_never_shared_while_held(tmp_path: Path) -> None:
-    from attnkit import uid_pool
+    from attnkit.sandbox.lockdown import uid_pool
 
     first, second = uid_pool.claim(str(tmp_path)), uid_pool.claim(str(tmp_path))
     assert second.first == first.first + policy.UIDS_PER_ZYGOTE
@@ -869,7 +873,7 @@ def open_folder():
 
 def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_folder: Path) -> None:
     _root_only()
-    from attnkit import nonamespace
+    from attnkit.sandbox.lockdown import without_namespaces
 
     tmp_path = open_folder
     course = tmp_path / "course"
@@ -882,10 +886,10 @@ def test_probe_finds_what_the_pool_uid_could_read_and_says_how_to_close_it(open_
     (course / "autograder").chmod(0o755)
     (course / "autograder" / "reference.py").chmod(0o644)
     uid = policy.POOL_BASE + 4000
-    exposed = nonamespace.probe(uid, [str(course)], [str(venv)])
+    exposed = without_namespaces.probe(uid, [str(course)], [str(venv)])
     fixes = {e.path: e.fix for e in exposed}
     # The project holds the virtualenv the sandbox reads: closed for listing only, its contents by -R.
     assert fixes == {str(course): f"chmod o-rw,g-rw {course}", str(course / "autograder"): f"chmod -R o-rwx,g-rwx {course / 'autograder'}"}, fixes
     (course / "autograder").chmod(0o700)
     course.chmod(0o711)
-    assert nonamespace.probe(uid, [str(course)], [str(venv)]) == []
+    assert without_namespaces.probe(uid, [str(course)], [str(venv)]) == []

@@ -224,7 +224,7 @@ def record(folder: Path, **fields: object) -> None:
 def test_no_record_can_send_a_page_to_a_classmates_slot(tmp_path: Path) -> None:
     """Records a student could have slipped into her own folder (the nbgrader exchange copies any
     file she submits) name only her own slot, whatever they claim; a name is never read for an id."""
-    from attnkit.lms_feedback import write_lms_feedback
+    from attnkit.course.lms_upload import write_lms_feedback
 
     submitted = tmp_path / "submitted"
     record(submitted / "1001" / ASSIGNMENT, lms="canvas", student_id="1001", name="alice", late=False, lms_file_id="5001")

@@ -1,5 +1,5 @@
-"""The list of sandbox operations (``attnkit.operations``) and of a worker's messages
-(``attnkit.worker_messages``): each builder makes the bytes the wire has always carried, a real
+"""The list of sandbox operations (``attnkit.boundary.operations``) and of a worker's messages
+(``attnkit.engine.messages``): each builder makes the bytes the wire has always carried, a real
 sandbox serves every operation listed, and no module on either side spells one itself."""
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit import operations, protocol, worker_messages
-from attnkit.policy import Limits
-from attnkit.zygote_handle import Zygote
+from attnkit.boundary import operations
+from attnkit.boundary import wire as protocol
+from attnkit.engine import messages as worker_messages
+from attnkit.boundary.policy import Limits
+from attnkit.driver.zygote_handle import Zygote
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnkit"
 
@@ -132,21 +134,22 @@ def test_a_real_sandbox_serves_every_operation_listed() -> None:
 # The modules on either side of the sandbox's channel and of the worker's pipe. (plugin.py is not
 # one: its "call" is pytest's report phase.)
 BOUNDARY = [
-    "proxy.py",
-    "sandbox.py",
-    "zygote_handle.py",
-    "swapped_calls.py",
-    "sandbox_replies.py",
-    "sandbox_server.py",
-    "fork_server.py",
-    "seed_server.py",
-    "seed.py",
-    "zygote.py",
-    "cells.py",
-    "lockdown.py",
-    "scope.py",
-    "worker.py",
-    "engine.py",
+    "boundary/outcome.py",
+    "grading/student.py",
+    "driver/submission.py",
+    "driver/zygote_handle.py",
+    "driver/swapped_calls.py",
+    "driver/replies.py",
+    "sandbox/server.py",
+    "sandbox/fork_server.py",
+    "sandbox/seed_server.py",
+    "driver/seed.py",
+    "sandbox/zygote.py",
+    "sandbox/warm_shell.py",
+    "sandbox/lockdown/sequence.py",
+    "grading/scope.py",
+    "engine/worker.py",
+    "engine/fan_out.py",
 ]
 SPELLED_HERE_ONLY = {
     *operations.OPERATIONS,
@@ -179,7 +182,7 @@ def spelled_names(path: Path) -> list[str]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
     }
     return [
-        f"{path.name}:{node.lineno}: {node.value!r}"
+        f"{path.relative_to(SRC)}:{node.lineno}: {node.value!r}"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | attributes and node.value in SPELLED_HERE_ONLY
     ]

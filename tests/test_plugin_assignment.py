@@ -42,7 +42,7 @@ def notebook_with(source: Path, grade_id: str, code: str) -> str:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This project's course plus the warm-up folder, with the warm-up released by the real
-    ``python -m attnkit.release`` (nbgrader generate_assignment)."""
+    ``python -m attnkit.course.release`` (nbgrader generate_assignment)."""
     course = tmp_path_factory.mktemp("plugin") / "course"
     course.mkdir()
     shutil.copy2(ROOT / "nbgrader_config.py", course)
@@ -50,7 +50,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / folder, course / folder, ignore=IGNORE)
     shutil.copytree(FIXTURE / "autograder" / "warmup_softmax", course / "autograder" / "warmup_softmax", ignore=IGNORE)
     shutil.copytree(FIXTURE / "solutions" / WARMUP, course / "solutions" / WARMUP)
-    released = run("attnkit.release", "--root", str(course), "--assignment", WARMUP, "--zip", str(course / "dist" / "warmup.zip"), cwd=course)
+    released = run("attnkit.course.release", "--root", str(course), "--assignment", WARMUP, "--zip", str(course / "dist" / "warmup.zip"), cwd=course)
     assert released.returncode == 0, released.stdout + released.stderr
     return course
 
@@ -204,8 +204,8 @@ def test_a_suite_that_disagrees_with_its_notebook_stops_grading(course: Path, gr
 def test_an_edited_translation_regrades(course: Path, tmp_path: Path) -> None:
     """Results hold an assignment's messages: does editing its catalogue (.po) change the digest
     every result depends on, so that the class is regraded?"""
-    from attnkit.assignment import load
-    from attnkit.intake import grader_digest
+    from attnkit.assignment.folder import load
+    from attnkit.intake.jobs import grader_digest
 
     copy = tmp_path / "course"
     shutil.copytree(course, copy, ignore=IGNORE)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import plugin as plugin_module
-from attnkit.local_provider import LocalProvider, notebook_source
-from attnkit.plugin import GradingPlugin
-from attnkit.proxy import LocalBackend, Student
+from attnkit.grading import plugin as plugin_module
+from attnkit.grading.local_provider import LocalProvider, notebook_source
+from attnkit.grading.plugin import GradingPlugin
+from attnkit.grading.student import LocalBackend, Student
 
 from contract import own_imports
 

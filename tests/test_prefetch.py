@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from attnkit import sandbox_provider
+from attnkit.grading import sandbox_provider
 from attnkit.constants import TIMEOUT
-from attnkit.intake import find_jobs
+from attnkit.intake.jobs import find_jobs
 from attnkit.notebook import CodeCell
-from attnkit.policy import Limits
-from attnkit.sandbox import Submission
-from attnkit.zygote_handle import Zygote
-from attnkit.worker import run_chunk
+from attnkit.boundary.policy import Limits
+from attnkit.driver.submission import Submission
+from attnkit.driver.zygote_handle import Zygote
+from attnkit.engine.worker import run_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
 

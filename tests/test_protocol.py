@@ -10,7 +10,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from attnkit import protocol
+from attnkit.boundary import wire as protocol
 
 
 def roundtrip(value: object) -> object:

@@ -13,10 +13,12 @@ from typing import Any, get_type_hints
 
 import pytest
 
-from attnkit import engine, records, scoring
-from attnkit.intake import find_jobs
-from attnkit.outcomes import TestResult
-from attnkit.policy import Limits
+from attnkit import records
+from attnkit.engine import fan_out
+from attnkit.report import results_json as scoring
+from attnkit.intake.jobs import find_jobs
+from attnkit.grading.outcomes import TestResult
+from attnkit.boundary.policy import Limits
 from attnkit.records import (
     ADDED_LATER,
     GRADED_ONLY,
@@ -31,8 +33,8 @@ from attnkit.records import (
     ResultsTest,
     SubmissionRecord,
 )
-from attnkit.sandbox_replies import CellRun
-from attnkit.store import write_record
+from attnkit.driver.replies import CellRun
+from attnkit.report.store import write_record
 
 from contract import CH19, write_submission
 
@@ -101,7 +103,7 @@ def test_the_record_types_are_the_dataclasses_they_copy() -> None:
 
 def test_a_not_graded_record_has_exactly_its_keys() -> None:
     job = Job("s", CH19.name, [], "f")
-    record = engine.not_graded_record(job, "killed")
+    record = fan_out.not_graded_record(job, "killed")
     assert check_record(record, graded=False, from_worker=False) == []
     assert check_results(scoring.results_json(record, CH19)) == []
 
@@ -109,13 +111,13 @@ def test_a_not_graded_record_has_exactly_its_keys() -> None:
 def test_a_key_added_in_a_producer_without_the_type_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check is not vacuous: a producer that writes a key the type does not declare (or drops
     one it requires) fails it. (mypy refuses the same producer: the record is typed where it is built.)"""
-    made = engine.not_graded_record
+    made = fan_out.not_graded_record
 
     def with_extra(job: Job, reason: str) -> dict[str, Any]:
         return {**made(job, reason), "retries": 1}
 
-    monkeypatch.setattr(engine, "not_graded_record", with_extra)
-    record = engine.not_graded_record(Job("s", CH19.name, [], "f"), "killed")
+    monkeypatch.setattr(fan_out, "not_graded_record", with_extra)
+    record = fan_out.not_graded_record(Job("s", CH19.name, [], "f"), "killed")
     assert check_record(record, graded=False, from_worker=False) == ["undeclared key 'retries'"]
     results = dict(scoring.results_json(made(Job("s", CH19.name, [], "f"), "killed"), CH19))
     results["score_after_penalty"] = 0.0
@@ -134,7 +136,7 @@ def test_real_records_and_results_have_exactly_the_declared_keys(tmp_path: Path)
         write_submission(submitted, student, override)
     jobs = find_jobs(submitted, {CH19.name: CH19}).jobs
     received: list[dict[str, Any]] = []
-    not_graded = engine.grade_jobs(jobs, ROOT / "autograder", 1, Limits(), [], received.append)
+    not_graded = fan_out.grade_jobs(jobs, ROOT / "autograder", 1, Limits(), [], received.append)
     assert not_graded == []
     assert sorted(r["student_id"] for r in received) == sorted(STUDENTS)
     out = tmp_path / "out"

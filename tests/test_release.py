@@ -1,4 +1,4 @@
-"""Is the committed student release exactly what `python -m attnkit.release` makes, and leak-free?
+"""Is the committed student release exactly what `python -m attnkit.course.release` makes, and leak-free?
 
 The release is regenerated for real (nbgrader generate_assignment) in a temporary copy of the
 course (nbgrader_config.py + solutions/), so the repository itself is never touched.
@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnkit.release import README_NAME, build_student_zip, student_readme
+from attnkit.course.release import README_NAME, build_student_zip, student_readme
 from commands import python_m
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,14 +66,14 @@ def files_under(directory: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A temporary course copy after `python -m attnkit.release --root COPY --zip COPY/dist/...`."""
+    """A temporary course copy after `python -m attnkit.course.release --root COPY --zip COPY/dist/...`."""
     course = tmp_path_factory.mktemp("course")
     shutil.copy2(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     shutil.copytree(ROOT / "solutions", course / "solutions")
     # The hidden suites name each assignment's student README (manifest.toml).
     shutil.copytree(ROOT / "autograder", course / "autograder", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    result = python_m("attnkit.release", "--root", str(course), "--zip", str(course / "dist" / "student.zip"), cwd=course, env=env, timeout=300)
+    result = python_m("attnkit.course.release", "--root", str(course), "--zip", str(course / "dist" / "student.zip"), cwd=course, env=env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     return course
 

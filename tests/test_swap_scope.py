@@ -264,9 +264,9 @@ def test_a_plain_call_after_swapped_calls_finds_nothing_the_fork_left() -> None:
     writes the reference's answer to /tmp, home, its folder and a shared mapping), does the next
     plain call run in a replaced sandbox that finds none of it, and is the replacement counted?"""
     from attnkit.notebook import CodeCell
-    from attnkit.policy import Limits
-    from attnkit.sandbox import Submission
-    from attnkit.zygote_handle import Zygote
+    from attnkit.boundary.policy import Limits
+    from attnkit.driver.submission import Submission
+    from attnkit.driver.zygote_handle import Zygote
 
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, CROSSING)], Limits())
@@ -308,8 +308,8 @@ def test_the_scope_answers_the_planned_call_however_it_is_written_and_nothing_el
 
     import torch
 
-    from attnkit.assignment import discover
-    from attnkit.scope import OutOfScope, ScopedReference, refusals, wire_of_call
+    from attnkit.assignment.folder import discover
+    from attnkit.grading.scope import OutOfScope, ScopedReference, refusals, wire_of_call
 
     reference = discover()[ASSIGNMENT].catalogue().reference_namespace()["scaled_attention"]
     generator = torch.Generator().manual_seed(0)
@@ -335,8 +335,8 @@ def test_planning_records_the_calls_between_the_notebooks_functions():
     scaled_attention (what a swapped-in reference will be asked), not only the test's own?"""
     import torch
 
-    from attnkit.proxy import LocalBackend
-    from attnkit.scope import record_inner_calls
+    from attnkit.grading.student import LocalBackend
+    from attnkit.grading.scope import record_inner_calls
 
     backend = LocalBackend.from_cells(["def inner(x):\n    return x * 2\n\ndef outer(x):\n    return inner(x + 1)\n"], "<cells>")
     sink: list = []
@@ -366,9 +366,9 @@ def test_an_exit_in_a_swapped_call_crashes_that_call_only_and_costs_no_restart()
     call, charge no restart (as when a swap fork died), and leave later swapped calls (now in a
     fork) and plain calls working, in a replaced sandbox?"""
     from attnkit.notebook import CodeCell
-    from attnkit.policy import Limits
-    from attnkit.sandbox import CRASHED, Submission
-    from attnkit.zygote_handle import Zygote
+    from attnkit.boundary.policy import Limits
+    from attnkit.driver.submission import CRASHED, Submission
+    from attnkit.driver.zygote_handle import Zygote
 
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, QUITTER)], Limits())
@@ -416,9 +416,9 @@ def test_a_swapped_call_cannot_spell_the_reference_in_the_sandbox_usage() -> Non
     for an answer of 300)? The usage shown must be what the sandbox used before its first swapped
     call."""
     from attnkit.notebook import CodeCell
-    from attnkit.policy import Limits
-    from attnkit.sandbox import Submission
-    from attnkit.zygote_handle import Zygote
+    from attnkit.boundary.policy import Limits
+    from attnkit.driver.submission import Submission
+    from attnkit.driver.zygote_handle import Zygote
 
     zygote = Zygote()
     session = Submission(zygote, [CodeCell(0, SPELLER)], Limits())

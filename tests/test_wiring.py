@@ -9,12 +9,14 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
-from attnkit import engine, intake, worker_messages
-from attnkit.plugin import GradingPlugin, LocalProvider, Provider, TestResult
-from attnkit.policy import Limits
-from attnkit.proxy import LocalBackend, Student
+from attnkit.engine import fan_out as engine
+from attnkit.intake import jobs as intake
+from attnkit.engine import messages as worker_messages
+from attnkit.grading.plugin import GradingPlugin, LocalProvider, Provider, TestResult
+from attnkit.boundary.policy import Limits
+from attnkit.grading.student import LocalBackend, Student
 from attnkit.records import Job
-from attnkit.worker import ChunkFeed, SubmissionRecords
+from attnkit.engine.worker import ChunkFeed, SubmissionRecords
 
 from contract import CH19
 

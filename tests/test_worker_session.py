@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from attnkit import plugin, sandbox_provider, worker
-from attnkit.intake import find_jobs
-from attnkit.policy import Limits
-from attnkit.zygote_handle import Zygote
+from attnkit.grading import plugin
+from attnkit.grading import sandbox_provider
+from attnkit.engine import worker
+from attnkit.intake.jobs import find_jobs
+from attnkit.boundary.policy import Limits
+from attnkit.driver.zygote_handle import Zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnkit import protocol
+from attnkit.boundary import wire
 from attnkit.notebook import CodeCell
-from attnkit.policy import Limits
-from attnkit.sandbox import Submission, batch_frame
-from attnkit.zygote_handle import Zygote, held_batch_frame
-from attnkit.seed import Seed
+from attnkit.boundary.policy import Limits
+from attnkit.driver.submission import Submission, batch_frame
+from attnkit.driver.zygote_handle import Zygote, held_batch_frame
+from attnkit.driver.seed import Seed
 
 
 def kernel_collapses() -> bool:
@@ -70,7 +70,7 @@ def test_only_a_plan_that_matches_its_digest_is_held() -> None:
         os.lseek(lying, 0, os.SEEK_SET)
         socket.send_fds(zygote.control, [json.dumps({"plan": "0" * 64}).encode()], [lying])
         os.close(lying)
-        zygote.hold_plan(protocol.encode({"op": "batch", "requests": "not a list"}))
+        zygote.hold_plan(wire.encode({"op": "batch", "requests": "not a list"}))
         cells = [CodeCell(0, "answer = 42\ndef double(x):\n    return x * 2\n")]
         first, ahead = Submission(zygote, cells), Submission(zygote, cells)  # forked before the plan
         first.start()
@@ -91,7 +91,7 @@ def test_a_sandboxs_folder_is_removed_without_following_links(tmp_path: Path) ->
     """Is an unisolated sandbox's folder removed with what its code left (folders set to mode 0,
     the folder itself too), while a link (in it, in its place, or put where a folder was listed,
     for which Python's chmod raises rather than following) is removed or left, never followed?"""
-    from attnkit.fork_server import _remove_tree, remove_folder
+    from attnkit.sandbox.fork_server import _remove_tree, remove_folder
 
     victim = tmp_path / "victim"
     victim.mkdir()

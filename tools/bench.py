@@ -51,7 +51,7 @@ from types import ModuleType
 from typing import Any
 from collections.abc import Sequence
 
-from attnkit.assignment import discover
+from attnkit.assignment.folder import discover
 from attnkit.commands import nbgrader_command, tool_environment
 
 # The assignment benchmarked (its catalogue makes the class); its manifest names the notebook.
@@ -435,7 +435,7 @@ def run_nbgrader(notebooks: dict[str, Path], course: Path, root: Path = ROOT) ->
     # The course's config makes `nbgrader autograde` grade with attnkit: the competitor must be
     # nbgrader's own autograde (execute the notebook, run its test cells), so the hook goes.
     config = config.split(KIT_HOOK, 1)[0]
-    if "attnkit.nbgrader_course" in config:
+    if "attnkit.course.nbgrader_commands" in config:
         raise RuntimeError("nbgrader_config.py still hooks attnkit into autograde: the bench would time attnkit twice")
     (course / "nbgrader_config.py").write_text(config, encoding="utf-8")
     # The repository's config maps nbgrader's steps onto solutions/ and assignments/ under the

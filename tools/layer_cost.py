@@ -4,7 +4,7 @@ Starts a zygote (hiding nothing, so the root-without-Landlock probe has nothing 
 N sandboxes one after another, each until it says ready (locked down, nothing of a student's run),
 and prints the layer and the time per sandbox (back to back: the sandbox forked ahead is
 still locking itself down, so this is the throughput of sandbox starts). Run it in each setting of
-``tests/settings.py`` to measure each layer of ``attnkit.nonamespace`` on one machine, as root, with
+``tests/settings.py`` to measure each layer of ``attnkit.sandbox.lockdown.without_namespaces`` on one machine, as root, with
 a Python every pool uid can read (e.g. a virtualenv of /usr/bin/python3 with the grader's packages)::
 
     PY=/var/tmp/attnkit-test-venv-.../bin/python
@@ -19,9 +19,9 @@ import statistics
 import sys
 import time
 
-from attnkit import protocol
-from attnkit.policy import Limits
-from attnkit.zygote_handle import Zygote
+from attnkit.boundary import wire
+from attnkit.boundary.policy import Limits
+from attnkit.driver.zygote_handle import Zygote
 
 
 def main(count: int) -> None:
@@ -31,7 +31,7 @@ def main(count: int) -> None:
     for _ in range(count):
         started = time.perf_counter()
         channel, _pid = zygote.spawn(limits)
-        ready = protocol.receive(channel)
+        ready = wire.receive(channel)
         times.append(time.perf_counter() - started)
         layer = ready.get("isolation", [])
         channel.close()  # no pause: the next one, forked ahead, is still locking itself down (throughput)

@@ -38,11 +38,15 @@ os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 import torch
 
-from attnkit import operations, plugin, sandbox, sandbox_provider, worker
-from attnkit.assignment import discover
-from attnkit.intake import find_jobs
-from attnkit.policy import Limits
-from attnkit.zygote_handle import Zygote
+from attnkit.boundary import operations
+from attnkit.grading import plugin
+from attnkit.driver import submission as sandbox
+from attnkit.grading import sandbox_provider
+from attnkit.engine import worker
+from attnkit.assignment.folder import discover
+from attnkit.intake.jobs import find_jobs
+from attnkit.boundary.policy import Limits
+from attnkit.driver.zygote_handle import Zygote
 
 PHASES = (
     (sandbox_provider.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),

@@ -1,4 +1,4 @@
-"""Checks about this chapter's functions, on top of the generic ones in attnkit.checks."""
+"""Checks about this chapter's functions, on top of the generic ones in attnkit.assignment.checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from attnkit import i18n
-from attnkit.checks import CONCEPT_TOLERANCE, assert_bool_equal, assert_close, fail
+from attnkit.assignment.checks import CONCEPT_TOLERANCE, assert_bool_equal, assert_close, fail
 
 from .messages import _
 

@@ -1,6 +1,6 @@
 """The catalogue of known mistakes (mutants) of the six API functions, for diagnosis.
 
-Each mistake is the reference with exactly one function replaced (see ``attnkit.mistakes``): a
+Each mistake is the reference with exactly one function replaced (see ``attnkit.assignment.mistakes``): a
 later part that fails only because of an earlier function is diagnosed as that earlier mistake.
 Every ``source`` is self-contained (it imports what it uses), so it also works pasted into a
 student's notebook cell in place of the right answer.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from attnkit.mistakes import Catalogue, Mistake
+from attnkit.assignment.mistakes import Catalogue, Mistake
 
 from .messages import N_
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from . import reference
-from attnkit.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
+from attnkit.assignment.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
 from .attention_checks import assert_real_attention, unpack_pair
 from .messages import _
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from . import reference
-from attnkit.checks import assert_bool_equal, assert_close, assert_tensor, broadcast_shape, fail, fmt_shape
+from attnkit.assignment.checks import assert_bool_equal, assert_close, assert_tensor, broadcast_shape, fail, fmt_shape
 from .attention_checks import assert_mask_alone
 from .messages import _
 

@@ -13,9 +13,9 @@ any real leak through the mask moves an earlier output by O(1) here.
 import pytest
 import torch
 
-from attnkit.proxy import StudentRaised
+from attnkit.boundary.outcome import StudentRaised
 from . import reference
-from attnkit.checks import assert_shape, fail, fmt_index, max_change
+from attnkit.assignment.checks import assert_shape, fail, fmt_index, max_change
 from .attention_checks import assert_real_attention, unpack_pair
 from .messages import _
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from . import reference
-from attnkit.checks import assert_equal_exactly, assert_shape, expect_value_error, fail, fmt_number
+from attnkit.assignment.checks import assert_equal_exactly, assert_shape, expect_value_error, fail, fmt_number
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_heads")

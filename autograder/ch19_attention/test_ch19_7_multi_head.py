@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnkit.checks import assert_close, assert_dtype, assert_shape
+from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape
 from .attention_checks import unpack_pair
 from .messages import _
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from . import reference
-from attnkit.checks import answer_shape, judge_answers
+from attnkit.assignment.checks import answer_shape, judge_answers
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_shape_trace")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from . import reference
-from attnkit.checks import answer_bool, answer_int, answer_shape, judge_answers
+from attnkit.assignment.checks import answer_bool, answer_int, answer_shape, judge_answers
 
 from .messages import N_, _
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 # (tests/test_fork_threads.py).
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script starts it in attnkit.launch
-    from attnkit import seed
+    from attnkit.driver import seed
 
     seed.start_for(sys.argv[1:])
 
@@ -30,22 +30,22 @@ from attnkit import __version__
 from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import i18n
 from attnkit.i18n import _
-from attnkit.policy import DEFAULT_MEMORY_MB, Limits
+from attnkit.boundary.policy import DEFAULT_MEMORY_MB, Limits
 
 if TYPE_CHECKING:
-    from attnkit.assignment import Assignment
+    from attnkit.assignment.folder import Assignment
     from attnkit.records import ResultsJson, SubmissionRecord
-    from attnkit.lms_feedback import Packed
+    from attnkit.course.lms_upload import Packed
 
 
 # The modules each command needs: grade and check grade (torch above all, through the engine's
 # workers); the others only read and write files (no torch).
 COMMAND_MODULES = {
-    "grade": ("assignment", "console", "engine", "feedback", "intake", "seed", "store"),
-    "check": ("assignment", "console", "engine", "feedback", "intake", "seed", "store"),
-    "merge": ("assignment", "console", "store"),
-    "lms-feedback": ("assignment", "console", "lms_feedback", "store"),
-    "collect": ("assignment", "console", "lms"),
+    "grade": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
+    "check": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
+    "merge": ("assignment.folder", "console", "report.store"),
+    "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
+    "collect": ("assignment.folder", "console", "intake.lms_collect"),
 }
 
 
@@ -142,12 +142,12 @@ def hidden_paths(*extra: Path) -> list[str]:
 
 
 # The two class-level steps below join another source's lateness to the records (wiring, not
-# storage: gradebook.py reaches nbgrader_course.py, which reads the store; store.py imports neither).
+# storage: gradebook.py reaches nbgrader_commands.py, which reads the store; store.py imports neither).
 def add_lateness(out: Path, graded: list[ResultsJson], database: Path, suites: dict[str, Assignment]) -> None:
     """Each graded submission's late penalty and total after it, as the gradebook has them
     (``nbgrader export``'s figures), into its results.json and feedback.html."""
-    from attnkit.gradebook_totals import lateness
-    from attnkit.store import rewrite_results
+    from attnkit.course.gradebook_totals import lateness
+    from attnkit.report.store import rewrite_results
 
     db_url = f"sqlite:///{database.resolve()}"
     for results in graded:
@@ -162,8 +162,8 @@ def add_lms_lateness(out: Path, all_results: list[ResultsJson], submitted: Path,
     """The LMS's late flag of each submission ``attnkit collect`` placed (its lms.json), as
     ``lms_late`` into results.json and feedback.html; read every run, so a re-collect that
     changed only the flag is shown without regrading. Which lateness is shown: ``late_notice``."""
-    from attnkit.lms_feedback import lms_lateness, lms_record
-    from attnkit.store import rewrite_results
+    from attnkit.course.lms_upload import lms_lateness, lms_record
+    from attnkit.report.store import rewrite_results
 
     for results in all_results:
         found = lms_lateness(lms_record(submitted, results["student_id"], results["assignment"]))
@@ -179,7 +179,7 @@ def add_lms_lateness(out: Path, all_results: list[ResultsJson], submitted: Path,
 
 def report_lms_feedback(out: Path, submitted: Path, all_results: list[ResultsJson], quiet: bool) -> Packed:
     """Write the LMS bulk-feedback zips (``lms_feedback``) and say where they are and who is not in them."""
-    from attnkit.lms_feedback import write_lms_feedback
+    from attnkit.course.lms_upload import write_lms_feedback
 
     from attnkit.console import print_lms_feedback
 
@@ -192,12 +192,12 @@ def command_grade(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     import torch
 
-    from attnkit.assignment import discover, solutions_beside
+    from attnkit.assignment.folder import discover, solutions_beside
     from attnkit.console import console, grading_progress, print_graded, print_grade_end
-    from attnkit.engine import grade_jobs, shard_of
-    from attnkit.intake import find_jobs
-    from attnkit.seed import take as take_seed
-    from attnkit.store import collect, is_current, record_shard, repair_outputs, write_class_outputs, write_grades, write_record, write_report
+    from attnkit.engine.fan_out import grade_jobs, shard_of
+    from attnkit.intake.jobs import find_jobs
+    from attnkit.driver.seed import take as take_seed
+    from attnkit.report.store import collect, is_current, record_shard, repair_outputs, write_class_outputs, write_grades, write_record, write_report
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
@@ -243,8 +243,8 @@ def command_grade(args: argparse.Namespace) -> int:
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     not_graded = [r for r in all_results if r.get("not_graded")]
     if args.gradebook is not None:
-        from attnkit.gradebook import record_grades
-        from attnkit.gradebook_totals import class_totals
+        from attnkit.course.gradebook import record_grades
+        from attnkit.course.gradebook_totals import class_totals
 
         # Only what was really graded goes into the gradebook: no "not graded" zeros.
         graded = [r for r in all_results if not r.get("not_graded")]
@@ -289,9 +289,9 @@ def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: st
 
 
 def command_check(args: argparse.Namespace) -> int:
-    from attnkit.assignment import discover
+    from attnkit.assignment.folder import discover
     from attnkit.console import print_check
-    from attnkit.store import collect
+    from attnkit.report.store import collect
 
     if not args.notebook.is_file():
         raise GraderError(_("找不到笔记本：{path}").format(path=args.notebook))
@@ -325,9 +325,9 @@ def command_check(args: argparse.Namespace) -> int:
 
 
 def command_merge(args: argparse.Namespace) -> int:
-    from attnkit.assignment import discover
+    from attnkit.assignment.folder import discover
     from attnkit.console import console
-    from attnkit.store import check_shard_set, gather_shards, write_class_outputs
+    from attnkit.report.store import check_shard_set, gather_shards, write_class_outputs
 
     check_shard_set(args.shards)
     all_results, skipped = gather_shards(args.shards, args.out)
@@ -338,9 +338,9 @@ def command_merge(args: argparse.Namespace) -> int:
 
 def command_lms_feedback(args: argparse.Namespace) -> int:
     """The bulk-feedback zips of an output folder (after `merge`, or again after a TA's change)."""
-    from attnkit.assignment import discover
+    from attnkit.assignment.folder import discover
     from attnkit.console import console
-    from attnkit.store import collect
+    from attnkit.report.store import collect
 
     if not args.submitted.is_dir():
         raise GraderError(_("找不到提交文件夹：{folder}").format(folder=args.submitted))
@@ -357,10 +357,10 @@ def command_lms_feedback(args: argparse.Namespace) -> int:
 
 def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
-    from attnkit.assignment import discover
+    from attnkit.assignment.folder import discover
     from attnkit.console import print_collected
-    from attnkit.lms import collect as collect_download
-    from attnkit.lms import timezone
+    from attnkit.intake.lms_collect import collect as collect_download
+    from attnkit.intake.lms_collect import timezone
 
     assignment = assignment_for(discover(), args.assignment, "")
     try:
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         args.command
     ]
     from attnkit.console import console, print_error
-    from attnkit.store import output_lock
+    from attnkit.report.store import output_lock
 
     try:
         if args.command in ("grade", "merge", "lms-feedback"):

@@ -15,16 +15,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from attnkit.assignment import Assignment
+from attnkit.assignment.folder import Assignment
 from attnkit.constants import STUDENTS_FOLDER
-from attnkit.feedback import causes, late_notice
+from attnkit.report.pages import causes, late_notice
 from attnkit.i18n import _, ngettext
-from attnkit.store import isolation_line
+from attnkit.report.store import isolation_line
 
 if TYPE_CHECKING:
     from attnkit.records import ResultsJson
-    from attnkit.lms import Collected
-    from attnkit.lms_feedback import Packed
+    from attnkit.intake.lms_collect import Collected
+    from attnkit.course.lms_upload import Packed
 
 console = Console(stderr=True)
 

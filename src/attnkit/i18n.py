@@ -157,7 +157,7 @@ def extract_with_titles(fileobj: Any, keywords: Any, comment_tags: Any, options:
 
 def extract_manifest(fileobj: Any, keywords: Any, comment_tags: Any, options: Any) -> Any:
     """Babel extraction method for an assignment's manifest.toml: its page title and part titles
-    (``attnkit.assignment.Assignment._`` translates them where they are shown)."""
+    (``attnkit.assignment.folder.Assignment._`` translates them where they are shown)."""
     import tomllib
 
     manifest = tomllib.loads(fileobj.read().decode("utf-8"))

@@ -1,11 +1,11 @@
 """The ``attnkit`` command (and ``python -m attnkit``): the zygotes' seed starts before the command
-line's own imports (torch and all), so that both run at once (``attnkit.seed``)."""
+line's own imports (torch and all), so that both run at once (``attnkit.driver.seed``)."""
 
 from __future__ import annotations
 
 import sys
 
-from attnkit import seed
+from attnkit.driver import seed
 
 
 def run() -> None:

@@ -1,6 +1,6 @@
 """The records that cross a process boundary, typed: what intake hands the workers (``Job``), what
 a worker sends back for each submission (``SubmissionRecord``, over its result pipe between the
-messages of ``attnkit.worker_messages``) and what the CLI writes from it (``ResultsJson``, each
+messages of ``attnkit.engine.messages``) and what the CLI writes from it (``ResultsJson``, each
 submission's results.json, read again by the store, the gradebook, Gradescope and the LMS zips).
 
 Plain data only (``dict``/``list``/``str``/numbers: they go through a pipe and into JSON), typed
@@ -51,7 +51,7 @@ class HiddenTestRecord(TypedDict):
     substituted: list[str]
     functions: list[str]
     error: dict[str, Any]
-    charge: dict[str, Any]  # points moved where the failure starts (attnkit.charges); {} when none
+    charge: dict[str, Any]  # points moved where the failure starts (attnkit.grading.charges); {} when none
 
 
 class CellRecord(TypedDict):

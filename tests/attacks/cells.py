@@ -315,7 +315,7 @@ def snoop(root: str, submitted: str, out: str, victim: str, assignment: str, sec
         _try("list_submitted", lambda: sorted(os.listdir($submitted)))
         _try("list_out", lambda: sorted(os.listdir($out)))
         for _module in ("reference", "catalogue", "checks", "ch19_attention", "ch19_attention.reference",
-                        "ch19_attention.catalogue", "attnkit", "attnkit.checks", "attnkit.engine", "attnkit.plugin"):
+                        "ch19_attention.catalogue", "attnkit", "attnkit.assignment.checks", "attnkit.engine.fan_out", "attnkit.grading.plugin"):
             _try("import_" + _module, lambda: importlib.import_module(_module) and None)
         _hidden = {"reference", "catalogue", "checks", "ch19_attention", "ch19_attention.reference", "ch19_attention.catalogue"}
         _found = set()

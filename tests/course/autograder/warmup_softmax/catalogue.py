@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.mistakes import Catalogue, Mistake
+from attnkit.assignment.mistakes import Catalogue, Mistake
 
 from .messages import N_
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.checks import assert_close
+from attnkit.assignment.checks import assert_close
 
 from . import reference
 from .messages import _

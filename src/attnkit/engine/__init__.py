@@ -1,0 +1,3 @@
+"""The fan-out of a class to workers: the engine (``fan_out``), one worker's loop (``worker``) and the
+messages between them.
+"""

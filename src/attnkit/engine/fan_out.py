@@ -1,0 +1,346 @@
+"""Grade a class's jobs: skip what is unchanged, fan out to workers, write once.
+
+The jobs come from intake (``attnkit.intake.jobs``). The parent process is the only writer: workers
+send records back, and each record is written atomically as soon as it arrives, so an
+interrupted run loses nothing already graded and a re-run grades only what changed (the
+submission's bytes or the grader's own files). A worker that dies or stalls costs only the
+submission it was grading: its chunk's other submissions are graded again on a new worker
+(``FanOut``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable, Iterator
+
+from attnkit.constants import GraderError
+from attnkit import i18n
+from attnkit.engine import messages
+from attnkit.i18n import _
+from attnkit.driver.seed import Seed
+from attnkit.boundary.policy import Limits
+from attnkit.procfs import stat_fields
+from attnkit.records import Job, SubmissionRecord
+from attnkit.engine.worker import worker_main
+
+
+def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
+    """The deterministic slice ``i/n`` (1-based) of the sorted jobs: every n-th one."""
+    if shard is None:
+        return jobs
+    index, count = shard
+    return [job for position, job in enumerate(jobs) if position % count == index - 1]
+
+
+MIN_CHUNK = 4  # below this, a chunk's round trip to this process costs more than the balance it buys
+
+
+def chunks(jobs: list[Job], workers: int) -> Iterator[list[Job]]:
+    """Chunks of at most 50 jobs that shrink as the work runs out (each worker takes the next
+    when it is done): a worker that gets the last big chunk would otherwise grade it alone while
+    the others wait. A worker's pytest session usually goes on from one chunk to the next
+    (``worker_main``); a chunk of another assignment, or the first one, costs a new session."""
+    start = 0
+    while start < len(jobs):
+        size = max(MIN_CHUNK, min(50, math.ceil((len(jobs) - start) / (workers * 3))))
+        yield jobs[start : start + size]
+        start += size
+
+
+def not_graded_record(job: Job, reason: str) -> SubmissionRecord:
+    """The record of a submission whose grading killed or stalled its worker even on its own.
+    An empty fingerprint: the next run tries it again."""
+    return {
+        "student_id": job.student_id,
+        "assignment": job.assignment,
+        "fingerprint": "",
+        "tests": [],
+        "problems": [_("未能评分：{reason}").format(reason=reason)],
+        "notes": [],
+        "not_graded": reason,
+    }
+
+
+def death_reason(exitcode: int | None) -> str:
+    """Why a worker process ended, in the words shown to the student and the TA."""
+    if exitcode is not None and exitcode < 0:
+        number = -exitcode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = str(number)
+        if number == signal.SIGKILL:
+            return _("评分进程被强制终止（{signal}，多半是内存耗尽）").format(signal=name)
+        return _("评分进程因信号 {signal} 崩溃").format(signal=name)
+    return _("评分进程意外退出（退出码 {code}）").format(code=exitcode)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans(on: bool) -> None:
+    """While grading, processes a dead worker leaves behind (its zygote, a sandbox still running
+    student code) become our children instead of init's, so they can be found and ended."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process we can see (/proc, no extra dependency)."""
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            found[int(entry)] = int(stat_fields(entry)[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def end_orphans(workers: set[int]) -> None:
+    """End (SIGKILL, by pid) and reap every child of ours that is not a live worker, with its
+    descendants: what a killed worker left behind. Nothing else of ours runs while grading."""
+    if not os.path.isdir("/proc"):
+        return
+    parents = _parents()
+    me = os.getpid()
+    orphans = [pid for pid, parent in parents.items() if parent == me and pid not in workers]
+    family = list(orphans)
+    for pid in family:  # grows while iterated: breadth-first over descendants
+        family += [child for child, parent in parents.items() if parent == pid and child not in family]
+    for pid in reversed(family):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in orphans:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+@dataclass
+class _Worker:
+    process: Any
+    inbox: Any  # our end of its task pipe
+    outbox: Any  # our end of its result pipe
+    chunk: list[Job] | None = None
+    current: str | None = None  # the submission it is grading now
+    since: float = 0.0  # when it started ``current`` (or its chunk)
+    cpu: int | None = None  # the CPU it keeps to, with its zygote and sandboxes (``worker_cpus``)
+
+
+def worker_cpus(workers: int) -> list[int]:
+    """The CPUs that ``workers`` workers keep to, one worker's lane each (least used first), or
+    none: then the scheduler places every process.
+
+    A worker and its sandbox take turns (a request, its reply), and a sandbox is forked, runs and
+    exits on the CPU of the worker it serves: where workers fill every CPU, each keeping to one,
+    with its zygote and sandboxes, saves the kernel a wake-up across CPUs (an interrupt between
+    processors, costly in a virtual machine) and a migration at every turn: 4-6 % of a class's
+    time on a 2-core VM (README, Speed). With fewer workers than CPUs the spare ones are worth
+    more: a sandbox forked ahead or a swapped re-run's fork runs on one of them."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+    return allowed if len(allowed) > 1 and workers >= len(allowed) else []
+
+
+def grade_jobs(
+    jobs: list[Job],
+    autograder: Path,
+    workers: int,
+    limits: Limits,
+    hide: list[str],
+    on_record: Callable[[SubmissionRecord], None],
+    seed: Seed | None = None,
+) -> list[str]:
+    """Run ``jobs`` on ``workers`` processes; call ``on_record`` (in this process) for each result,
+    including a "not graded" record for a submission that kills or stalls a worker on its own.
+    Returns the keys of those not graded. ``seed``: where workers get their zygotes
+    (``attnkit.driver.seed``); it is closed here."""
+    if not jobs:
+        if seed is not None:
+            seed.close()
+        return []
+    return FanOut(jobs, autograder, max(1, min(workers, len(jobs))), limits, hide, on_record, seed).run()
+
+
+class FanOut:
+    """One run of ``grade_jobs``: the pool of workers, the chunks still to hand out, and the jobs
+    still without a record. Every method runs in the parent, between ``wait``s on the pool."""
+
+    def __init__(
+        self, jobs: list[Job], autograder: Path, workers: int, limits: Limits, hide: list[str], on_record: Callable[[SubmissionRecord], None], seed: Seed | None
+    ) -> None:
+        self.autograder = autograder
+        self.workers = workers
+        self.limits = limits
+        self.hide = hide
+        self.on_record = on_record
+        self.seed = seed
+        # fork: workers start with torch already imported. Safe because this process has run no torch
+        # op (so no OpenMP thread pool exists to deadlock a child) and runs no other threads.
+        self.context = multiprocessing.get_context("fork")
+        self.work: deque[list[Job]] = deque(chunks(jobs, workers))
+        self.remaining = {job.key: job for job in jobs}
+        self.not_graded: list[str] = []
+        # A submission is bounded by the sandbox's own limits; this is the last resort for a worker
+        # stuck on the trusted side, far above anything an honest notebook needs.
+        self.stall_seconds = (limits.notebook_seconds + limits.submission_seconds) * (limits.restarts + 1) + 120
+        self.pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
+        self.lanes = worker_cpus(workers)
+
+    def run(self) -> list[str]:
+        """Grade every job; the keys of those not graded. GraderError when grading cannot run."""
+        _adopt_orphans(True)
+        for _worker in range(self.workers):
+            self.feed(self.start_worker())
+        try:
+            while self.remaining and self.pool:
+                for ready in multiprocessing.connection.wait(list(self.pool), timeout=0.5):
+                    self.receive(self.pool[ready])
+                self.check_health()
+        finally:
+            self.shut_down()
+        if self.remaining:
+            raise GraderError(
+                i18n.ngettext(
+                    "{count} 份提交未能评分：没有一个评分进程能够运行", "{count} 份提交未能评分：没有一个评分进程能够运行", len(self.remaining)
+                ).format(count=len(self.remaining))
+            )
+        return self.not_graded
+
+    def start_worker(self) -> _Worker:
+        # One pipe pair per worker, no shared queue: a worker killed mid-write (OOM) would leave a
+        # shared queue's lock held and every other worker blocked forever.
+        task_reader, task_writer = self.context.Pipe(duplex=False)
+        result_reader, result_writer = self.context.Pipe(duplex=False)
+        taken = Counter(other.cpu for other in self.pool.values())
+        cpu = min(self.lanes, key=lambda lane: taken[lane]) if self.lanes else None
+        process = self.context.Process(
+            target=worker_main,
+            args=(task_reader, result_writer, str(self.autograder), self.limits, self.hide, cpu, self.seed.requests if self.seed else None),
+            daemon=True,
+        )
+        process.start()
+        task_reader.close()
+        result_writer.close()
+        worker = _Worker(process, task_writer, result_reader, cpu=cpu)
+        self.pool[result_reader] = worker
+        return worker
+
+    def feed(self, worker: _Worker) -> None:
+        """Send ``worker`` the next chunk with a job still to grade (None when there is none)."""
+        work, remaining = self.work, self.remaining
+        while work and not any(job.key in remaining for job in work[0]):
+            work.popleft()
+        worker.current, worker.since = None, time.monotonic()
+        worker.chunk = [job for job in work.popleft() if job.key in remaining] if work else None
+        try:
+            worker.inbox.send(worker.chunk)
+        except OSError:
+            pass  # it died: noticed below, and the chunk goes back
+
+    def receive(self, worker: _Worker) -> None:
+        """One message from ``worker``: a record, or news of its chunk (``worker_messages``)."""
+        try:
+            message = worker.outbox.recv()  # the same connection, typed as what worker_main sends
+        except (EOFError, OSError):
+            self.bury(worker, "")
+            return
+        kind = messages.kind_of(message)
+        if kind == messages.FATAL:
+            raise GraderError(message[messages.FATAL])
+        if kind == messages.STARTED:
+            worker.current, worker.since = message[messages.STARTED], time.monotonic()
+        elif kind == messages.CHUNK_DONE:
+            if any(job.key in self.remaining for job in worker.chunk or []):
+                # A session that ended without a record for someone: find whom, alone.
+                self.chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
+            self.feed(worker)
+        elif kind == messages.CHUNK_FAILED:
+            self.chunk_failed(worker, _("评分过程出错（{error}）").format(error=message[messages.CHUNK_FAILED][:300]))
+            self.feed(worker)
+        else:
+            key = f"{message['student_id']}/{message['assignment']}"
+            if key in self.remaining:
+                del self.remaining[key]
+                self.on_record(message)
+
+    def check_health(self) -> None:
+        """Bury the workers that stalled on a chunk or died with nothing left to read."""
+        for worker in list(self.pool.values()):
+            if worker.chunk is not None and time.monotonic() - worker.since > self.stall_seconds:
+                self.bury(worker, _("评分超时（超过 {seconds} 秒没有完成）").format(seconds=f"{self.stall_seconds:.0f}"))
+            elif not worker.process.is_alive() and not worker.outbox.poll():
+                self.bury(worker, "")
+
+    def chunk_failed(self, worker: _Worker, reason: str) -> None:
+        """Its ungraded submissions go back: the one it was on alone (the likely culprit), the
+        rest together; a submission that fails alone is recorded as not graded."""
+        left = [job for job in worker.chunk or [] if job.key in self.remaining]
+        worker.chunk = None
+        if len(left) == 1:
+            job = left[0]
+            del self.remaining[job.key]
+            self.not_graded.append(job.key)
+            self.on_record(not_graded_record(job, reason))
+            return
+        culprit = [job for job in left if job.key == worker.current]
+        rest = [job for job in left if job.key != worker.current]
+        if not culprit:  # died between submissions: find it one by one
+            self.work.extendleft([job] for job in reversed(rest))
+        else:
+            if rest:
+                self.work.appendleft(rest)
+            self.work.appendleft(culprit)
+
+    def bury(self, worker: _Worker, reason: str) -> None:
+        """A dead or stalled worker: ended, its leftovers too, its chunk back, a new one in its place."""
+        del self.pool[worker.outbox]
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(timeout=5)
+        reason = reason or death_reason(worker.process.exitcode)
+        for end in (worker.inbox, worker.outbox):
+            end.close()
+        # The seed and the zygotes of live workers (its children) go on; the dead worker's zygote
+        # ends by itself when the worker's end of it closes.
+        end_orphans({w.process.pid for w in self.pool.values()} | ({self.seed.pid} if self.seed else set()))
+        if worker.chunk is not None:
+            self.chunk_failed(worker, reason)
+        if self.remaining and self.work and len(self.pool) < self.workers:
+            self.feed(self.start_worker())
+
+    def shut_down(self) -> None:
+        """Every worker told to stop (killed if it will not), the seed closed, the leftovers ended."""
+        for worker in self.pool.values():
+            try:
+                worker.inbox.send(None)
+            except OSError:
+                pass
+        for worker in self.pool.values():
+            worker.process.join(timeout=5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(timeout=5)
+        if self.seed is not None:
+            self.seed.close()
+        end_orphans(set())
+        _adopt_orphans(False)

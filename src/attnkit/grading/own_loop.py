@@ -1,0 +1,270 @@
+"""The plugin's own test loop: every submission of a session of plain ``student`` tests, in turn.
+
+:class:`attnkit.grading.plugin.GradingPlugin` takes these methods from :class:`OwnLoop`: open each
+submission, run its tests in order (a failed test whose dependency failed waits for its re-run
+with the reference swapped in, ``_Deferred``), record them, close it. pytest's own loop, with the
+plugin's hooks, does the same for a session that holds anything else. The hooks, the record of
+one test and the swapped call itself are :mod:`attnkit.grading.plugin`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from attnkit.i18n import _
+from attnkit.grading import charges
+from attnkit.grading.markers import assignment_of, dependencies_of, functions_of, grade_id_of, test_key
+from attnkit.grading.outcomes import TestResult, failure_message, only_failed_functions
+from attnkit.grading.student import Student
+
+if TYPE_CHECKING:
+    from attnkit.assignment.folder import Assignment
+    from attnkit.grading.provider import Provider
+
+
+def _plain_student_test(item: pytest.Item) -> bool:
+    """A test function of the ``student`` fixture alone, with nothing pytest would do around it."""
+    return (
+        isinstance(item, pytest.Function)
+        and set(item.fixturenames) <= {"student", "request"}
+        and set(getattr(getattr(item, "callspec", None), "params", {})) == {"student"}
+        and not any(item.get_closest_marker(name) for name in ("skip", "skipif", "xfail", "usefixtures", "filterwarnings"))
+    )
+
+
+class _Skipped:
+    """What ``GradingPlugin._within_test`` returns for a test that skipped itself."""
+
+
+_SKIPPED = _Skipped()
+
+
+@dataclass
+class _Deferred:
+    """A failed test waiting for its re-run with references swapped in: its plain run's failure,
+    and the calls that run made (its diagnosis, should the re-run not happen)."""
+
+    item: pytest.Function
+    error: BaseException
+    calls: list[Any]
+    # Dependencies that passed their own tests but may be where the failure starts
+    # (``attnkit.grading.charges``): each is swapped in alone; the first with which it passes is charged.
+    suspects: tuple[str, ...] = ()
+
+
+class OwnLoop:
+    """The test loop of :class:`attnkit.grading.plugin.GradingPlugin` (its state is set up there)."""
+
+    if TYPE_CHECKING:
+        provider: Provider
+        results: dict[str, list[TestResult]]
+        failed_functions: dict[str, dict[str, str]]
+        fatal: str
+        template: bool
+        suite_state: tuple | None
+        plain_suites: set[tuple]  # plugin._PLAIN_SUITES
+        _positions: dict[str, int]
+        _deferred: list[_Deferred]
+        _unnarrowed: list[tuple[int, TestResult, list[str], Assignment]]
+        _recorded_at: dict[int, int]
+
+        def open(self, submission_id: str) -> Student: ...
+
+        swapped: dict[str, dict[str, str]]
+
+        def record(
+            self, item: pytest.Item, submission_id: str, message: str | None, diagnose: bool, error: BaseException | None = None, charged: bool = False
+        ) -> None: ...
+        def _charge_suspects(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str) -> tuple[str, ...]: ...
+        def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]: ...
+        def _swap_for(self, item: pytest.Item, submission_id: str) -> dict[str, str]: ...
+        def _plain_call(self, item: pytest.Function) -> None: ...
+        def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None: ...
+        def _failed_by(self, submission_id: str, position: int) -> dict[str, str]: ...
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        """Run a session of ``student`` tests ourselves: open each submission, run its tests in
+        order, record them, close it, exactly as pytest's own loop with this plugin's hooks would,
+        less pytest's per-test protocol (setup, call and teardown reports, their hooks, the
+        environment variable per phase), which costs more than most tests and ends up in no
+        result. A session with anything else in it (other fixtures, skip or xfail markers,
+        collection errors) runs in pytest's own loop."""
+        plain = not session.testsfailed and bool(session.items) and all(_plain_student_test(item) for item in session.items)
+        if self.template and not plain:
+            # Only a suite that changed under a running process gets here: its items are one
+            # submission's, and pytest's loop would grade nobody else.
+            self.fatal = _("隐藏测试在评分期间被改动过，请重新运行")
+            pytest.exit(self.fatal, returncode=3)
+        if not plain:
+            return None
+        if self.suite_state is not None:
+            self.plain_suites.add(self.suite_state)
+        self._positions = {test_key(item): position for position, item in enumerate(session.items)}
+        if self.template:
+            runs = self._template_runs(session.items)
+        else:
+            runs = ((str(item.callspec.params["student"]), item) for item in session.items)  # type: ignore[attr-defined]
+        submission_id: str | None = None
+        opened: Student | BaseException | None = None
+        # The collector runs between submissions, not inside them: what a submission's tests leave
+        # in cycles (a failure's traceback and frames) is garbage once it is closed, and the
+        # automatic collections a busy worker triggers kept walking everything the chunk holds.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for current, item in runs:
+                if current is None or item is None:  # the submissions so far are done: close before asking for more
+                    self._run_deferred(submission_id, opened)
+                    self._close(submission_id, opened)
+                    submission_id, opened = None, None
+                    continue
+                if current != submission_id:
+                    self._run_deferred(submission_id, opened)
+                    self._close(submission_id, opened)
+                    submission_id, opened = current, None
+                    try:
+                        opened = self.open(current)
+                    except Exception as error:  # pytest too fails each test's setup with it
+                        opened = error
+                if isinstance(opened, BaseException):
+                    self.record(item, current, failure_message(opened), diagnose=False, error=opened)
+                    continue
+                # Opened just above; and a plain session holds test functions only.
+                assert opened is not None and isinstance(item, pytest.Function)
+                self._run(item, opened, current)
+            self._run_deferred(submission_id, opened)
+        finally:
+            self._deferred.clear()
+            self._unnarrowed.clear()
+            self._close(submission_id, opened)
+            if collecting:
+                gc.enable()
+        return True
+
+    def _template_runs(self, items: list[pytest.Item]) -> Iterator[tuple[str | None, pytest.Item | None]]:
+        """(submission, test) for every submission and each of the session's tests, in order; then,
+        while the provider has more submissions of this suite for the same session (its optional
+        ``more()``: the worker's next chunk), theirs: a worker keeps one session for its whole
+        class. ``(None, None)`` between rounds."""
+        submission_ids = list(self.provider.submission_ids())
+        while submission_ids:
+            for submission_id in submission_ids:
+                for item in items:
+                    yield submission_id, item
+            yield None, None
+            submission_ids = list(self.provider.more())
+
+    def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
+        if submission_id is not None and isinstance(opened, Student):
+            self.provider.close(submission_id)
+        if submission_id is not None:
+            gc.collect(1)
+
+    def _run(self, item: pytest.Function, proxy: Student, submission_id: str) -> None:
+        """One test on one submission, as ``pytest_runtest_call``, ``pytest_pyfunc_call`` and
+        ``pytest_runtest_makereport`` below do it in pytest's loop, except that a re-run with the
+        reference swapped in waits (``_Deferred``) until the submission's other tests are done."""
+        item.funcargs = {"student": proxy}
+        error = self._within_test(item, functools.partial(self._plain_call, item))
+        if error is _SKIPPED:
+            return  # no result, as in pytest's loop (its own report)
+        assert not isinstance(error, _Skipped)
+        if error is not None and self._may_swap(item, error, submission_id):
+            self._deferred.append(_Deferred(item, error, list(proxy.calls)))
+            return
+        suspects = self._charge_suspects(item, error, proxy, submission_id) if error is not None else ()
+        if suspects:
+            assert error is not None
+            self._deferred.append(_Deferred(item, error, list(proxy.calls), suspects))
+            return
+        self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
+
+    def _within_test(self, item: pytest.Function, body: Callable[[], object]) -> BaseException | _Skipped | None:
+        """Run ``body`` inside the test's hooks; the failure it raised, ``_SKIPPED``, or None."""
+        hooks = self.pytest_runtest_call(item)
+        next(hooks)
+        try:
+            body()
+        except pytest.skip.Exception:
+            return _SKIPPED
+        except (KeyboardInterrupt, pytest.exit.Exception):
+            raise
+        except BaseException as failure:  # a failed test (pytest.fail included)
+            return failure
+        finally:
+            next(hooks, None)
+        return None
+
+    def _may_swap(self, item: pytest.Function, error: BaseException, submission_id: str) -> bool:
+        """Whether the failed ``item`` may be re-run with references swapped in: a dependency
+        has failed its own tests, or one of its tests is itself waiting for such a re-run."""
+        if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)) or not isinstance(error, Exception):
+            return False
+        failed = self.failed_functions.get(submission_id, {})
+        waiting = {name for deferred in self._deferred for name in functions_of(deferred.item)}
+        return any(name in failed or name in waiting for name in dependencies_of(item))
+
+    def _run_deferred(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
+        """The submission's swapped re-runs, in the session's order, once its plain runs are all
+        done. Every call that does not swap then comes before any that does, so the sandbox
+        rarely has to be replaced after one (``Submission._forget_swaps``): all tests of a
+        function come before the tests that depend on it, so each re-run still sees its
+        dependencies' final results. The results are then put back in the session's order, and
+        each one's diagnoses narrowed to the functions failed up to it, as if run in turn."""
+        deferred, self._deferred = self._deferred, []
+        unnarrowed, self._unnarrowed = self._unnarrowed, []
+        if submission_id is None or not isinstance(opened, Student) or not deferred:
+            self._recorded_at = {}
+            return
+        swapped_yet = False
+        pending: list[tuple[TestResult, str]] = []
+        for waiting in deferred:
+            item = waiting.item
+            swap = self._swap_for(item, submission_id)
+            if (swap or waiting.suspects) and not swapped_yet:
+                # The provider's own plain calls (a feedback page's evidence) go before the first
+                # swapped one too: for the parts that failed or may yet fail.
+                failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
+                self.provider.before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
+                swapped_yet = True
+            charged = self._charge_trials(item, waiting.suspects, opened) if waiting.suspects and not swap else ""
+            if charged:  # its own failure, its points charged to the dependency below
+                opened.calls = waiting.calls
+                self.record(item, submission_id, failure_message(waiting.error), diagnose=False, error=waiting.error, charged=True)
+                pending.append((self.results[submission_id][-1], charged))
+                continue
+            if not swap:  # the dependency it waited for passed after all (or none was charged): its own failure stands
+                opened.calls = waiting.calls
+                self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
+                continue
+            item.funcargs = {"student": opened}
+            error = self._within_test(item, functools.partial(self._swapped_call, item, swap))
+            if error is _SKIPPED:
+                continue
+            assert not isinstance(error, _Skipped)
+            self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
+        recorded_at, self._recorded_at = self._recorded_at, {}
+        self.results.get(submission_id, []).sort(key=lambda result: recorded_at[id(result)])
+        for position, result, diagnoses, assignment in unnarrowed:
+            result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
+        if pending:
+            charges.apply(self.results[submission_id], pending, assignment_of(deferred[0].item))
+
+    def _charge_trials(self, item: pytest.Function, suspects: tuple[str, ...], opened: Student) -> str:
+        """The first of ``suspects`` with the reference for which alone the failed ``item`` passes
+        (``attnkit.grading.charges``), or ""."""
+        for name in suspects:
+            item.funcargs = {"student": opened}
+            error = self._within_test(item, functools.partial(self._swapped_call, item, {name: ""}))
+            self.swapped.pop(item.nodeid, None)
+            opened.substitutes = {}
+            if error is None:
+                return name
+        return ""

@@ -58,7 +58,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 if sys.argv[1] in ("ours", "prepared"):
-    shell = cells.new_shell()
+    shell = warm_shell.new_shell()
     if sys.argv[1] == "prepared":  # compiled ahead, as the zygote does with the release's cells
         for source in json.loads(sys.argv[2]):
             shell.prepare_cell(source)

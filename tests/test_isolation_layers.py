@@ -241,8 +241,8 @@ def lazy_imports() -> dict:
 
 
 def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
-    """``lockdown.lock_down`` of kind "none" (--no-isolation) in a forked child, as the zygote
-    readies it (``nonamespace.choose``'s fallback for trusted notebooks), then a notebook's
+    """``sequence.lock_down`` of kind "none" (--no-isolation) in a forked child, as the zygote
+    readies it (``without_namespaces.choose``'s fallback for trusted notebooks), then a notebook's
     attempts: the child's answer."""
     from attnkit.sandbox.lockdown import without_namespaces
     from attnkit.sandbox.lockdown.zygote_namespace import Mode, allowlist
@@ -255,7 +255,7 @@ def locked_down_unisolated(open_course: dict[str, Path], abi: int) -> dict:
 
 
 def locked_down(open_course: dict[str, Path], mode, layer) -> dict:
-    """``lockdown.lock_down`` in a forked child as the zygote forks a sandbox of ``mode`` and
+    """``sequence.lock_down`` in a forked child as the zygote forks a sandbox of ``mode`` and
     ``layer`` (``fork_server._spawn``: its uid, its work folder, inside the chroot if it has one),
     then a notebook's attempts: the child's answer."""
     from attnkit.sandbox.lockdown import sequence

@@ -70,7 +70,7 @@ def lock_down(context: SandboxContext) -> list[str]:
                                                                                    become); no_new_privs
     4     private /proc (or none)              pool: record the zygote's probe     (no probe)
     5     tmpfs /tmp and home                  landlock: restrict_self to the      Landlock, same allowlist, where
-                                               allowlist (``nonamespace.enter``)   the kernel has it
+                                               allowlist (``without_namespaces.enter``)   the kernel has it
     6     pivot into the allowlisted root
     7     no nested user namespaces
     8     own, empty session keyring
@@ -82,7 +82,7 @@ def lock_down(context: SandboxContext) -> list[str]:
     record the control group; die with the zygote (armed after the change of user, which clears
     it); chdir to the work folder; its environment; rlimits (``attnkit.boundary.policy.rlimits``); stdin
     from /dev/null, stdout/stderr into a file and a bounded writer; without namespaces (isolated
-    or not): the seccomp filter (``nonamespace.finish``), last of all that may need a syscall it
+    or not): the seccomp filter (``without_namespaces.finish``), last of all that may need a syscall it
     denies; our modules out of ``sys.modules``. A new layer is one more branch below.
     """
     kind = "namespaces" if context.mode.namespaced else "no-namespaces" if context.mode.isolated else "unisolated"
@@ -108,7 +108,7 @@ def lock_down(context: SandboxContext) -> list[str]:
     else:
         # Trusted notebooks only (--no-isolation, or a learner checking their own): no layer could
         # be had, but whatever of the one without namespaces needs no privilege still applies
-        # (the zygote readied it: nonamespace._for_trusted_notebooks).
+        # (the zygote readied it: without_namespaces._for_trusted_notebooks).
         context.obtained.append("unisolated")
         context.workdir = context.settings["workdir"]  # made by the zygote, which removes it afterwards
         _chroot(context)
@@ -162,7 +162,7 @@ def _drop_capabilities(context: SandboxContext) -> None:
 
 # -- without namespaces ------------------------------------------------------------------------------
 def _chroot(context: SandboxContext) -> None:
-    """As root without Landlock (``nonamespace._chroot``): into the root that holds only the
+    """As root without Landlock (``without_namespaces._chroot``): into the root that holds only the
     allowlist. Descriptors first (an open folder of the host is a way out of any chroot), then
     chroot and chdir while still root (the pool uid may not chroot); the uid drop follows."""
     root = context.settings.get("chroot")

@@ -12,7 +12,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
@@ -34,8 +34,9 @@ from attnkit.boundary.policy import DEFAULT_MEMORY_MB, Limits
 
 if TYPE_CHECKING:
     from attnkit.assignment.folder import Assignment
-    from attnkit.records import ResultsJson, SubmissionRecord
+    from attnkit.course.lateness import GradebookLateness
     from attnkit.course.lms_upload import Packed
+    from attnkit.records import Job, ResultsJson, SubmissionRecord
 
 
 # The modules each command needs: grade and check grade (torch above all, through the engine's
@@ -141,40 +142,29 @@ def hidden_paths(*extra: Path) -> list[str]:
     return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
 
 
-# The two class-level steps below join another source's lateness to the records (wiring, not
-# storage: gradebook.py reaches nbgrader_commands.py, which reads the store; store.py imports neither).
-def add_lateness(out: Path, graded: list[ResultsJson], database: Path, suites: dict[str, Assignment]) -> None:
-    """Each graded submission's late penalty and total after it, as the gradebook has them
-    (``nbgrader export``'s figures), into its results.json and feedback.html."""
-    from attnkit.course.gradebook_totals import lateness
-    from attnkit.report.store import rewrite_results
-
-    db_url = f"sqlite:///{database.resolve()}"
-    for results in graded:
-        found = lateness(db_url, results["student_id"], results["assignment"])
-        if found is None or results.get("late") == found:
-            continue
-        results["late"] = found
-        rewrite_results(out, results, suites)
-
-
 def add_lms_lateness(out: Path, all_results: list[ResultsJson], submitted: Path, suites: dict[str, Assignment]) -> None:
-    """The LMS's late flag of each submission ``attnkit collect`` placed (its lms.json), as
-    ``lms_late`` into results.json and feedback.html; read every run, so a re-collect that
-    changed only the flag is shown without regrading. Which lateness is shown: ``late_notice``."""
-    from attnkit.course.lms_upload import lms_lateness, lms_record
-    from attnkit.report.store import rewrite_results
+    """``attnkit lms-feedback`` after a re-collect: the LMS's late flag of each submission as its
+    lms.json has it now, into results.json and feedback.html where it changed (``attnkit grade``
+    reads it at intake, so a grade run writes each record once with it)."""
+    from attnkit.intake.lms_record import lms_lateness, lms_record
+    from attnkit.report.store import write_results
 
     for results in all_results:
         found = lms_lateness(lms_record(submitted, results["student_id"], results["assignment"]))
-        if results.get("lms_late") == found:
-            continue
-        if found is None:
-            results.pop("lms_late", None)
-        else:
-            results["lms_late"] = found
-        if results["assignment"] in suites:
-            rewrite_results(out, results, suites)
+        if set_fact(results, "lms_late", found) and results["assignment"] in suites:
+            write_results(out, results, suites)
+
+
+def set_fact(results: ResultsJson, key: str, value: Any) -> bool:
+    """Put a fact from beside the submission (``late``, ``lms_late``) into ``results`` (None: none);
+    True if that changed it."""
+    if results.get(key) == value:
+        return False
+    if value is None:
+        results.pop(key, None)  # type: ignore[misc]  # key is one of ResultsJson's NotRequired keys
+    else:
+        results[key] = value  # type: ignore[literal-required]  # as above
+    return True
 
 
 def report_lms_feedback(out: Path, submitted: Path, all_results: list[ResultsJson], quiet: bool) -> Packed:
@@ -197,7 +187,7 @@ def command_grade(args: argparse.Namespace) -> int:
     from attnkit.engine.fan_out import grade_jobs, shard_of
     from attnkit.intake.jobs import find_jobs
     from attnkit.driver.seed import take as take_seed
-    from attnkit.report.store import collect, is_current, record_shard, repair_outputs, write_class_outputs, write_grades, write_record, write_report
+    from attnkit.report.store import is_current, read_results, record_shard, repair_outputs, write_class_outputs, write_record, write_results
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
@@ -214,6 +204,19 @@ def command_grade(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     record_shard(args.out, args.shard)
     repair_outputs(args.out, suites)
+    # Every fact from beside a submission is known before its record is written, so each
+    # results.json and feedback.html is written once: the LMS's late flag (read at intake, in the
+    # job) and, with a gradebook, nbgrader's lateness (its due dates read once, now).
+    late_of = gradebook_lateness(args.gradebook, args.submitted, jobs) if args.gradebook is not None else None
+    job_of = {job.key: job for job in jobs}
+
+    def add_facts(results: ResultsJson) -> bool:
+        job = job_of.get(f"{results['student_id']}/{results['assignment']}")
+        changed = set_fact(results, "lms_late", job.lms_late if job is not None else None)
+        if late_of is not None:
+            changed = set_fact(results, "late", late_of.of(results)) or changed
+        return changed
+
     if not args.quiet:
         console.print(
             _("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
@@ -225,11 +228,13 @@ def command_grade(args: argparse.Namespace) -> int:
     # trigger here do not walk it each time.
     gc.collect()
     gc.freeze()
+    written: dict[str, ResultsJson] = {}
     with grading_progress(args.quiet) as progress:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: SubmissionRecord) -> None:
-            results = write_record(args.out, record, suites)
+            results = write_record(args.out, record, suites, add_facts)
+            written[f"{results['student_id']}/{results['assignment']}"] = results
             if args.verbose:
                 print_graded(progress, results)
             progress.advance(task)
@@ -238,32 +243,22 @@ def command_grade(args: argparse.Namespace) -> int:
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
-    all_results = collect(args.out, jobs)
-    add_lms_lateness(args.out, all_results, args.submitted, suites)
-    write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
+    # The class: what this run wrote (in memory) and, unchanged since an earlier run, what is on
+    # disk; an unchanged record is written again only if a fact beside it changed since (a
+    # re-collect's late flag, a due date moved in the gradebook).
+    all_results: list[ResultsJson] = []
+    for job in jobs:
+        results = written.get(job.key) or read_results(args.out, job)
+        if results is None:
+            continue
+        if job.key not in written and results["assignment"] in suites and add_facts(results):
+            write_results(args.out, results, suites)
+        all_results.append(results)
     not_graded = [r for r in all_results if r.get("not_graded")]
+    totals = None
     if args.gradebook is not None:
-        from attnkit.course.gradebook import record_grades
-        from attnkit.course.gradebook_totals import class_totals
-
-        # Only what was really graded goes into the gradebook: no "not graded" zeros.
-        graded = [r for r in all_results if not r.get("not_graded")]
-        for warning in record_grades(args.gradebook, graded, args.submitted):
-            console.print(warning, markup=False)
-        # grades.csv again, now with the manual points and totals `nbgrader export` reports.
-        totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in graded])
-        write_grades(args.out, all_results, suites, totals)
-        add_lateness(args.out, graded, args.gradebook, suites)
-        write_report(args.out, all_results, suites, time.perf_counter() - started, skipped)
-        if not args.quiet:
-            manual = sum(1 for t in totals.values() if t["manual"] is not None)
-            console.print(
-                _("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
-                    gradebook=args.gradebook, count=len(totals), manual=manual
-                ),
-                soft_wrap=True,
-                markup=False,
-            )
+        totals = record_class(args.gradebook, args.submitted, args.out, all_results, suites, args.quiet)
+    write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped, totals)
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
         report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
     print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started)
@@ -273,6 +268,49 @@ def command_grade(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def gradebook_lateness(database: Path, submitted: Path, jobs: list[Job]) -> GradebookLateness:
+    """The gradebook's assignments registered (before grading: a refusal stops the run before any
+    work) and nbgrader's lateness of the class's submissions, ready for each record."""
+    from attnkit.course.gradebook import course_root, register_assignments
+    from attnkit.course.lateness import GradebookLateness
+
+    register_assignments(database, [job.assignment for job in jobs])
+    return GradebookLateness.read(database, submitted, [(job.student_id, job.assignment) for job in jobs], course_root(database))
+
+
+def record_class(
+    database: Path, submitted: Path, out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], quiet: bool
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Record the graded submissions in the gradebook (no "not graded" zeros) and return the
+    totals ``nbgrader export`` will report, for grades.csv. A record whose lateness the gradebook
+    computed otherwise than ``course.lateness`` foresaw (a late-submission plugin that is not a
+    function of the score and the time) is written again with the gradebook's: it is the truth."""
+    from attnkit.console import console
+    from attnkit.course.gradebook import record_grades
+    from attnkit.course.gradebook_totals import class_lateness, class_totals
+    from attnkit.report.store import write_results
+
+    graded = [r for r in all_results if not r.get("not_graded")]
+    for warning in record_grades(database, graded, submitted, registered=True):
+        console.print(warning, markup=False)
+    keys = [(r["student_id"], r["assignment"]) for r in graded]
+    totals = class_totals(database, keys)
+    recorded = class_lateness(database, keys)
+    for results in graded:
+        if set_fact(results, "late", recorded.get((results["student_id"], results["assignment"]))):
+            write_results(out, results, suites)
+    if not quiet:
+        manual = sum(1 for t in totals.values() if t["manual"] is not None)
+        console.print(
+            _("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
+                gradebook=database, count=len(totals), manual=manual
+            ),
+            soft_wrap=True,
+            markup=False,
+        )
+    return totals
 
 
 def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: str) -> Assignment:

@@ -31,6 +31,11 @@ class Job:
     # The assignment's notebook name when the student's file had another ("attention (1).ipynb"
     # -> "attention.ipynb"): what results.json's notebooks[].stored_as says autograded/ holds.
     graded_as: str = ""
+    # What the LMS said about lateness (``intake.lms_record.lms_lateness`` of the lms.json that
+    # ``attnkit collect`` left beside the notebook), read at intake so that the record is written
+    # once with it. Not part of the fingerprint: a re-collect that changed only the flag rewrites
+    # the record without regrading.
+    lms_late: dict[str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -134,8 +139,8 @@ class ResultsTest(TypedDict):
 
 class ResultsJson(TypedDict):
     """A submission's results.json (``scoring.results_json``, written by ``store.write_record``):
-    Gradescope's keys first, then ours. ``late`` and ``lms_late`` are added by the class-level
-    steps (``cli.add_lateness``, ``cli.add_lms_lateness``) when a gradebook or lms.json has them."""
+    Gradescope's keys first, then ours. ``late`` (nbgrader's lateness, ``course.lateness``) and
+    ``lms_late`` (the LMS's flag, from the job) are there when a gradebook or lms.json has them."""
 
     score: float
     max_score: float
@@ -155,9 +160,9 @@ class ResultsJson(TypedDict):
     seconds: float
     notebooks: list[NotebookRecord]
     not_graded: str  # empty when graded
-    late: NotRequired[dict[str, Any]]  # ``gradebook_totals.lateness``
-    lms_late: NotRequired[dict[str, str]]  # ``lms_feedback.lms_lateness``
+    late: NotRequired[dict[str, Any]]  # ``course.lateness.GradebookLateness.of`` (= ``gradebook_totals.lateness``)
+    lms_late: NotRequired[dict[str, str]]  # ``intake.lms_record.lms_lateness``
 
 
-# The keys only the class-level steps add to a results.json.
+# The keys that come from beside the submission (a gradebook, lms.json), not from grading it.
 ADDED_LATER = frozenset({"late", "lms_late"})

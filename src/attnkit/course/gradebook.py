@@ -233,12 +233,25 @@ def save_submission(db_url: str, results: ResultsJson, name: str, data: bytes | 
         gradebook.db.commit()
 
 
-def record_grades(database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None) -> list[str]:
+def register_assignments(database: Path, assignments: list[str]) -> None:
+    """Register each assignment in the gradebook (``register_assignment``), one writer at a time:
+    before grading, so that its due date and cells are known when each record is written."""
+    os.environ["PATH"] = tool_environment()["PATH"]
+    root = course_root(database)
+    with locked(database):
+        for assignment in sorted(set(assignments)):
+            register_assignment(database, assignment, root)
+
+
+def record_grades(
+    database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None, registered: bool = False
+) -> list[str]:
     """Register the assignments, then save every student's submission, timestamp and scores.
 
     With ``submitted``, each notebook is also sanitised into ``autograded/`` beside the database,
     where formgrader and ``nbgrader generate_feedback`` read it. ``source`` is accepted for
-    compatibility; the course root (``course_root``) decides which ``solutions/`` is registered.
+    compatibility; the course root (``course_root``) decides which ``solutions/`` is registered
+    (unless ``registered``: ``register_assignments`` did it already).
     What autograded/ receives is exactly the bytes that were graded, or nothing (with a warning
     returned for the TA).
     """
@@ -253,8 +266,9 @@ def record_grades(database: Path, all_results: list[ResultsJson], submitted: Pat
     db_url = f"sqlite:///{database.resolve()}"
     config = course_config(root)
     with locked(database):
-        for assignment in sorted({r["assignment"] for r in all_results}):
-            register_assignment(database, assignment, root)
+        if not registered:  # (``register_assignments`` did it before grading)
+            for assignment in sorted({r["assignment"] for r in all_results}):
+                register_assignment(database, assignment, root)
         for results in all_results:
             student, assignment = results["student_id"], results["assignment"]
             folder = submitted / student / assignment if submitted is not None else None

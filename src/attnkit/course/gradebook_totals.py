@@ -1,5 +1,5 @@
-"""What the course's nbgrader gradebook reports back: one submission's lateness (``lateness``) and
-the class's totals as ``nbgrader export`` computes them (``class_totals``).
+"""What the course's nbgrader gradebook reports back: a submission's lateness (``lateness``,
+``class_lateness``) and the class's totals as ``nbgrader export`` computes them (``class_totals``).
 
 Apart from ``gradebook`` (which records into the gradebook, with ``nbgrader_commands``'s
 preprocessors) so that ``nbgrader_commands`` can read lateness without importing ``gradebook``:
@@ -23,18 +23,36 @@ def lateness(db_url: str, student: str, assignment: str) -> dict[str, Any] | Non
 
     with Gradebook(db_url) as gradebook:
         try:
-            submission = gradebook.find_submission(assignment, student)
+            return _lateness_of(gradebook.find_submission(assignment, student))
         except MissingEntry:
             return None
-        penalty = float(submission.late_submission_penalty or 0.0)
-        return {
-            "seconds_late": float(submission.total_seconds_late or 0.0),
-            "penalty": penalty,
-            "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
-            "max": float(submission.max_score),
-            "timestamp": submission.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.timestamp else "",
-            "duedate": submission.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.duedate else "",
-        }
+
+
+def class_lateness(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``lateness`` of each (student, assignment) the gradebook has, in one session."""
+    os.environ["PATH"] = tool_environment()["PATH"]
+    from nbgrader.api import Gradebook, MissingEntry
+
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    with Gradebook(f"sqlite:///{database.resolve()}") as gradebook:
+        for student, assignment in keys:
+            try:
+                found[(student, assignment)] = _lateness_of(gradebook.find_submission(assignment, student))
+            except MissingEntry:
+                continue
+    return found
+
+
+def _lateness_of(submission: Any) -> dict[str, Any]:
+    penalty = float(submission.late_submission_penalty or 0.0)
+    return {
+        "seconds_late": float(submission.total_seconds_late or 0.0),
+        "penalty": penalty,
+        "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
+        "max": float(submission.max_score),
+        "timestamp": submission.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.timestamp else "",
+        "duedate": submission.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.duedate else "",
+    }
 
 
 def class_totals(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:

@@ -24,6 +24,7 @@ from attnkit.assignment.folder import Assignment
 from attnkit.constants import GraderError
 from attnkit.i18n import _
 from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
+from attnkit.intake.lms_record import lms_lateness, lms_record
 from attnkit.records import Job
 
 MAX_ID_LENGTH = 200
@@ -169,7 +170,19 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
         for problem in problems:
             salt.update(problem.encode() + b"\0")
         salt.update(graded_as.encode())
-        return Job(student_id, assignment.name, list(notebooks), salt.hexdigest(), str(submitted), list(digests), list(problems), list(notes or []), graded_as)
+        lms_late = lms_lateness(lms_record(submitted, student_id, assignment.name)) if not stat.S_ISLNK(mode) else None
+        return Job(
+            student_id,
+            assignment.name,
+            list(notebooks),
+            salt.hexdigest(),
+            str(submitted),
+            list(digests),
+            list(problems),
+            list(notes or []),
+            graded_as,
+            lms_late,
+        )
 
     if stat.S_ISLNK(mode):
         for assignment in chosen:

@@ -35,10 +35,10 @@ from pathlib import Path
 
 from attnkit import i18n
 from attnkit.i18n import _
+from attnkit.intake.lms_record import RECORD
 from attnkit.intake.lms_download import MAX_FILE_BYTES, Entry, download_entries
 from attnkit.intake.lms_names import BLACKBOARD_NAME, Claim, claim, detect, notebook_of, other_ids
 
-RECORD = "lms.json"
 ROSTER = "roster.csv"
 
 

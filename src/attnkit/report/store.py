@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment
@@ -91,17 +91,18 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.close()
 
 
-def write_record(out: Path, record: SubmissionRecord, suites: dict[str, Assignment]) -> ResultsJson:
-    assignment = suites[record["assignment"]]
-    results = results_json(record, assignment)
-    folder = results_path(out, record).parent
-    atomic_write(folder / "results.json", readable_json(results))
-    atomic_write(folder / "feedback.html", bounded_feedback(results, assignment))
+def write_record(out: Path, record: SubmissionRecord, suites: dict[str, Assignment], add_facts: Callable[[ResultsJson], object] | None = None) -> ResultsJson:
+    """A worker's record as results.json and feedback.html, each written once: ``add_facts``
+    first puts in what comes from beside the submission (its lateness), known before the write."""
+    results = results_json(record, suites[record["assignment"]])
+    if add_facts is not None:
+        add_facts(results)
+    write_results(out, results, suites)
     return results
 
 
-def rewrite_results(out: Path, results: ResultsJson, suites: dict[str, Assignment]) -> None:
-    """results.json and feedback.html again, after the class-level steps added to ``results``."""
+def write_results(out: Path, results: ResultsJson, suites: dict[str, Assignment]) -> None:
+    """A submission's results.json and its feedback.html (the only writer of the two)."""
     folder = results_path(out, results).parent
     atomic_write(folder / "results.json", readable_json(results))
     atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
@@ -116,6 +117,15 @@ def bounded_feedback(results: ResultsJson, assignment: Assignment) -> str:
         budget //= 2
         page = feedback_html(fit(json.loads(json.dumps(results)), budget), assignment)
     return page
+
+
+def read_results(out: Path, job: Job) -> ResultsJson | None:
+    """``job``'s results.json as an earlier run wrote it, or None."""
+    try:
+        found = json.loads(results_path(out, job).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None  # type: ignore[return-value]  # written by write_results
 
 
 def collect(out: Path, jobs: Sequence[Job] | None = None) -> list[ResultsJson]:

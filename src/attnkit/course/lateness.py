@@ -1,0 +1,115 @@
+"""nbgrader's lateness of each submission, known before its results.json is written.
+
+``nbgrader export`` reports a submission's late penalty and its total after it. nbgrader computes
+them when a submission is saved (``AssignLatePenalties``): the seconds between the submission's
+timestamp and its due date (the assignment's, plus the student's extension), and the course's
+``LateSubmissionPlugin`` applied to each notebook's score. Everything that needs is known before
+the submission is graded but its score: the due dates, extensions, manual points and maxima are
+read from the gradebook once per class (``GradebookLateness.read``), the timestamp from the
+submission's folder as ``record_grades`` reads it, and the plugin from the course's
+``nbgrader_config.py``. So each record is written once, with the lateness the gradebook will show
+(``of``). After the gradebook has recorded the class, ``cli`` compares with what it really holds
+(``gradebook_totals.class_lateness``) and writes again only a record that differs: a plugin that
+is not a function of (student, score, seconds late) would, and then the gradebook is right.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnkit.commands import tool_environment
+from attnkit.records import ResultsJson
+
+
+@dataclass
+class SubmissionFacts:
+    """What the gradebook holds (or will hold) of one submission besides attnkit's scores."""
+
+    duedate: datetime.datetime | None
+    timestamp: datetime.datetime | None
+    # Per notebook of the assignment: its grade cells' names and the manual points a TA gave (by cell).
+    notebooks: dict[str, list[str]] = field(default_factory=dict)
+    manual: dict[str, float] = field(default_factory=dict)
+    max_score: float = 0.0
+
+
+@dataclass
+class GradebookLateness:
+    """nbgrader's lateness for the submissions of one class (``read``), computed per record (``of``)."""
+
+    facts: dict[tuple[str, str], SubmissionFacts]
+    plugin: Any  # the course's LateSubmissionPlugin instance
+
+    @classmethod
+    def read(cls, database: Path, submitted: Path, keys: list[tuple[str, str]], root: Path) -> GradebookLateness:
+        """Due dates, extensions, manual points and maxima of ``keys`` (student, assignment), as
+        the gradebook has them now. The assignments must be registered already."""
+        os.environ["PATH"] = tool_environment()["PATH"]
+        from nbgrader.api import Gradebook, MissingEntry
+        from nbgrader.preprocessors import AssignLatePenalties
+
+        from attnkit.course.gradebook import course_config, submission_timestamp
+
+        facts: dict[tuple[str, str], SubmissionFacts] = {}
+        with Gradebook(f"sqlite:///{database.resolve()}") as gradebook:
+            assignments: dict[str, Any] = {}
+            for student, assignment in keys:
+                if assignment not in assignments:
+                    try:
+                        assignments[assignment] = gradebook.find_assignment(assignment)
+                    except MissingEntry:
+                        assignments[assignment] = None
+                found = assignments[assignment]
+                folder = submitted / student / assignment
+                real = folder if folder.is_dir() and not folder.is_symlink() else None
+                timestamp = submission_timestamp(submitted, real) if real is not None else None
+                if found is None:
+                    facts[(student, assignment)] = SubmissionFacts(None, timestamp)
+                    continue
+                duedate = found.duedate
+                manual: dict[str, float] = {}
+                try:
+                    submission = gradebook.find_submission(assignment, student)
+                except MissingEntry:
+                    submission = None
+                if submission is not None:
+                    duedate = submission.duedate  # the assignment's plus this student's extension
+                    manual = {g.name: float(g.manual_score) for nb in submission.notebooks for g in nb.grades if g.manual_score is not None}
+                notebooks = {nb.name: [cell.name for cell in nb.grade_cells] for nb in found.notebooks}
+                facts[(student, assignment)] = SubmissionFacts(duedate, timestamp, notebooks, manual, float(found.max_score))
+        penalties = AssignLatePenalties(config=course_config(root))
+        penalties.init_plugin()
+        return cls(facts, penalties.plugin_inst)
+
+    def of(self, results: ResultsJson) -> dict[str, Any] | None:
+        """The ``late`` entry of this record as ``gradebook_totals.lateness`` will read it once
+        the submission is recorded; None where the gradebook will not have it."""
+        from attnkit.course.nbgrader_commands import kit_scores
+
+        facts = self.facts.get((results["student_id"], results["assignment"]))
+        if facts is None or results.get("not_graded") or not facts.notebooks:
+            return None
+        seconds_late = 0.0
+        if facts.timestamp is not None and facts.duedate is not None and facts.timestamp > facts.duedate:
+            seconds_late = (facts.timestamp - facts.duedate).total_seconds()
+        scores = kit_scores(results)
+        score = penalty = 0.0
+        for cells in facts.notebooks.values():
+            notebook_score = sum(facts.manual[cell] if cell in facts.manual else scores.get(cell, 0.0) for cell in cells)
+            score += notebook_score
+            if seconds_late > 0:
+                found = self.plugin.late_submission_penalty(results["student_id"], notebook_score, seconds_late)
+                if found is not None:
+                    penalty += min(max(float(found), 0.0), notebook_score)  # AssignLatePenalties._check_late_penalty
+        return {
+            "seconds_late": seconds_late,
+            "penalty": penalty,
+            "total": max(0.0, score - penalty),
+            "max": facts.max_score,
+            "timestamp": facts.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if facts.timestamp else "",
+            "duedate": facts.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if facts.duedate else "",
+        }

@@ -77,14 +77,14 @@ browser:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing chromium and fonts-noto-cjk (Debian packages)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; \
-	  else echo "please install chromium and fonts-noto-cjk (needed by tests/test_feedback_browser.py)"; fi; \
+	  else echo "please install chromium and fonts-noto-cjk (needed by tests/report/test_feedback_browser.py)"; fi; \
 	fi
 
 grade: $(STAMP)
 	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)
 
 test: $(DEV_STAMP) browser lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run
 # real kernels, or need Chromium (CONTRIBUTING.md says how long it takes).

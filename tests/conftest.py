@@ -1,11 +1,24 @@
-"""pytest's view of tests/: tests/course/ is a course (a second assignment's hidden suite), graded
-by tests/test_plugin_assignment.py through attnkit, never collected as the project's own tests."""
+"""pytest's view of tests/.
 
-collect_ignore = ["course"]
+The test folders mirror the package (tests/sandbox/ tests attnkit.sandbox, and so on; tests/cli/ the
+command line and the whole kit). tests/support/ holds what they share: helper modules (imported by
+name: ``from commands import run_command``), the hostile cells of tests/support/attacks/, and
+tests/support/course/, a course with a second assignment's hidden suite, graded by
+tests/assignment/test_plugin_assignment.py through attnkit and never collected as the project's own
+tests. A few test modules take a fixture builder of another by name (``from test_autograder import
+grade_in_one_session``): every test folder is importable by its modules' names, as pytest's default
+``prepend`` import mode makes each one when it collects it.
+"""
 
 import os
+import sys
+from pathlib import Path
 
-# This process forks grader workers itself (tests/test_worker_session.py, as the engine does):
+_TESTS = Path(__file__).resolve().parent
+collect_ignore = ["support", "artifacts"]
+sys.path[:0] = [str(_TESTS / "support")] + sorted(str(folder) for folder in _TESTS.iterdir() if folder.is_dir() and any(folder.glob("test_*.py")))
+
+# This process forks grader workers itself (tests/engine/test_worker_session.py, as the engine does):
 # like `attnkit grade` (cli.py), it keeps numpy's OpenBLAS and torch's OpenMP pools at one thread
 # from the start, so that no thread of theirs is alive at a fork. Set before any test module
 # imports numpy or torch.
@@ -13,7 +26,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 
 
-# -- the TA of the isolation tests (tests/test_isolation.py, test_isolation_layers.py, test_settings_harness.py)
+# -- the TA of the isolation tests (tests/sandbox/test_isolation.py, test_isolation_layers.py, test_settings_harness.py)
 import pwd
 import secrets
 import shutil
@@ -85,7 +98,7 @@ def outside_copies() -> Iterator[list[Path]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-# -- the demo class graded once per session (tests/test_i18n.py, tests/test_feedback_browser.py) --------
+# -- the demo class graded once per session (tests/report/test_i18n.py, tests/report/test_feedback_browser.py) --------
 from collections.abc import Callable
 
 from commands import ROOT as CHECKOUT

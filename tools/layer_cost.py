@@ -4,13 +4,13 @@ Starts a zygote (hiding nothing, so the root-without-Landlock probe has nothing 
 N sandboxes one after another, each until it says ready (locked down, nothing of a student's run),
 and prints the layer and the time per sandbox (back to back: the sandbox forked ahead is
 still locking itself down, so this is the throughput of sandbox starts). Run it in each setting of
-``tests/settings.py`` to measure each layer of ``attnkit.sandbox.lockdown.without_namespaces`` on one machine, as root, with
+``tests/support/settings.py`` to measure each layer of ``attnkit.sandbox.lockdown.without_namespaces`` on one machine, as root, with
 a Python every pool uid can read (e.g. a virtualenv of /usr/bin/python3 with the grader's packages)::
 
     PY=/var/tmp/attnkit-test-venv-.../bin/python
-    $PY tests/settings.py docker landlock -- $PY tools/layer_cost.py 100      # Docker's default
-    $PY tests/settings.py docker no-landlock -- $PY tools/layer_cost.py 100   # Docker 20.10
-    $PY tests/settings.py userns-without-mount TA -- $PY tools/layer_cost.py 100  # Ubuntu 24.04, as TA
+    $PY tests/support/settings.py docker landlock -- $PY tools/layer_cost.py 100      # Docker's default
+    $PY tests/support/settings.py docker no-landlock -- $PY tools/layer_cost.py 100   # Docker 20.10
+    $PY tests/support/settings.py userns-without-mount TA -- $PY tools/layer_cost.py 100  # Ubuntu 24.04, as TA
 """
 
 from __future__ import annotations

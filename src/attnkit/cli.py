@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
 # Set, not defaulted: a TA's OPENBLAS_NUM_THREADS=8 would otherwise leave threads alive at the fork
-# (tests/test_fork_threads.py).
+# (tests/sandbox/test_fork_threads.py).
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script starts it in attnkit.launch
     from attnkit.driver import seed

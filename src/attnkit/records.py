@@ -5,13 +5,13 @@ submission's results.json, read again by the store, the gradebook, Gradescope an
 
 Plain data only (``dict``/``list``/``str``/numbers: they go through a pipe and into JSON), typed
 as ``TypedDict`` so that mypy checks every key a producer writes and a reader reads. A key that
-only some records have is ``NotRequired``; ``tests/test_records.py`` grades real submissions and
+only some records have is ``NotRequired``; ``tests/report/test_records.py`` grades real submissions and
 checks that their records hold exactly the keys declared here. This module imports nothing of
 attnkit's: every side may import it.
 """
 
 # No ``from __future__ import annotations``: a TypedDict reads ``NotRequired`` at run time
-# (``__optional_keys__``, which tests/test_records.py checks), and a string annotation hides it.
+# (``__optional_keys__``, which tests/report/test_records.py checks), and a string annotation hides it.
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 

@@ -7,7 +7,7 @@ through the functions here, and the untrusted side (``attnkit.sandbox.server``,
 ``attnkit.boundary.wire`` stays the byte format. A builder returns a plain dict (its TypedDict is for
 the type checker only: nothing is validated or copied per call, as this is every call's path) with
 its keys in the order the wire has always had, so the frames are the same bytes
-(``tests/test_protocol.py`` and ``tests/test_operations.py`` pin them). A request is also the key
+(``tests/boundary/test_protocol.py`` and ``tests/boundary/test_operations.py`` pin them). A request is also the key
 of a prefetched answer (``Student.prefetched``, compared as wire bytes): a builder that reordered
 its keys would silently miss every prefetched answer.
 """

@@ -3,7 +3,7 @@
 
 Apart from ``gradebook`` (which records into the gradebook, with ``nbgrader_commands``'s
 preprocessors) so that ``nbgrader_commands`` can read lateness without importing ``gradebook``:
-no import cycle (tests/test_import_graph.py).
+no import cycle (tests/cli/test_import_graph.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,115 @@
+"""`make grade` on a fresh clone with each supported Python (3.11, 3.12, 3.13) grades the demo class
+the same: grades.csv and every test's status and score are 3.11's.
+
+Slow: each run builds a whole virtualenv with torch (for 3.12 and 3.13 pip fetches PyPI's torch
+and its CUDA packages, ~2.6 GB). Downloads are kept between runs in a pip cache under
+``~/.cache/attnkit-tests`` (ATTNKIT_TEST_PIP_CACHE moves it). The interpreters are pyenv's or the
+``python3.X`` on PATH; ATTNKIT_TEST_PYTHON_3_12=/path/to/python (and so on) names another. A version
+that is not on the machine is skipped, never faked with another.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = "3.11"
+OTHERS = ["3.12", "3.13"]
+PIP_CACHE = Path(os.environ.get("ATTNKIT_TEST_PIP_CACHE", Path.home() / ".cache" / "attnkit-tests" / "pip"))
+
+
+def interpreter(version: str) -> str | None:
+    """A CPython ``version`` (3.12, say) on this machine, or None."""
+    named = os.environ.get("ATTNKIT_TEST_PYTHON_" + version.replace(".", "_"))
+    candidates = (
+        [named] if named else [shutil.which(f"python{version}"), *sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}.*/bin/python")), reverse=True)]
+    )
+    for candidate in filter(None, candidates):
+        found = subprocess.run([candidate, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip().startswith(version + "."):
+            return candidate
+    return None
+
+
+def grade_on_a_fresh_clone(python: str, folder: Path) -> dict[str, object]:
+    """Clone the committed HEAD into ``folder``, run `make grade PYTHON=python` there, and return
+    what the class was given: grades.csv and each student's tests (name, status, score, max score)."""
+    clone = folder / "attnkit"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
+    # Nothing of this test run's environment may leak into the clone's own venv.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST", "PIP_"))}
+    env["PIP_CACHE_DIR"] = str(PIP_CACHE)
+    run = subprocess.run(
+        ["make", "grade", f"PYTHON={python}", "JOBS=2"], cwd=clone, env=env, capture_output=True, text=True, timeout=3600, stdin=subprocess.DEVNULL
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    ran = subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    wanted = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True).stdout.strip()
+    assert ran == wanted, f"the clone's .venv runs {ran}, not {python}'s {wanted}"
+    graded = clone / "graded"
+    with open(graded / "grades.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    tests = {}
+    for results in sorted(graded.glob("students/*/*/results.json")):
+        record = json.loads(results.read_text(encoding="utf-8"))
+        tests[str(results.relative_to(graded))] = [(t["name"], t["status"], t["score"], t["max_score"]) for t in record["tests"]]
+    return {"python": wanted, "grades": rows, "tests": tests}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    python = interpreter(REFERENCE)
+    if python is None:
+        pytest.skip(f"no Python {REFERENCE} on this machine")
+    graded = grade_on_a_fresh_clone(python, tmp_path_factory.mktemp("python" + REFERENCE))
+    students = {row["student_id"]: row for row in graded["grades"]}
+    # The demo class is graded at all (not six crashes that happen to agree): its known scores.
+    assert set(students) == {"chenjing", "lilei", "sunmei", "wangfang", "xiaolin", "zhaoqiang"}
+    assert float(students["xiaolin"]["score"]) == 100 and float(students["sunmei"]["score"]) == 0
+    assert len(graded["tests"]) == 6 and all(graded["tests"].values())
+    return graded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", OTHERS)
+@pytest.mark.e2e
+def test_make_grade_on_a_fresh_clone_scores_the_demo_class_as_3_11_does(version: str, reference: dict[str, object], tmp_path: Path) -> None:
+    python = interpreter(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine")
+    graded = grade_on_a_fresh_clone(python, tmp_path)
+    assert graded["python"].startswith(version + ".")
+    assert graded["grades"] == reference["grades"], f"{version}'s grades.csv differs from {reference['python']}'s"
+    assert graded["tests"] == reference["tests"], f"{version}'s per-test results differ from {reference['python']}'s"
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_lock_pins_every_direct_dependency_as_pyproject_does() -> None:
+    """requirements.lock is made from pyproject.toml (`make lock`): each direct dependency, the dev
+    extra's too, is pinned there once, at pyproject's version, for every Python (no marker). A
+    dependency changed in pyproject without `make lock` fails here, in the fast suite."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    direct = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    pins: dict[str, list[str]] = {}
+    for line in (ROOT / "requirements.lock").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith((" ", "#")):
+            name, _, rest = line.partition("==")
+            pins.setdefault(normalized(name), []).append(rest.strip())
+    for requirement in direct:
+        name, _, version = requirement.partition("==")
+        assert pins.get(normalized(name)) == [version], f"{requirement}: the lock has {pins.get(normalized(name))}"

@@ -1,0 +1,64 @@
+"""Running the kit's commands from a test: one way to start `attnkit`, `python -m …` or any tool.
+
+Every test that starts a process goes through :func:`run_command`: output captured as text, a timeout (a
+hung grader fails its test instead of the suite), stdin closed (a prompt fails instead of waiting),
+and the environment of :func:`tool_env` unless the test gives its own (this venv's bin/ first on
+PATH, so `attnkit` starts nbgrader and jupyter from the same venv).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # this venv's scripts: attnkit, nbgrader, jupyter
+TIMEOUT = 600.0  # seconds; one `attnkit grade` of a small class takes well under a minute
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """This process's environment with this venv's bin/ first on PATH, and ``extra`` on top."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
+
+
+def run_command(
+    command: Sequence[str | Path],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = TIMEOUT,
+    stdin: int | None = subprocess.DEVNULL,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``command``, its output captured as text; ``env`` by default :func:`tool_env`; ``check``: a
+    non-zero exit raises (for a step that only prepares the test)."""
+    return subprocess.run(
+        [str(part) for part in command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(tool_env() if env is None else env),
+        cwd=cwd,
+        stdin=stdin,
+        check=check,
+    )
+
+
+def python_m(
+    module: str, *args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | str | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` with this interpreter."""
+    return run_command([sys.executable, "-m", module, *args], env=env, cwd=cwd, timeout=timeout)
+
+
+def attnkit(
+    *args: str | Path, script: bool = False, env: Mapping[str, str] | None = None, cwd: Path | str | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """The CLI: ``python -m attnkit args``, or with ``script`` the console script the venv installed
+    (bin/attnkit, as a TA types it)."""
+    if script:
+        return run_command([BIN / "attnkit", *args], env=env, cwd=cwd, timeout=timeout)
+    return python_m("attnkit", *args, env=env, cwd=cwd, timeout=timeout)

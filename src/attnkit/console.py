@@ -87,7 +87,7 @@ def print_lms_feedback(out: Path, packed: Packed, quiet: bool) -> None:
     if not quiet:
         for path, count in sorted(packed.archives.items()):
             console.print(
-                _("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 README 的“Feedback back to Canvas or Moodle”）").format(path=path, count=count),
+                _("学习平台的批量反馈：{path}（{count} 名学生；上传方法见 docs/tas.md 的“Feedback back to Canvas or Moodle”）").format(path=path, count=count),
                 soft_wrap=True,
                 markup=False,
             )

@@ -14,7 +14,7 @@ own importer matches back to that student:
   name is split at ``_`` and its first two all-digit fields are the user id and the id of a file
   of that user's current submission; the file is attached to a comment on it. So a page is
   ``<name>[_LATE]_<user id>_<file id>_feedback.html``, as Canvas's download names the submission.
-  Canvas names the attached file after the submitted one (``attention.ipynb``): the README says so.
+  Canvas names the attached file after the submitted one (``attention.ipynb``): docs/tas.md says so.
 - Blackboard has no bulk upload of feedback files: its students are listed as left out.
 
 Every field of a name comes from ``lms.json``, which only ``collect`` writes (from the part of a

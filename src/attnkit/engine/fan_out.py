@@ -152,7 +152,7 @@ def worker_cpus(workers: int) -> list[int]:
     exits on the CPU of the worker it serves: where workers fill every CPU, each keeping to one,
     with its zygote and sandboxes, saves the kernel a wake-up across CPUs (an interrupt between
     processors, costly in a virtual machine) and a migration at every turn: 4-6 % of a class's
-    time on a 2-core VM (README, Speed). With fewer workers than CPUs the spare ones are worth
+    time on a 2-core VM (docs/speed.md). With fewer workers than CPUs the spare ones are worth
     more: a sandbox forked ahead or a swapped re-run's fork runs on one of them."""
     try:
         allowed = sorted(os.sched_getaffinity(0))

@@ -19,7 +19,7 @@ from attnkit.assignment.folder import Assignment
 from attnkit.constants import STUDENTS_FOLDER
 from attnkit.report.pages import causes, late_notice
 from attnkit.i18n import _, ngettext
-from attnkit.report.store import isolation_line
+from attnkit.report.isolation_level import class_line as isolation_line
 
 if TYPE_CHECKING:
     from attnkit.records import ResultsJson

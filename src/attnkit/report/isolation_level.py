@@ -6,6 +6,7 @@ report.html.
 from __future__ import annotations
 
 from attnkit.i18n import _, ngettext
+from attnkit.records import ResultsJson
 
 
 def level(items: list[str]) -> str:
@@ -83,3 +84,8 @@ def _describe_without_namespaces(union: set[str]) -> str:
         "已隔离（无命名空间，无 Landlock）：沙箱用户为{user}，探测进程确认它读写不到课程、答案、提交与输出；"
         "seccomp 过滤器禁止新建套接字、ptrace、挂载与命名空间；无任何特权"
     ).format(user=user)
+
+
+def class_line(all_results: list[ResultsJson]) -> str:
+    """The class's sandboxes in one line (report.html's, and the console's after the table)."""
+    return describe([r.get("sandbox", {}).get("isolation", []) for r in all_results])

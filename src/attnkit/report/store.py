@@ -30,7 +30,7 @@ from attnkit.constants import STUDENTS_FOLDER, GraderError
 from attnkit.report.pages import feedback_html, report_html
 from attnkit.files import atomic_write, csv_text, readable_json
 from attnkit.i18n import _
-from attnkit.report.isolation_level import describe as describe_isolation
+from attnkit.report.isolation_level import class_line as isolation_line
 from attnkit.records import ResultsJson, SubmissionRecord
 from attnkit.report.results_json import MAX_FEEDBACK_BYTES, MAX_RESULTS_BYTES, fit, results_json
 
@@ -198,11 +198,6 @@ def grades_csv(all_results: list[ResultsJson], suites: dict[str, Assignment], to
                 row += [manual, f"{found['penalty']:g}", f"{found['total']:g}", f"{found['max']:g}", "gradebook"]
         writer.writerow(row)
     return buffer.getvalue()
-
-
-def isolation_line(all_results: list[ResultsJson]) -> str:
-    """The class's sandboxes in one line (report.html's, and the console's after the table)."""
-    return describe_isolation([r.get("sandbox", {}).get("isolation", []) for r in all_results])
 
 
 def write_grades(out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], totals: dict[tuple[str, str], dict[str, Any]] | None = None) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from attnkit.assignment.folder import Assignment
     from attnkit.records import ResultsJson, SubmissionRecord
     from attnkit.course.lms_upload import Packed
+    from attnkit.report.shard_set import Plan
 
 
 # The modules each command needs: grade and check grade (torch above all, through the engine's
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 COMMAND_MODULES = {
     "grade": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
     "check": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
-    "merge": ("assignment.folder", "console", "report.store"),
+    "merge": ("assignment.folder", "console", "report.store", "report.shard_set"),
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
 }
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
     merge.add_argument("--out", type=Path, required=True)
+    merge.add_argument("--gradebook", type=Path, default=None, help="record the merged class in this nbgrader gradebook.db (once, nothing regraded)")
+    merge.add_argument(
+        "--submitted", type=Path, default=None, help="the class's submissions folder (default: the shards' own), read again to check the set against it"
+    )
     return parser
 
 
@@ -193,11 +198,12 @@ def command_grade(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.assignment.folder import discover, solutions_beside
-    from attnkit.console import console, grading_progress, print_graded, print_grade_end
+    from attnkit.console import LogProgress, console, grading_progress, print_graded, print_grade_end
     from attnkit.engine.fan_out import grade_jobs, shard_of
     from attnkit.intake.jobs import find_jobs
     from attnkit.driver.seed import take as take_seed
-    from attnkit.report.store import collect, is_current, record_shard, repair_outputs, write_class_outputs, write_grades, write_record, write_report
+    from attnkit.report.shard_set import begin_shard, finish_shard
+    from attnkit.report.store import collect, is_current, repair_outputs, write_class_outputs, write_grades, write_record, write_report
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
@@ -206,13 +212,20 @@ def command_grade(args: argparse.Namespace) -> int:
     if not intake.jobs and not intake.skipped:
         layout = i18n.join(_("<学号>/{assignment}/{notebook}").format(assignment=suite.name, notebook=suite.notebook) for suite in suites.values())
         raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(folder=args.submitted, layout=layout))
+    if args.shard is not None and args.gradebook is not None:
+        # Shards run at once, and SQLite takes one writer: the merge records the whole class once.
+        raise GraderError(
+            _("--shard 与 --gradebook 不能同时使用：分片同时运行，成绩册只能有一个写入者。请在合并时记入：attnkit merge … --gradebook {gradebook}").format(
+                gradebook=args.gradebook
+            )
+        )
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
-    record_shard(args.out, args.shard)
+    begin_shard(args.out, args.shard, intake.jobs, jobs, suites, args.submitted, args.assignment, skipped)
     repair_outputs(args.out, suites)
     if not args.quiet:
         console.print(
@@ -225,6 +238,7 @@ def command_grade(args: argparse.Namespace) -> int:
     # trigger here do not walk it each time.
     gc.collect()
     gc.freeze()
+    log_progress = LogProgress(len(todo), args.quiet)  # a batch log's periodic lines (no terminal, no bar)
     with grading_progress(args.quiet) as progress:
         task = progress.add_task("grade", total=len(todo))
 
@@ -234,6 +248,7 @@ def command_grade(args: argparse.Namespace) -> int:
                 print_graded(progress, results)
             progress.advance(task)
             progress.refresh()
+            log_progress.advance()
 
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
@@ -267,7 +282,10 @@ def command_grade(args: argparse.Namespace) -> int:
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
         report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
     print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started)
-    if not_graded or skipped:
+    finish_shard(args.out, args.shard)
+    # A shard that graded all it owns exits 0: what intake skipped is the whole class's news, told
+    # once by the merge (an exit 1 from every shard would fail a Slurm array or an Indexed Job).
+    if not_graded or (skipped and args.shard is None):
         console.print(
             _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
         )
@@ -326,14 +344,76 @@ def command_check(args: argparse.Namespace) -> int:
 
 def command_merge(args: argparse.Namespace) -> int:
     from attnkit.assignment.folder import discover
-    from attnkit.console import console
+    from attnkit.console import console, print_merge_plan
+    from attnkit.report.shard_set import check_against_class, plan_merge
     from attnkit.report.store import check_shard_set, gather_shards, write_class_outputs
 
-    check_shard_set(args.shards)
-    all_results, skipped = gather_shards(args.shards, args.out)
-    write_class_outputs(args.out, all_results, discover(), 0.0, skipped)
+    started = time.perf_counter()
+    suites = discover()
+    plan = plan_merge(args.shards, getattr(args, "lang", None) or args.top_lang)
+    submitted = args.submitted
+    if plan is None:  # whole runs (two sections of a class, say): no shard set to prove
+        check_shard_set(args.shards)
+        all_results, skipped = gather_shards(args.shards, args.out)
+    else:
+        # The set's language is the merge's: its report speaks as its pages do.
+        i18n.set_language(plan.language)
+        submitted = submitted or (Path(plan.submitted) if plan.submitted else None)
+        if submitted is not None and submitted.is_dir():
+            from attnkit.intake.jobs import find_jobs
+
+            check_against_class(plan, find_jobs(submitted, suites, plan.takes[0].shard.manifest.get("assignment")).jobs)
+        else:
+            console.print(_("未找到提交文件夹 {folder}：没有再对照它检查这组分片（可用 --submitted 指定）").format(folder=submitted), markup=False)
+        all_results, skipped = gather_plan(plan, args.out)
+        print_merge_plan(plan)
+    if args.gradebook is not None:
+        record_merged(args, all_results, suites, skipped, submitted, started)
+    else:
+        write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     console.print(_("合并了 {count} 份结果，写入 {out}").format(count=len(all_results), out=args.out), markup=False)
+    if skipped:
+        console.print(_("{skipped} 项被跳过（见 report.html）").format(skipped=len(skipped)), markup=False)
     return 1 if skipped or any(r.get("not_graded") for r in all_results) else 0
+
+
+def gather_plan(plan: Plan, out: Path) -> tuple[list[ResultsJson], list[dict[str, str]]]:
+    """Each shard's own students' results.json and feedback.html, copied into ``out``."""
+    from attnkit.report.store import copy_results
+
+    all_results = [copy_results(take.shard.folder, out, key) for take in plan.takes for key in take.keys]
+    return all_results, plan.skipped
+
+
+def record_merged(
+    args: argparse.Namespace,
+    all_results: list[ResultsJson],
+    suites: dict[str, Assignment],
+    skipped: list[dict[str, str]],
+    submitted: Path | None,
+    started: float,
+) -> None:
+    """The merged class into the gradebook once, then grades.csv and the report in their full
+    form (manual points, late penalty, totals), as ``attnkit grade --gradebook`` writes them."""
+    from attnkit.console import console
+    from attnkit.course.gradebook import record_grades
+    from attnkit.course.gradebook_totals import class_totals
+    from attnkit.report.store import write_class_outputs
+
+    graded = [r for r in all_results if not r.get("not_graded")]
+    for warning in record_grades(args.gradebook, graded, submitted if submitted is not None and submitted.is_dir() else None):
+        console.print(warning, markup=False)
+    totals = class_totals(args.gradebook, [(r["student_id"], r["assignment"]) for r in graded])
+    add_lateness(args.out, graded, args.gradebook, suites)
+    write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped, totals)
+    manual = sum(1 for t in totals.values() if t["manual"] is not None)
+    console.print(
+        _("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
+            gradebook=args.gradebook, count=len(totals), manual=manual
+        ),
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 def command_lms_feedback(args: argparse.Namespace) -> int:

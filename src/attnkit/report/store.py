@@ -4,7 +4,7 @@
     OUT/students/<student>/<assignment>/results.json   a submission's record (``write_record``)
     OUT/students/<student>/<assignment>/feedback.html  its page, under MAX_FEEDBACK_BYTES
     OUT/grades.csv, OUT/report.html, OUT/skipped.json  the class (``write_class_outputs``)
-    OUT/shard.json                                     which slice a ``--shard i/n`` run holds
+    OUT/shard.json, OUT/shard.finished                 a ``--shard i/n`` run's manifest and marker (``report.shard_set``)
 
 Every write is atomic (``files.atomic_write``), so a killed run leaves whole files and a
 re-run finishes what it left (``repair_outputs``). Nothing here prints or parses arguments: the
@@ -225,14 +225,6 @@ def read_skipped(out: Path) -> list[dict[str, str]]:
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
-def record_shard(out: Path, shard: tuple[int, int] | None) -> None:
-    """Which slice an output folder holds, so `merge` can tell a complete set from a partial one."""
-    if shard is None:
-        (out / SHARD_FILE).unlink(missing_ok=True)
-    else:
-        atomic_write(out / SHARD_FILE, json.dumps({"index": shard[0], "count": shard[1]}))
-
-
 def check_shard_set(folders: list[Path]) -> None:
     """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
     missing = [str(f) for f in folders if not f.is_dir()]
@@ -291,3 +283,18 @@ def gather_shards(folders: list[Path], out: Path) -> tuple[list[ResultsJson], li
                     if (source / name).is_file():
                         atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
     return list(all_results.values()), skipped
+
+
+def copy_results(shard: Path, out: Path, key: str) -> ResultsJson:
+    """One submission's results.json and feedback.html (``key``: student/assignment) from a
+    shard's folder into ``out``; its results, read."""
+    student_id, _slash, assignment = key.rpartition("/")
+    source = results_path(shard, {"student_id": student_id, "assignment": assignment}).parent
+    target = results_path(out, {"student_id": student_id, "assignment": assignment}).parent
+    results: ResultsJson = json.loads((source / "results.json").read_text(encoding="utf-8"))
+    if source.resolve() != target.resolve():
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("results.json", "feedback.html"):
+            if (source / name).is_file():
+                atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
+    return results

@@ -198,14 +198,22 @@ def is_finished(folder: Path) -> bool:
         return False
 
 
+def shown_identity(shard: Shard, identity: str) -> str:
+    """A shard's class listing, grader or language, short enough for a message."""
+    value = shard.manifest.get(identity)
+    if identity == "class":
+        return _("{size} 份提交的名单 {digest}").format(size=value["size"], digest=value["digest"][:12])
+    if identity == "grader":
+        return "attnkit " + value["version"] + " " + ", ".join(f"{name} {digest[:12]}" for name, digest in value["suites"].items())
+    return str(value)
+
+
 def groups(shards: list[Shard], identity: str) -> str:
-    """``identity`` -> the shards that share it, shown as "identity: 1/4, 2/4; other: 3/4"."""
+    """The shards that share each value of ``identity``: "1/4 (folder), 2/4 (folder): value; …"."""
     by: dict[str, list[str]] = {}
     for shard in shards:
-        value = shard.manifest.get(identity)
-        shown = json.dumps(value, ensure_ascii=False, sort_keys=True) if not isinstance(value, str) else value
-        by.setdefault(shown, []).append(f"{shard.name} ({shard.folder})")
-    return "; ".join(f"{i18n.join(names)}: {value[:80]}" for value, names in by.items())
+        by.setdefault(shown_identity(shard, identity), []).append(f"{shard.name} ({shard.folder})")
+    return _("；").join(f"{i18n.join(names)}: {value}" for value, names in by.items())
 
 
 def plan_merge(folders: list[Path], language: str | None) -> Plan | None:

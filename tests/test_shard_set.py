@@ -33,7 +33,8 @@ LATE = "chenjing"  # -> shard 1
 
 
 def grade_shard(submitted: Path, out: Path, index: int, *extra: str, count: int = 2) -> subprocess.CompletedProcess[str]:
-    return attnkit("grade", "--submitted", submitted, "--out", out, "--jobs", "1", "--shard", f"{index}/{count}", *extra, env=tool_env(ATTNKIT_PROGRESS_SECONDS="0"))
+    progress = tool_env(ATTNKIT_PROGRESS_SECONDS="0")  # a line per graded submission: the log is no terminal
+    return attnkit("grade", "--submitted", submitted, "--out", out, "--jobs", "1", "--shard", f"{index}/{count}", *extra, env=progress)
 
 
 def merge(base: Path, *extra: str, out: str = "merged") -> subprocess.CompletedProcess[str]:

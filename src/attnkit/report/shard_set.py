@@ -200,7 +200,7 @@ def is_finished(folder: Path) -> bool:
 
 def shown_identity(shard: Shard, identity: str) -> str:
     """A shard's class listing, grader or language, short enough for a message."""
-    value = shard.manifest.get(identity)
+    value: Any = shard.manifest.get(identity)
     if identity == "class":
         return _("{size} 份提交的名单 {digest}").format(size=value["size"], digest=value["digest"][:12])
     if identity == "grader":

@@ -11,6 +11,7 @@ graded set, so a refusal in one cannot leak into another.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
@@ -192,10 +193,13 @@ def test_shards_graded_in_another_language_are_refused(copy: Path) -> None:
 
 @pytest.mark.e2e
 def test_a_removed_student_is_not_taken_from_a_leftover_results_json(copy: Path) -> None:
+    assert merge(copy).returncode == 0  # a merge of the class as it was, into the same folder
+    before = (copy / "merged" / "grades.csv").read_text(encoding="utf-8")
     shutil.rmtree(copy / "submitted" / "xiaolin")
     # The shards still list xiaolin: the class they were cut from is not the class now.
     stale = merge(copy, "--submitted", str(copy / "submitted"))
-    assert stale.returncode == 2 and not (copy / "merged" / "grades.csv").exists(), stale.stderr
+    assert stale.returncode == 2 and "xiaolin" in stale.stderr, stale.stderr
+    assert (copy / "merged" / "grades.csv").read_text(encoding="utf-8") == before, "a refused merge writes nothing"
     for index in (1, 2):
         assert grade_shard(copy / "submitted", copy / f"shard{index}", index).returncode == 0
     assert (copy / "shard2" / "students" / "xiaolin" / ASSIGNMENT / "results.json").is_file(), "the leftover is there"
@@ -229,3 +233,18 @@ def test_merge_records_the_gradebook_once_in_the_form_grade_writes(copy: Path) -
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert list(rows(copy / "merged")[0])[-len(TOTAL_COLUMNS) :] == TOTAL_COLUMNS
     assert (copy / "merged" / "grades.csv").read_text(encoding="utf-8") == (copy / "whole" / "grades.csv").read_text(encoding="utf-8")
+
+
+def test_a_shard_from_an_older_attnkit_is_refused_with_its_command(tmp_path: Path) -> None:
+    """shard.json of format 1 (index and count only) says nothing of the class, the grader or
+    the students: it cannot prove itself, so it is regraded (a resume), not trusted."""
+    from attnkit.constants import GraderError
+    from attnkit.report.shard_set import plan_merge
+
+    for index in (1, 2):
+        folder = tmp_path / f"shard{index}"
+        folder.mkdir()
+        (folder / "grades.csv").write_text("student_id,assignment,score,max_score\n", encoding="utf-8")
+        (folder / "shard.json").write_text(json.dumps({"index": index, "count": 2}), encoding="utf-8")
+    with pytest.raises(GraderError, match="--shard 1/2"):
+        plan_merge([tmp_path / "shard1", tmp_path / "shard2"], None)

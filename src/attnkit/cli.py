@@ -345,7 +345,7 @@ def command_check(args: argparse.Namespace) -> int:
 def command_merge(args: argparse.Namespace) -> int:
     from attnkit.assignment.folder import discover
     from attnkit.console import console, print_merge_plan
-    from attnkit.report.shard_set import check_against_class, plan_merge
+    from attnkit.report.shard_set import check_against_class, forget_unmerged, plan_merge
     from attnkit.report.store import check_shard_set, gather_shards, write_class_outputs
 
     started = time.perf_counter()
@@ -367,6 +367,8 @@ def command_merge(args: argparse.Namespace) -> int:
             console.print(_("未找到提交文件夹 {folder}：没有再对照它检查这组分片（可用 --submitted 指定）").format(folder=submitted), markup=False)
         all_results, skipped = gather_plan(plan, args.out)
         print_merge_plan(plan)
+    for key in forget_unmerged(args.out, [f"{r['student_id']}/{r['assignment']}" for r in all_results]):
+        console.print(_("{key} 已不在合并的班级中：删去了上次合并留在 {out} 的结果").format(key=key, out=args.out), markup=False)
     if args.gradebook is not None:
         record_merged(args, all_results, suites, skipped, submitted, started)
     else:

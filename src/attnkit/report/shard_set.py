@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import attnkit
 from attnkit import i18n
@@ -36,21 +36,12 @@ from attnkit.assignment.folder import Assignment
 from attnkit.constants import GraderError
 from attnkit.files import atomic_write
 from attnkit.i18n import _
-from attnkit.report.store import LOCK_FILE, SHARD_FILE, results_path
+from attnkit.constants import STUDENTS_FOLDER
+from attnkit.report.store import LOCK_FILE, SHARD_FILE, Job, results_path
 
 FINISHED_FILE = "shard.finished"
+MERGED_FILE = "merged.json"  # in a merge's OUT: the submissions it wrote there (``forget_unmerged``)
 FORMAT = 2  # shard.json's format; 1 (index and count only) was written before shard sets proved themselves
-
-
-class Job(Protocol):
-    """What the shard set needs of a ``records.Job``."""
-
-    @property
-    def student_id(self) -> str: ...
-    @property
-    def assignment(self) -> str: ...
-    @property
-    def fingerprint(self) -> str: ...
 
 
 def owner(student_id: str, count: int) -> int:
@@ -338,7 +329,8 @@ def check_against_class(plan: Plan, jobs: Sequence[Job]) -> None:
     shards = [take.shard for take in plan.takes]
     current = class_digest(jobs)
     if current != shards[0].manifest["class"]["digest"]:
-        added = sorted({key_of(j.student_id, j.assignment) for j in jobs} - {k for take in plan.takes for k in take.keys})
+        now, then = {key_of(j.student_id, j.assignment) for j in jobs}, {k for take in plan.takes for k in take.keys}
+        added = sorted(now ^ then)
         raise GraderError(
             _("提交文件夹里的班级在分片评完之后变了（新增或移除了学生：{added}）：请再运行每个分片的命令（未变化的提交不会重评，只评新的），再合并").format(
                 added=i18n.join(added[:5]) or "—"
@@ -353,3 +345,32 @@ def check_against_class(plan: Plan, jobs: Sequence[Job]) -> None:
                     shard=take.shard.name, folder=take.shard.folder, students=i18n.join(changed[:5]), command=take.shard.command()
                 )
             )
+
+
+def forget_unmerged(out: Path, keys: Iterable[str]) -> list[str]:
+    """A merge's OUT holds the merged class only: the submissions an earlier merge wrote there
+    and this one does not (a student removed from the class since) go, so that nothing read
+    from OUT later (``attnkit lms-feedback``, a TA's copy) finds them. Only what a merge wrote,
+    as ``merged.json`` lists it, is ever removed. Returns the keys removed."""
+    keys = sorted(set(keys))
+    try:
+        earlier = json.loads((out / MERGED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = []
+    students = (out / STUDENTS_FOLDER).resolve()
+    removed = []
+    for key in sorted(set(earlier if isinstance(earlier, list) else []) - set(keys)):
+        student_id, _slash, assignment = str(key).rpartition("/")
+        folder = results_path(out, {"student_id": student_id, "assignment": assignment}).parent
+        if folder.resolve().parent.parent != students:
+            continue  # not a folder of OUT/students/<student>/<assignment>: never touched
+        for name in ("results.json", "feedback.html"):
+            (folder / name).unlink(missing_ok=True)
+        for empty in (folder, folder.parent):
+            try:
+                empty.rmdir()
+            except OSError:
+                break
+        removed.append(str(key))
+    atomic_write(out / MERGED_FILE, json.dumps(keys, ensure_ascii=False, indent=1))
+    return removed

@@ -226,41 +226,14 @@ def read_skipped(out: Path) -> list[dict[str, str]]:
 
 
 def check_shard_set(folders: list[Path]) -> None:
-    """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
+    """Whole runs to merge (two sections of a class, say; none of them a shard, whose sets
+    ``report.shard_set.plan_merge`` checks): each an ``attnkit grade`` output."""
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         raise GraderError(_("找不到要合并的文件夹：{folders}").format(folders=i18n.join(missing)))
     empty = [str(f) for f in folders if not (f / "grades.csv").is_file()]
     if empty:
         raise GraderError(_("不是 attnkit grade 的输出（没有 grades.csv）：{folders}").format(folders=i18n.join(empty)))
-    # A list, not a dict: the same folder given twice is a duplicate shard, not one shard.
-    shards: list[tuple[Path, dict[str, int]]] = []
-    for folder in folders:
-        try:
-            shards.append((folder, json.loads((folder / SHARD_FILE).read_text(encoding="utf-8"))))
-        except FileNotFoundError:
-            continue
-        except ValueError as error:
-            raise GraderError(_("{path} 无法读取：{error}").format(path=folder / SHARD_FILE, error=error)) from None
-    if not shards:
-        return  # whole runs (e.g. two sections of a class): nothing to check
-    unsharded = [str(f) for f in folders if f not in {folder for folder, _ in shards}]
-    if unsharded:
-        raise GraderError(_("这些文件夹不是用 --shard 评的，不能与分片混合合并：{folders}").format(folders=i18n.join(unsharded)))
-    counts = {info["count"] for _, info in shards}
-    if len(counts) != 1:
-        raise GraderError(_("分片总数不一致：{counts}（每个分片都要用同一个 n 运行 --shard i/n）").format(counts=sorted(counts)))
-    count = counts.pop()
-    seen: dict[int, Path] = {}
-    for folder, info in shards:
-        if info["index"] in seen:
-            raise GraderError(
-                _("分片 {index}/{count} 出现两次：{first} 与 {second}").format(index=info["index"], count=count, first=seen[info["index"]], second=folder)
-            )
-        seen[info["index"]] = folder
-    absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
-    if absent:
-        raise GraderError(_("分片不全，缺少 {missing}：请先运行 attnkit grade --shard {first} …，再合并").format(missing=i18n.join(absent), first=absent[0]))
 
 
 def gather_shards(folders: list[Path], out: Path) -> tuple[list[ResultsJson], list[dict[str, str]]]:

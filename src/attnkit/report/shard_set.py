@@ -33,10 +33,9 @@ from typing import Any, TypeVar
 import attnkit
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment
-from attnkit.constants import GraderError
+from attnkit.constants import STUDENTS_FOLDER, GraderError
 from attnkit.files import atomic_write
 from attnkit.i18n import _
-from attnkit.constants import STUDENTS_FOLDER
 from attnkit.report.store import LOCK_FILE, SHARD_FILE, Job, results_path
 
 FINISHED_FILE = "shard.finished"

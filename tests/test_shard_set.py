@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from attnkit import __version__
 from attnkit.engine.fan_out import shard_of
 from attnkit.records import Job
 from attnkit.report.store import TOTAL_COLUMNS, output_lock
@@ -189,6 +190,20 @@ def test_shards_graded_in_another_language_are_refused(copy: Path) -> None:
     other = merge(copy, "--lang", "zh")
     assert other.returncode == 2 and "--lang" in other.stderr, other.stderr
     assert merge(copy, "--lang", "en").returncode == 0
+
+
+@pytest.mark.e2e
+def test_shards_graded_by_another_grader_are_refused(copy: Path) -> None:
+    """A hidden suite edited between two shards' runs: the shards' results are not comparable."""
+    suites = copy / "course" / "autograder"
+    shutil.copytree(ROOT / "autograder", suites, ignore=shutil.ignore_patterns("__pycache__"))
+    edited = suites / "ch19_attention" / "test_ch19_1_scaled_attention.py"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n# edited after shard 1 was graded\n", encoding="utf-8")
+    assert grade_shard(copy / "submitted", copy / "shard2", 2, "--autograder", str(suites)).returncode == 0
+    refused = merge(copy)
+    assert refused.returncode == 2 and str(copy / "shard1") in refused.stderr and str(copy / "shard2") in refused.stderr, refused.stderr
+    assert refused.stderr.count(f"attnkit {__version__} {ASSIGNMENT} ") == 2, "each grader named"
+    assert not (copy / "merged" / "grades.csv").exists()
 
 
 @pytest.mark.e2e

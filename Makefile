@@ -19,7 +19,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock browser grade test test-fast lint release check student-zip bench gradescope clean
+.PHONY: help install lock browser slurm grade test test-fast lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -80,10 +80,20 @@ browser:
 	  else echo "please install chromium and fonts-noto-cjk (needed by tests/report/test_feedback_browser.py)"; fi; \
 	fi
 
+# The Slurm test (tests/engine/test_slurm.py) starts a single-host cluster of its own: Debian's
+# slurm-wlm (slurmctld, slurmd, sbatch) and munge.
+slurm:
+	@if ! command -v sbatch >/dev/null 2>&1 || ! test -x /usr/sbin/slurmctld || ! test -x /usr/sbin/munged; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing slurm-wlm and munge (Debian packages)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+	  else echo "please install slurm-wlm and munge (needed by tests/engine/test_slurm.py)"; fi; \
+	fi
+
 grade: $(STAMP)
 	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)
 
-test: $(DEV_STAMP) browser lint
+test: $(DEV_STAMP) browser slurm lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run

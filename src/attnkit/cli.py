@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from attnkit.assignment.folder import Assignment
     from attnkit.course.lateness import GradebookLateness
     from attnkit.course.lms_upload import Packed
-    from attnkit.records import Job, ResultsJson, SubmissionRecord
+    from attnkit.records import ResultsJson, SubmissionRecord
+    from attnkit.report.shard_set import Plan
 
 
 # The modules each command needs: grade and check grade (torch above all, through the engine's
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 COMMAND_MODULES = {
     "grade": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
     "check": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
-    "merge": ("assignment.folder", "console", "report.store"),
+    "merge": ("assignment.folder", "console", "report.store", "report.shard_set"),
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
 }
@@ -131,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
     merge.add_argument("--out", type=Path, required=True)
+    merge.add_argument("--gradebook", type=Path, default=None, help="record the merged class in this nbgrader gradebook.db (once, nothing regraded)")
+    merge.add_argument(
+        "--submitted", type=Path, default=None, help="the class's submissions folder (default: the shards' own), read again to check the set against it"
+    )
     return parser
 
 
@@ -183,11 +188,12 @@ def command_grade(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.assignment.folder import discover, solutions_beside
-    from attnkit.console import console, grading_progress, print_graded, print_grade_end
+    from attnkit.console import LogProgress, console, grading_progress, print_graded, print_grade_end
     from attnkit.engine.fan_out import grade_jobs, shard_of
     from attnkit.intake.jobs import find_jobs
     from attnkit.driver.seed import take as take_seed
-    from attnkit.report.store import is_current, read_results, record_shard, repair_outputs, write_class_outputs, write_record, write_results
+    from attnkit.report.shard_set import begin_shard, finish_shard
+    from attnkit.report.store import is_current, read_results, repair_outputs, write_class_outputs, write_record, write_results
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
@@ -196,18 +202,26 @@ def command_grade(args: argparse.Namespace) -> int:
     if not intake.jobs and not intake.skipped:
         layout = i18n.join(_("<学号>/{assignment}/{notebook}").format(assignment=suite.name, notebook=suite.notebook) for suite in suites.values())
         raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(folder=args.submitted, layout=layout))
+    if args.shard is not None and args.gradebook is not None:
+        # Shards run at once, and SQLite takes one writer: the merge records the whole class once.
+        raise GraderError(
+            _("--shard 与 --gradebook 不能同时使用：分片同时运行，成绩册只能有一个写入者。请在合并时记入：attnkit merge … --gradebook {gradebook}").format(
+                gradebook=args.gradebook
+            )
+        )
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
-    record_shard(args.out, args.shard)
+    begin_shard(args.out, args.shard, intake.jobs, jobs, suites, args.submitted, args.assignment, skipped)
     repair_outputs(args.out, suites)
     # Every fact from beside a submission is known before its record is written, so each
     # results.json and feedback.html is written once: the LMS's late flag (read at intake, in the
     # job) and, with a gradebook, nbgrader's lateness (its due dates read once, now).
-    late_of = gradebook_lateness(args.gradebook, args.submitted, jobs) if args.gradebook is not None else None
+    keys = [(job.student_id, job.assignment) for job in jobs]
+    late_of = gradebook_lateness(args.gradebook, args.submitted, keys) if args.gradebook is not None else None
     job_of = {job.key: job for job in jobs}
 
     def add_facts(results: ResultsJson) -> bool:
@@ -229,6 +243,7 @@ def command_grade(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     written: dict[str, ResultsJson] = {}
+    log_progress = LogProgress(len(todo), args.quiet)  # a batch log's periodic lines (no terminal, no bar)
     with grading_progress(args.quiet) as progress:
         task = progress.add_task("grade", total=len(todo))
 
@@ -239,6 +254,7 @@ def command_grade(args: argparse.Namespace) -> int:
                 print_graded(progress, results)
             progress.advance(task)
             progress.refresh()
+            log_progress.advance()
 
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
@@ -262,7 +278,10 @@ def command_grade(args: argparse.Namespace) -> int:
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
         report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
     print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started)
-    if not_graded or skipped:
+    finish_shard(args.out, args.shard)
+    # A shard that graded all it owns exits 0: what intake skipped is the whole class's news, told
+    # once by the merge (an exit 1 from every shard would fail a Slurm array or an Indexed Job).
+    if not_graded or (skipped and args.shard is None):
         console.print(
             _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
         )
@@ -270,18 +289,19 @@ def command_grade(args: argparse.Namespace) -> int:
     return 0
 
 
-def gradebook_lateness(database: Path, submitted: Path, jobs: list[Job]) -> GradebookLateness:
+def gradebook_lateness(database: Path, submitted: Path | None, keys: list[tuple[str, str]]) -> GradebookLateness:
     """The gradebook's assignments registered (before grading: a refusal stops the run before any
-    work) and nbgrader's lateness of the class's submissions, ready for each record."""
+    work) and nbgrader's lateness of the class's submissions (student, assignment), ready for each
+    record (without the submissions folder, no timestamps: as the gradebook records it then)."""
     from attnkit.course.gradebook import course_root, register_assignments
     from attnkit.course.lateness import GradebookLateness
 
-    register_assignments(database, [job.assignment for job in jobs])
-    return GradebookLateness.read(database, submitted, [(job.student_id, job.assignment) for job in jobs], course_root(database))
+    register_assignments(database, [assignment for _student, assignment in keys])
+    return GradebookLateness.read(database, submitted, keys, course_root(database))
 
 
 def record_class(
-    database: Path, submitted: Path, out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], quiet: bool
+    database: Path, submitted: Path | None, out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], quiet: bool
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Record the graded submissions in the gradebook (no "not graded" zeros) and return the
     totals ``nbgrader export`` will report, for grades.csv. A record whose lateness the gradebook
@@ -293,6 +313,7 @@ def record_class(
     from attnkit.report.store import write_results
 
     graded = [r for r in all_results if not r.get("not_graded")]
+    # (Registered before grading, or before the merge gathered: ``gradebook_lateness``.)
     for warning in record_grades(database, graded, submitted, registered=True):
         console.print(warning, markup=False)
     keys = [(r["student_id"], r["assignment"]) for r in graded]
@@ -364,14 +385,79 @@ def command_check(args: argparse.Namespace) -> int:
 
 def command_merge(args: argparse.Namespace) -> int:
     from attnkit.assignment.folder import discover
-    from attnkit.console import console
+    from attnkit.console import console, print_merge_plan
+    from attnkit.report.shard_set import check_against_class, forget_unmerged, plan_merge
     from attnkit.report.store import check_shard_set, gather_shards, write_class_outputs
 
-    check_shard_set(args.shards)
-    all_results, skipped = gather_shards(args.shards, args.out)
-    write_class_outputs(args.out, all_results, discover(), 0.0, skipped)
+    started = time.perf_counter()
+    suites = discover()
+    plan = plan_merge(args.shards, getattr(args, "lang", None) or args.top_lang)
+    submitted = args.submitted
+    if plan is None:  # whole runs (two sections of a class, say): no shard set to prove
+        check_shard_set(args.shards)
+        all_results, skipped = gather_shards(args.shards, args.out)
+    else:
+        # The set's language is the merge's: its report speaks as its pages do.
+        i18n.set_language(plan.language)
+        submitted = submitted or (Path(plan.submitted) if plan.submitted else None)
+        if submitted is not None and submitted.is_dir():
+            from attnkit.intake.jobs import find_jobs
+
+            check_against_class(plan, find_jobs(submitted, suites, plan.takes[0].shard.manifest.get("assignment")).jobs)
+        else:
+            console.print(_("未找到提交文件夹 {folder}：没有再对照它检查这组分片（可用 --submitted 指定）").format(folder=submitted), markup=False)
+        # With a gradebook, nbgrader's lateness is known before each record lands in the merge's
+        # folder (written once, as a grade run writes it).
+        late_of = None
+        if args.gradebook is not None:
+            keys = [(student, assignment) for take in plan.takes for student, _slash, assignment in (key.rpartition("/") for key in take.keys)]
+            late_of = gradebook_lateness(args.gradebook, submitted if submitted is not None and submitted.is_dir() else None, keys)
+        all_results, skipped = gather_plan(plan, args.out, late_of, suites)
+        print_merge_plan(plan)
+    for key in forget_unmerged(args.out, [f"{r['student_id']}/{r['assignment']}" for r in all_results]):
+        console.print(_("{key} 已不在合并的班级中：删去了上次合并留在 {out} 的结果").format(key=key, out=args.out), markup=False)
+    if args.gradebook is not None:
+        record_merged(args, all_results, suites, skipped, submitted, started)
+    else:
+        write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped)
     console.print(_("合并了 {count} 份结果，写入 {out}").format(count=len(all_results), out=args.out), markup=False)
+    if skipped:
+        console.print(_("{skipped} 项被跳过（见 report.html）").format(skipped=len(skipped)), markup=False)
     return 1 if skipped or any(r.get("not_graded") for r in all_results) else 0
+
+
+def gather_plan(
+    plan: Plan, out: Path, late_of: GradebookLateness | None = None, suites: dict[str, Assignment] | None = None
+) -> tuple[list[ResultsJson], list[dict[str, str]]]:
+    """Each shard's own students' results.json and feedback.html, copied into ``out`` (with
+    ``late_of``, a record gains nbgrader's lateness as it is written there)."""
+    from attnkit.report.store import copy_results
+
+    add_facts = None
+    if late_of is not None:
+
+        def add_facts(results: ResultsJson) -> bool:
+            return set_fact(results, "late", late_of.of(results))
+
+    all_results = [copy_results(take.shard.folder, out, key, add_facts, suites) for take in plan.takes for key in take.keys]
+    return all_results, plan.skipped
+
+
+def record_merged(
+    args: argparse.Namespace,
+    all_results: list[ResultsJson],
+    suites: dict[str, Assignment],
+    skipped: list[dict[str, str]],
+    submitted: Path | None,
+    started: float,
+) -> None:
+    """The merged class into the gradebook once, then grades.csv and the report in their full
+    form (manual points, late penalty, totals), as ``attnkit grade --gradebook`` writes them."""
+    from attnkit.report.store import write_class_outputs
+
+    folder = submitted if submitted is not None and submitted.is_dir() else None
+    totals = record_class(args.gradebook, folder, args.out, all_results, suites, quiet=False)
+    write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped, totals)
 
 
 def command_lms_feedback(args: argparse.Namespace) -> int:

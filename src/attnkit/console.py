@@ -5,6 +5,8 @@ none of it."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from attnkit.records import ResultsJson
     from attnkit.intake.lms_collect import Collected
     from attnkit.course.lms_upload import Packed
+    from attnkit.report.shard_set import Plan
 
 console = Console(stderr=True)
 
@@ -66,6 +69,52 @@ def grading_progress(quiet: bool) -> Progress:
     """The progress bar of ``attnkit grade``, advanced and refreshed by hand. No refresh thread:
     workers are forked from this process, which must not run other threads."""
     return Progress(TextColumn(_("评分")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, disable=quiet, auto_refresh=False)
+
+
+# Seconds between two progress lines in a batch log (a Slurm or Kubernetes job's output file).
+PROGRESS_SECONDS_VARIABLE = "ATTNKIT_PROGRESS_SECONDS"
+DEFAULT_PROGRESS_SECONDS = 30.0
+
+
+class LogProgress:
+    """Where stderr is no terminal (a batch log) the bar draws nothing until it ends: instead, a
+    line every ``ATTNKIT_PROGRESS_SECONDS`` (30 s by default) with graded/total and the rate, and
+    one at the end."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.done = total, 0
+        self.active = not quiet and not console.is_terminal and total > 0
+        try:
+            self.every = float(os.environ.get(PROGRESS_SECONDS_VARIABLE, DEFAULT_PROGRESS_SECONDS))
+        except ValueError:
+            self.every = DEFAULT_PROGRESS_SECONDS
+        self.started = self.last = time.monotonic()
+
+    def advance(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if self.active and (now - self.last >= self.every or self.done == self.total):
+            self.last = now
+            rate = self.done / max(now - self.started, 1e-9)
+            left = (self.total - self.done) / rate if rate > 0 else 0.0
+            console.print(
+                _("评分进度：{done}/{total}（每分钟 {rate} 份，约剩 {left} 分钟）").format(
+                    done=self.done, total=self.total, rate=f"{rate * 60:.1f}", left=f"{left / 60:.1f}"
+                ),
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def print_merge_plan(plan: Plan) -> None:
+    """What ``attnkit merge`` takes from each shard, one line each."""
+    for take in plan.takes:
+        console.print(
+            _("分片 {shard}（{folder}）：取它拥有的 {count} 份结果").format(shard=take.shard.name, folder=take.shard.folder, count=len(take.keys))
+            + (_("；另有 {count} 份不属于它的旧结果未取（已不在班级中的学生，或更早的分法）").format(count=take.not_taken) if take.not_taken else ""),
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def print_graded(progress: Progress, results: ResultsJson) -> None:

@@ -4,7 +4,7 @@ input's shape of ones, one mask doing the other's job) are graded through a real
 the hidden suite, and once through the real ``attnkit grade``: none earns any point of the function
 it stubs, and none costs another function a point. scaled_attention's own property tests are held
 by tests/grading/test_autograder.py (``property_faker``), split_heads' always-raising split also by
-tests/test_fairness.py."""
+tests/grading/test_fairness.py."""
 
 from __future__ import annotations
 

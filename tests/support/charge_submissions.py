@@ -1,7 +1,7 @@
 """Dependencies that pass their own tests and break on what their callers hand them (issue 26:
 points charged where the failure starts). Each replaces one function of the reference (function
 name, source); none is in wrong_submissions.py, fair_submissions.py or the catalogue. Used by
-tests/test_charge.py."""
+tests/grading/test_charge.py."""
 
 from __future__ import annotations
 

@@ -62,3 +62,18 @@ def attnkit(
     if script:
         return run_command([BIN / "attnkit", *args], env=env, cwd=cwd, timeout=timeout)
     return python_m("attnkit", *args, env=env, cwd=cwd, timeout=timeout)
+
+
+def start_attnkit(*args: str | Path, log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``python -m attnkit args`` started, not waited for (a test that stops it half way: an
+    interrupted shard), in a process group of its own, its output into ``log``, stdin closed.
+    The caller ends it (``os.killpg``) and waits for it."""
+    with open(log, "wb") as handle:
+        return subprocess.Popen(
+            [sys.executable, "-m", "attnkit", *[str(part) for part in args]],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(tool_env() if env is None else env),
+            start_new_session=True,
+        )

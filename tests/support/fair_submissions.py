@@ -1,7 +1,7 @@
 """Round-2 fairness cases (issue 26, issue 23's property points): realistic wrong functions written
 from the chapter, none of them in wrong_submissions.py and, when written, none in the catalogue
 (scale_by_dim1 and empty_check_on_keys now have entries of their own, written differently). Each
-replaces one function of the reference (function name, source); used by tests/test_fairness.py."""
+replaces one function of the reference (function name, source); used by tests/grading/test_fairness.py."""
 
 from __future__ import annotations
 

@@ -45,9 +45,10 @@ class GradebookLateness:
     plugin: Any  # the course's LateSubmissionPlugin instance
 
     @classmethod
-    def read(cls, database: Path, submitted: Path, keys: list[tuple[str, str]], root: Path) -> GradebookLateness:
+    def read(cls, database: Path, submitted: Path | None, keys: list[tuple[str, str]], root: Path) -> GradebookLateness:
         """Due dates, extensions, manual points and maxima of ``keys`` (student, assignment), as
-        the gradebook has them now. The assignments must be registered already."""
+        the gradebook has them now (and the timestamps of ``submitted``, where given). The
+        assignments must be registered already."""
         os.environ["PATH"] = tool_environment()["PATH"]
         from nbgrader.api import Gradebook, MissingEntry
         from nbgrader.preprocessors import AssignLatePenalties
@@ -64,9 +65,11 @@ class GradebookLateness:
                     except MissingEntry:
                         assignments[assignment] = None
                 found = assignments[assignment]
-                folder = submitted / student / assignment
-                real = folder if folder.is_dir() and not folder.is_symlink() else None
-                timestamp = submission_timestamp(submitted, real) if real is not None else None
+                timestamp = None
+                if submitted is not None:
+                    folder = submitted / student / assignment
+                    if folder.is_dir() and not folder.is_symlink():
+                        timestamp = submission_timestamp(submitted, folder)
                 if found is None:
                     facts[(student, assignment)] = SubmissionFacts(None, timestamp)
                     continue

@@ -32,14 +32,13 @@ from attnkit.boundary.policy import Limits
 from attnkit.procfs import stat_fields
 from attnkit.records import Job, SubmissionRecord
 from attnkit.engine.worker import worker_main
+from attnkit.report.shard_set import owned_jobs
 
 
 def shard_of(jobs: list[Job], shard: tuple[int, int] | None) -> list[Job]:
-    """The deterministic slice ``i/n`` (1-based) of the sorted jobs: every n-th one."""
-    if shard is None:
-        return jobs
-    index, count = shard
-    return [job for position, job in enumerate(jobs) if position % count == index - 1]
+    """The jobs shard ``i/n`` (1-based) owns: by a hash of the student id, never by position, so
+    a student added late moves nobody else (``report.shard_set.owner``)."""
+    return owned_jobs(jobs, shard)
 
 
 MIN_CHUNK = 4  # below this, a chunk's round trip to this process costs more than the balance it buys

@@ -4,7 +4,7 @@
     OUT/students/<student>/<assignment>/results.json   a submission's record (``write_record``)
     OUT/students/<student>/<assignment>/feedback.html  its page, under MAX_FEEDBACK_BYTES
     OUT/grades.csv, OUT/report.html, OUT/skipped.json  the class (``write_class_outputs``)
-    OUT/shard.json                                     which slice a ``--shard i/n`` run holds
+    OUT/shard.json, OUT/shard.finished                 a ``--shard i/n`` run's manifest and marker (``report.shard_set``)
 
 Every write is atomic (``files.atomic_write``), so a killed run leaves whole files and a
 re-run finishes what it left (``repair_outputs``). Nothing here prints or parses arguments: the
@@ -230,50 +230,15 @@ def read_skipped(out: Path) -> list[dict[str, str]]:
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
-def record_shard(out: Path, shard: tuple[int, int] | None) -> None:
-    """Which slice an output folder holds, so `merge` can tell a complete set from a partial one."""
-    if shard is None:
-        (out / SHARD_FILE).unlink(missing_ok=True)
-    else:
-        atomic_write(out / SHARD_FILE, json.dumps({"index": shard[0], "count": shard[1]}))
-
-
 def check_shard_set(folders: list[Path]) -> None:
-    """Refuse missing folders and incomplete or inconsistent shard sets, naming what is wrong."""
+    """Whole runs to merge (two sections of a class, say; none of them a shard, whose sets
+    ``report.shard_set.plan_merge`` checks): each an ``attnkit grade`` output."""
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         raise GraderError(_("找不到要合并的文件夹：{folders}").format(folders=i18n.join(missing)))
     empty = [str(f) for f in folders if not (f / "grades.csv").is_file()]
     if empty:
         raise GraderError(_("不是 attnkit grade 的输出（没有 grades.csv）：{folders}").format(folders=i18n.join(empty)))
-    # A list, not a dict: the same folder given twice is a duplicate shard, not one shard.
-    shards: list[tuple[Path, dict[str, int]]] = []
-    for folder in folders:
-        try:
-            shards.append((folder, json.loads((folder / SHARD_FILE).read_text(encoding="utf-8"))))
-        except FileNotFoundError:
-            continue
-        except ValueError as error:
-            raise GraderError(_("{path} 无法读取：{error}").format(path=folder / SHARD_FILE, error=error)) from None
-    if not shards:
-        return  # whole runs (e.g. two sections of a class): nothing to check
-    unsharded = [str(f) for f in folders if f not in {folder for folder, _ in shards}]
-    if unsharded:
-        raise GraderError(_("这些文件夹不是用 --shard 评的，不能与分片混合合并：{folders}").format(folders=i18n.join(unsharded)))
-    counts = {info["count"] for _, info in shards}
-    if len(counts) != 1:
-        raise GraderError(_("分片总数不一致：{counts}（每个分片都要用同一个 n 运行 --shard i/n）").format(counts=sorted(counts)))
-    count = counts.pop()
-    seen: dict[int, Path] = {}
-    for folder, info in shards:
-        if info["index"] in seen:
-            raise GraderError(
-                _("分片 {index}/{count} 出现两次：{first} 与 {second}").format(index=info["index"], count=count, first=seen[info["index"]], second=folder)
-            )
-        seen[info["index"]] = folder
-    absent = [f"{i}/{count}" for i in range(1, count + 1) if i not in seen]
-    if absent:
-        raise GraderError(_("分片不全，缺少 {missing}：请先运行 attnkit grade --shard {first} …，再合并").format(missing=i18n.join(absent), first=absent[0]))
 
 
 def gather_shards(folders: list[Path], out: Path) -> tuple[list[ResultsJson], list[dict[str, str]]]:
@@ -296,3 +261,23 @@ def gather_shards(folders: list[Path], out: Path) -> tuple[list[ResultsJson], li
                     if (source / name).is_file():
                         atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
     return list(all_results.values()), skipped
+
+
+def copy_results(
+    shard: Path, out: Path, key: str, add_facts: Callable[[ResultsJson], object] | None = None, suites: dict[str, Assignment] | None = None
+) -> ResultsJson:
+    """One submission's results.json and feedback.html (``key``: student/assignment) from a
+    shard's folder into ``out``; its results, read. With ``add_facts`` (the merge's gradebook
+    lateness), a record that gains a fact is written with it (once) instead of copied."""
+    student_id, _slash, assignment = key.rpartition("/")
+    source = results_path(shard, {"student_id": student_id, "assignment": assignment}).parent
+    target = results_path(out, {"student_id": student_id, "assignment": assignment}).parent
+    results: ResultsJson = json.loads((source / "results.json").read_text(encoding="utf-8"))
+    if add_facts is not None and suites is not None and results["assignment"] in suites and add_facts(results):
+        write_results(out, results, suites)
+    elif source.resolve() != target.resolve():
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("results.json", "feedback.html"):
+            if (source / name).is_file():
+                atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
+    return results

@@ -1,4 +1,4 @@
-"""Attack notebooks for tests/test_adversarial.py.
+"""Attack notebooks for tests/cli/test_adversarial.py.
 
 Each attacker is a real submission: the release notebook (stubs) or the solution notebook, with
 one or more attack cells inserted after the imports cell, or a graded function replaced. The

@@ -1,0 +1,71 @@
+"""Fairness, round 3 (issue 41): a mistake costs only its own concept, a correct raise of a
+subclass counts as its base, a diagnosis agrees with every test of its function, and every
+message on the page is true. The submissions (``fair_round3_submissions.ROUND3``) were written
+from the chapter with their fair grades before they were graded; they are graded here in one
+real pytest session of the hidden suite (``test_autograder.grade_in_one_session``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from contract import CH19
+from fair_round3_submissions import ROUND3
+from test_autograder import grade_in_one_session
+
+pytestmark = pytest.mark.e2e
+
+catalogue = CH19.catalogue()
+REFERENCE = catalogue.reference_source()
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    sources = {"reference": REFERENCE}
+    sources.update({name: REFERENCE + "\n" + case.source for name, case in ROUND3.items()})
+    return grade_in_one_session(sources)
+
+
+def score(graded: list) -> float:
+    return round(sum(result.score for result in graded), 4)
+
+
+def summary(graded: list) -> str:
+    return "\n".join(f"{r.nodeid}: {r.status} {r.score}/{r.max_score} {r.diagnoses} {r.output[:300]}" for r in graded if r.status != "passed")
+
+
+def page(graded: list) -> str:
+    """The student's feedback page for one graded submission, as the CLI renders it."""
+    from attnkit.report.pages import feedback_html
+    from attnkit.report.results_json import results_json
+
+    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [result.to_dict() for result in graded]}
+    return feedback_html(results_json(record, CH19), CH19)
+
+
+def test_there_are_at_least_fifteen_new_cases_covering_every_class():
+    assert len(ROUND3) >= 15
+    assert {case.concept for case in ROUND3.values()} >= {"kind", "slip", "name", "explain", "dtype"}
+
+
+def test_the_reference_still_scores_100(results):
+    assert score(results["reference"]) == 100, summary(results["reference"])
+
+
+@pytest.mark.parametrize("name", list(ROUND3))
+def test_each_case_scores_its_fair_grade(results, name):
+    case = ROUND3[name]
+    graded = results[name]
+    assert score(graded) == case.fair, f"{name}: {case.why}\n" + summary(graded)
+
+
+@pytest.mark.parametrize("name", list(ROUND3))
+def test_no_case_gets_a_wrong_id(results, name):
+    named = {d for r in results[name] for d in r.diagnoses}
+    assert named <= ROUND3[name].ids, summary(results[name])
+
+
+@pytest.mark.parametrize("name", [name for name, case in ROUND3.items() if case.concept == "kind"])
+def test_a_subclass_raise_is_never_called_wrong(results, name):
+    """No message, on the tests or the page, says that a subclass of ValueError is the wrong exception."""
+    text = page(results[name])
+    assert "实际抛出了" not in text and all("实际抛出了" not in r.output for r in results[name]), summary(results[name])

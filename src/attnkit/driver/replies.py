@@ -13,7 +13,7 @@ from attnkit.boundary.explain import explain
 from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.notebook import CodeCell, defines, place_of
-from attnkit.boundary.outcome import Outcome
+from attnkit.boundary.outcome import MAX_BASES, Outcome
 
 
 @dataclass
@@ -66,6 +66,8 @@ class ReplyDecoding:
             message=message,
             where=self._locate(reply.get("where")),
             warnings=[str(item)[:600] for item in reply.get("warnings", [])][:5] if isinstance(reply.get("warnings"), list) else [],
+            # Names only: they pick trusted classes from a fixed table (``outcome.student_exception``).
+            bases=[str(item)[:60] for item in reply.get("bases", [])][:MAX_BASES] if isinstance(reply.get("bases"), list) else [],
         )
 
     def _why_missing(self, name: str) -> str:

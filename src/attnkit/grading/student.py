@@ -128,7 +128,7 @@ class Student:
             raise StudentMissing(outcome.message)
         if outcome.error_type == CRASHED:
             raise SandboxCrashed(outcome.message)
-        raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings)
+        raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings, outcome.bases)
 
 
 def request_of(call: Call) -> operations.Asked:

@@ -69,3 +69,30 @@ def test_a_subclass_raise_is_never_called_wrong(results, name):
     """No message, on the tests or the page, says that a subclass of ValueError is the wrong exception."""
     text = page(results[name])
     assert "实际抛出了" not in text and all("实际抛出了" not in r.output for r in results[name]), summary(results[name])
+
+
+@pytest.mark.parametrize("name", [name for name, case in ROUND3.items() if case.ids])
+def test_a_catalogued_mistake_written_another_way_is_still_named(results, name):
+    """Agreement with every test takes a name back only when it contradicts one: a catalogued
+    mistake written in another style keeps its name."""
+    assert {d for r in results[name] for d in r.diagnoses} == ROUND3[name].ids, summary(results[name])
+
+
+def test_the_empty_row_probes_tell_the_catalogued_checks_apart():
+    """Issue 41: the probes separate the chapter's check, the one over the keys and the one with
+    any and all swapped: each pair differs on some probe."""
+    from attnkit.boundary import wire
+    from attnkit.grading.diagnosis import _replay, outcomes_match
+
+    swapped = catalogue.reference_source() + "\n" + ROUND3["empty_any_all_swapped"].source
+    implementations = {"reference": catalogue.reference_namespace(), "on_keys": catalogue.mistake_namespaces()["empty_check_on_keys"]}
+    implementations["swapped"] = {}
+    exec(compile(swapped, "<swapped>", "exec"), implementations["swapped"])
+    probes = [wire.encode(call) for call in catalogue.probes()["scaled_attention"]]
+    names = list(implementations)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            assert any(
+                not outcomes_match(_replay(implementations[first], "scaled_attention", data), _replay(implementations[second], "scaled_attention", data))
+                for data in probes
+            ), (first, second)

@@ -87,6 +87,7 @@ class OwnLoop:
         def _plain_call(self, item: pytest.Function) -> None: ...
         def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None: ...
         def _failed_by(self, submission_id: str, position: int) -> dict[str, str]: ...
+        def agree(self, submission_id: str) -> None: ...
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -162,6 +163,8 @@ class OwnLoop:
             submission_ids = list(self.provider.more())
 
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
+        if submission_id is not None:
+            self.agree(submission_id)  # before the provider takes the results
         if submission_id is not None and isinstance(opened, Student):
             self.provider.close(submission_id)
         if submission_id is not None:

@@ -96,3 +96,73 @@ def test_the_empty_row_probes_tell_the_catalogued_checks_apart():
                 not outcomes_match(_replay(implementations[first], "scaled_attention", data), _replay(implementations[second], "scaled_attention", data))
                 for data in probes
             ), (first, second)
+
+
+def causes_of(graded: list) -> list[dict]:
+    from attnkit.report.pages import causes
+
+    return causes([result.to_dict() for result in graded])  # type: ignore[misc]
+
+
+# (case, the explanation kind its cause must get): what really happened, not the first pattern near it.
+MATCHED = {
+    "softmax_dim3_fixed": "dimension",
+    "softmax_dim2": "dimension",
+    "mask_unsqueezed_wrong": "broadcast",
+    "value_transposed_matmul": "matmul",
+    "mha_mask_keyword": "keyword",
+    "undefined_scale_name": "name",
+}
+
+
+@pytest.mark.parametrize("name", list(MATCHED))
+def test_each_runtime_error_is_explained_by_what_happened(results, name):
+    from attnkit.boundary.explain import EXPLANATIONS
+    from attnkit.i18n import _
+
+    found = causes_of(results[name])
+    assert found, summary(results[name])
+    expected = _(EXPLANATIONS[MATCHED[name]])
+    assert all(cause["explanation"] == expected for cause in found if cause["type"] != "ValueError"), [
+        (c["type"], c["message"], c["explanation"][:60]) for c in found
+    ]
+    text = page(results[name])
+    assert expected in text
+    others = {kind: _(text_) for kind, text_ in EXPLANATIONS.items() if kind != MATCHED[name]}
+    assert not [kind for kind, other in others.items() if other in text], "no explanation of another error on the page"
+
+
+def test_a_cause_shared_by_tests_is_folded_once_for_all_of_them(results):
+    """Every multi-head test fails from the one wrong keyword: one cause, counting all of them."""
+    graded = results["mha_mask_keyword"]
+    failed = [r for r in graded if r.status != "passed"]
+    found = causes_of(graded)
+    assert len(found) == 1 and len(found[0]["tests"]) == len(failed) == 5, [(c["type"], c["tests"]) for c in found]
+
+
+def test_a_students_own_raise_is_shown_as_their_raise(results):
+    """A deliberate `raise ValueError(...)` is the student's decision, not an error that
+    interrupted their code: the page says it is their raise."""
+    text = page(results["own_raise_for_leading_dims"])
+    assert "你的 scaled_attention 用 raise 主动抛出了 ValueError" in text, text[:3000]
+    assert "让你的代码在运行时中断" not in text
+    found = causes_of(results["own_raise_for_leading_dims"])
+    assert found and all(cause["own_raise"] for cause in found)
+    # An error torch raised is not the student's raise.
+    assert not any(cause["own_raise"] for cause in causes_of(results["softmax_dim3_fixed"]))
+
+
+@pytest.mark.parametrize("name", ["scale_by_dk_matmul", "softmax_dim2", "no_check_nan_to_num"])
+def test_a_diagnosis_is_shown_once_per_page_with_the_parts_it_cost(results, name):
+    """One diagnosis box at the top naming the parts it cost; each failing test refers to it
+    instead of repeating its paragraph."""
+    graded = results[name]
+    (mistake,) = ROUND3[name].ids
+    explanation = CH19.mistakes[mistake]["text"]
+    text = page(graded)
+    assert text.count(explanation) == 1, text.count(explanation)
+    box = text.split(f'data-diagnosis="{mistake}"', 1)[1].split("</div>", 1)[0]
+    cost = {r.grade_id for r in graded if mistake in r.diagnoses}
+    assert cost and all(CH19.part_title(grade_id) in box for grade_id in cost), box
+    referring = text.count(f'data-refers="{mistake}"')
+    assert referring == sum(mistake in r.diagnoses for r in graded)

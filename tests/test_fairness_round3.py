@@ -18,11 +18,59 @@ catalogue = CH19.catalogue()
 REFERENCE = catalogue.reference_source()
 
 
+# Stubs that must not be given points back by the charge per concept: they do masking and the
+# empty-row check right, but their attention is no attention (the real-work gate of own_attention).
+GATED = {
+    # Uniform weights over the allowed keys: never looks at the query or the keys.
+    "uniform_weights": """
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = torch.zeros(*query.shape[:-1], key.shape[-2], dtype=query.dtype)
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+""",
+    # Zeros of the right shapes, raising on empty rows.
+    "zeros_that_raise": """
+import torch
+
+def scaled_attention(query, key, value, allowed=None):
+    if allowed is not None and not allowed.any(dim=-1).all():
+        raise ValueError("empty row")
+    weights = torch.zeros(*query.shape[:-1], key.shape[-2], dtype=query.dtype)
+    return weights @ value, weights
+""",
+}
+
+
 @pytest.fixture(scope="module")
 def results() -> dict:
     sources = {"reference": REFERENCE}
     sources.update({name: REFERENCE + "\n" + case.source for name, case in ROUND3.items()})
+    sources.update({name: REFERENCE + "\n" + source for name, source in GATED.items()})
     return grade_in_one_session(sources)
+
+
+@pytest.mark.parametrize("name", list(GATED))
+def test_no_point_is_given_back_to_a_function_that_computes_no_attention(results, name):
+    graded = results[name]
+    assert not [r.nodeid for r in graded if r.charge.get("judged_by_own")], summary(graded)
+    lost = {r.grade_id for r in graded if r.status != "passed"}
+    assert {"check_scaled_attention", "check_masking", "check_empty_row", "check_future"} <= lost, summary(graded)
+
+
+@pytest.mark.parametrize("name", ["scale_by_sqrt_dv", "scale_by_dk_matmul"])
+def test_a_test_judged_against_the_students_own_attention_says_so(results, name):
+    graded = results[name]
+    judged = [r for r in graded if r.charge.get("judged_by_own")]
+    assert judged and all(r.status == "passed" and r.score == r.max_score for r in judged), summary(graded)
+    assert {r.grade_id for r in judged} <= {"check_masking", "check_empty_row", "check_future"}
+    assert all("这一项按你自己的注意力结果评判" in r.output for r in judged)
+    assert "这一项按你自己的注意力结果评判" in page(graded)
 
 
 def score(graded: list) -> float:
@@ -51,7 +99,21 @@ def test_the_reference_still_scores_100(results):
     assert score(results["reference"]) == 100, summary(results["reference"])
 
 
-@pytest.mark.parametrize("name", list(ROUND3))
+# Fair grades the charge per concept does not reach (issue 41, said in the report): the
+# student's own attention cannot be the standard when it is not attention over the keys.
+NOT_REACHED = {
+    # Softmax over the queries: called one query at a time over the allowed keys it gives every
+    # key weight 1, so "your own attention over the allowed keys" is no standard for its masking.
+    "softmax_dim2": "the own-attention standard needs a softmax over the keys",
+    # Its weights come back transposed on every call: the masking, empty-row and future tests
+    # check the weights' shape before anything else, and the own standard is built of them.
+    "weights_transposed": "the own-attention standard needs the weights in the API's layout",
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=NOT_REACHED[name])) if name in NOT_REACHED else name for name in ROUND3]
+)
 def test_each_case_scores_its_fair_grade(results, name):
     case = ROUND3[name]
     graded = results[name]

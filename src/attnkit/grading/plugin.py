@@ -128,6 +128,9 @@ class GradingPlugin(OwnLoop):
         self._deferred: list[_Deferred] = []
         self._unnarrowed: list[tuple[int, TestResult, list[str], Assignment]] = []
         self._recorded_at: dict[int, int] = {}  # id(result) -> its test's position
+        # Per submission: the grade cells with a failed test (a test that ``rests_on`` one of them
+        # is judged again against the student's own function when it fails).
+        self._failed_parts: dict[str, set[str]] = {}
         # Per submission, until it closes: its assignment and each recorded test's result and calls.
         self._evidence: dict[str, tuple[Assignment, list[tuple[TestResult, list[Call]]]]] = {}
         # Whether this session collected each test once, for its first submission only, and the
@@ -159,6 +162,7 @@ class GradingPlugin(OwnLoop):
         config.addinivalue_line("markers", "grade_id(name): the notebook grade cell it belongs to")
         config.addinivalue_line("markers", "function(*names): the student functions this test grades")
         config.addinivalue_line("markers", "depends_on(*names): student functions the graded ones rely on")
+        config.addinivalue_line("markers", "rests_on(grade_id, concept): the part whose concept this test's concept rests on, and its name")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -311,6 +315,7 @@ class GradingPlugin(OwnLoop):
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
         if message is not None and not charged:
+            self._failed_parts.setdefault(submission_id, set()).add(result.grade_id)
             failed = self.failed_functions.setdefault(submission_id, {})
             failed_at = self._failed_at.setdefault(submission_id, {})
             for name in functions_of(item):

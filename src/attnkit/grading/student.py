@@ -64,6 +64,10 @@ class Student:
     # swapped re-run, diagnosis probes) is asked as usual.
     prefetched: dict[str, list[tuple[bytes, Outcome]]] = field(default_factory=dict)
     ahead: list[tuple[bytes, Outcome]] = field(default_factory=list)
+    # Set by the plugin while a test is judged again against the student's own function (its
+    # ``rests_on`` concept failed its own tests): the test's checks read it and take their
+    # expectations from the student's own results instead of the reference's.
+    judged_by_own: str = ""
 
     def begin_test(self, key: str | None) -> None:
         """The test ``key`` starts (None: no test is running): its prefetched answers apply."""

@@ -80,7 +80,9 @@ class ReplyDecoding:
                 continue
             place = place_of(cell)
             if cell.skip:
-                return _("：定义它的单元格（{place}）带有 skip-grading 标签，评分时不运行这种演示单元格，请把定义移到你的答案单元格里").format(place=place)
+                return _("：定义它的单元格（{place}）带有 skip-grading 标签：评分时不从这种演示单元格里取作答的函数，请把定义移到你的答案单元格里").format(
+                    place=place
+                )
             run = runs.get(cell.index)
             if run is not None and not run.ok:
                 failed = _("：定义它的单元格（{place}）运行出错（{error}），所以它没有被定义，先修正那个单元格").format(

@@ -361,6 +361,23 @@ def scaled_attention(query, key, value, allowed=None):
         55,
         why="weights @ V^T: matmul shapes wherever T_k != d_v, a wrong output elsewhere; every scaled_attention test",
     ),
+    # An earlier open case (issue 41): the mask inverted on its way down, as nn.MultiheadAttention
+    # wants it. Written after the catalogue learned multi_head_mask_inverted, in another style.
+    "mha_logical_not_mask": Case(
+        "multi_head_attention",
+        "name",
+        """
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    q, k, v = (split_heads(t, num_heads) for t in (x @ w_q, source @ w_k, source @ w_v))
+    mask = allowed.logical_not() if allowed is not None else None  # as nn.MultiheadAttention wants it
+    heads, weights = scaled_attention(q, k, v, mask)
+    return merge_heads(heads) @ w_o, weights
+""",
+        85,
+        ids=frozenset({"multi_head_mask_inverted"}),
+        why="the multi-head tests with a mask (causal 5, cross with padding 5, the two future ones 3 + 2); named by its id",
+    ),
     # -- one dtype slip, charged once per part ---------------------------------------------------
     "causal_float_mask": Case(
         "causal_allowed",
@@ -397,4 +414,5 @@ TODAY: dict[str, float] = {
     "mask_unsqueezed_wrong": 77,
     "value_transposed_matmul": 55,
     "causal_float_mask": 90,
+    "mha_logical_not_mask": 85,  # unnamed on 225e1c5
 }

@@ -228,3 +228,27 @@ def test_a_diagnosis_is_shown_once_per_page_with_the_parts_it_cost(results, name
     assert cost and all(CH19.part_title(grade_id) in box for grade_id in cost), box
     referring = text.count(f'data-refers="{mistake}"')
     assert referring == sum(mistake in r.diagnoses for r in graded)
+
+
+def test_through_real_sandboxes_the_scores_are_the_same(tmp_path, results):
+    """The same cases graded by the real `attnkit grade` (sandboxes, the plan's prefetch, the
+    wire's exception bases): the same scores and names as in this process, the subclass raise
+    passed, and the page of a scale slip says which tests were judged against the student's own
+    attention."""
+    import json
+
+    from test_fairness import grade_notebooks
+
+    chosen = ["empty_row_subclass", "scale_by_dk_matmul", "empty_any_all_swapped", "causal_float_mask"]
+    notebooks = {}
+    for name in chosen:
+        notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+        notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": ROUND3[name].source})
+        notebooks[name.replace("_", "")] = notebook
+    folder = grade_notebooks(tmp_path, notebooks)
+    for name in chosen:
+        graded = json.loads((folder / name.replace("_", "") / CH19.name / "results.json").read_text(encoding="utf-8"))
+        assert graded["score"] == score(results[name]), (name, [(t["name"], t["output"][:200]) for t in graded["tests"] if t["status"] != "passed"])
+        assert set(graded["diagnoses"]) == {d for r in results[name] for d in r.diagnoses}, name
+    page_text = (folder / "scalebydkmatmul" / CH19.name / "feedback.html").read_text(encoding="utf-8")
+    assert "这一项按你自己的注意力结果评判" in page_text

@@ -436,6 +436,27 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
         ),
     ),
     Mistake(
+        id="multi_head_mask_inverted",
+        section=N_("第 5 节"),
+        function="multi_head_attention",
+        source="""\
+import torch
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    heads, weights = scaled_attention(query, key, value, None if allowed is None else ~allowed)
+    return merge_heads(heads) @ w_o, weights
+""",
+        zh=N_(
+            "你的多头注意力把掩码取反（~allowed）后才交给 scaled_attention，大概是按 nn.MultiheadAttention 的习惯（那里 True 表示不许访问）。"
+            "本章的 allowed 与 scaled_attention 的约定相同，True 表示允许访问：直接把 allowed 传下去，不要取反。"
+        ),
+    ),
+    Mistake(
         id="no_divisibility_check",
         section=N_("第 6 节"),
         function="split_heads",

@@ -347,8 +347,18 @@ class GradingPlugin(OwnLoop):
 
         catalogue = assignment.catalogue()
         function_of = {mistake.id: mistake.function for mistake in getattr(catalogue, "MISTAKES", ())}
-        calls = [call for result, recorded in evidence for call in recorded if call.name not in result.substituted]
-        kept = set(agreeing(named, calls, _diagnosable(catalogue), function_of))
+        namespaces = _diagnosable(catalogue)
+        kept = set()
+        for mistake_id in named:
+            # The tests that named it have had their calls replayed on it already: the others'.
+            calls = [
+                call
+                for result, recorded in evidence
+                if mistake_id not in result.diagnoses
+                for call in recorded
+                if call.name == function_of.get(mistake_id) and call.name not in result.substituted
+            ]
+            kept.update(agreeing([mistake_id], calls, namespaces, function_of))
         for result, _calls in evidence:
             result.diagnoses = [d for d in result.diagnoses if d in kept]
 

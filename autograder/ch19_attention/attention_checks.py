@@ -9,7 +9,7 @@ import torch
 from attnkit import i18n
 from attnkit.assignment.checks import CONCEPT_TOLERANCE, assert_bool_equal, assert_close, fail
 
-from .messages import _
+from .messages import N_, _
 
 
 def unpack_pair(result: Any, function: str) -> tuple[Any, Any]:
@@ -42,3 +42,93 @@ def assert_mask_alone(mask: torch.Tensor, expected: torch.Tensor, shape: tuple[i
         assert_bool_equal(mask.expand(shape), expected.expand(shape), what)  # (*shape,) both
     except AssertionError as problem:
         fail(i18n.sentences([problem, _("这项检查只在因果掩码与填充掩码各自都正确时给分：一个掩码不能替另一个完成工作。")]))
+
+
+def judged_by_own(student: Any) -> bool:
+    """Whether this run judges the test against the student's own attention (the plugin sets it
+    when the student failed the attention part itself: issue 41's charge per concept)."""
+    return bool(getattr(student, "judged_by_own", ""))
+
+
+def expected_attention(
+    student: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (output, weights) a test of masking, of empty rows or of the future expects: the
+    reference's; or, judged against the student's own function, the student's own attention over
+    the allowed keys (``own_attention``)."""
+    from . import reference
+
+    if judged_by_own(student):
+        return own_attention(student, query, key, value, allowed)
+    return reference.scaled_attention(query, key, value, allowed)
+
+
+def own_attention(student: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the student's own ``scaled_attention`` gives each query over the keys it may see:
+    called without a mask on those keys only, one call per distinct row of ``allowed`` (per
+    leading index only where the rows differ between them), the weights of the blocked keys 0.
+    A masked result equal to this is masking done right on the student's own attention.
+
+    It counts only if the student's unmasked function computes attention at all (weights that
+    are finite, non-negative, sum to 1 over the keys, depend on the query, and mix the values):
+    a function that returns zeros, its input or uniform weights earns nothing here."""
+    from attnkit.assignment.checks import broadcast_shape
+
+    plain_output, plain_weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
+    _assert_is_attention(plain_output, plain_weights, query, key, value)
+    if allowed is None:
+        return plain_output, plain_weights
+    lead = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2], allowed.shape[:-2])
+    t_q, t_k = query.shape[-2], key.shape[-2]
+    q = query.expand(*lead, t_q, query.shape[-1])  # (*lead, T_q, d_k)
+    k = key.expand(*lead, t_k, key.shape[-1])  # (*lead, T_k, d_k)
+    v = value.expand(*lead, t_k, value.shape[-1])  # (*lead, T_k, d_v)
+    mask = allowed.expand(*lead, t_q, t_k)  # (*lead, T_q, T_k)
+    output = torch.zeros(*lead, t_q, value.shape[-1], dtype=plain_output.dtype)  # (*lead, T_q, d_v)
+    weights = torch.zeros(*lead, t_q, t_k, dtype=plain_weights.dtype)  # (*lead, T_q, T_k)
+    shared = not lead or bool((mask == mask[(0,) * len(lead)]).all())
+    for index in [()] if shared else list(torch.cartesian_prod(*[torch.arange(n) for n in lead]).reshape(-1, len(lead)).tolist()):
+        where = (Ellipsis,) if shared else tuple(index)
+        rows_mask = mask[(0,) * len(lead)] if shared else mask[tuple(index)]  # (T_q, T_k)
+        for pattern in torch.unique(rows_mask, dim=0):
+            keys = pattern.nonzero().flatten()
+            rows = (rows_mask == pattern).all(dim=-1).nonzero().flatten()
+            if keys.numel() == 0:
+                fail(_("这一项按你自己的注意力结果评判时，某个查询一个键也不能访问：无法评判。"))
+            got_output, got_weights = unpack_pair(
+                student.scaled_attention(q[where][..., rows, :], k[where][..., keys, :], v[where][..., keys, :]), "scaled_attention"
+            )
+            sub = output[where]
+            expected_shape = (*sub.shape[:-2], rows.numel())
+            if tuple(got_output.shape) != (*expected_shape, value.shape[-1]) or tuple(got_weights.shape) != (*expected_shape, keys.numel()):
+                fail(_("这一项按你自己的注意力结果评判时，你的函数只用允许访问的键计算，返回的形状不对，无法评判。"))
+            output[where][..., rows, :] = got_output.to(output.dtype)
+            block = weights[where][..., rows, :]
+            block[..., keys] = got_weights.to(weights.dtype)
+            weights[where][..., rows, :] = block
+    return output, weights
+
+
+def _assert_is_attention(output: Any, weights: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    """The real-work gate of a test judged against the student's own attention."""
+    reason = ""
+    shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.shape[-2], key.shape[-2])
+    if not (isinstance(output, torch.Tensor) and isinstance(weights, torch.Tensor)) or tuple(weights.shape) != shape:
+        reason = _("你的函数不加掩码时返回的权重形状不对。")
+    elif not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(output).all())):
+        reason = _("你的函数不加掩码时返回了 NaN 或无穷大。")
+    else:
+        w = weights.double()
+        if bool((w < -1e-6).any()) or not torch.allclose(w.sum(dim=-1), torch.ones((), dtype=torch.float64), atol=1e-3):
+            reason = _("你的函数不加掩码时，权重不是每行非负、和为 1 的分布。")
+        elif w.shape[-2] > 1 and bool((w - w[..., :1, :]).abs().max() < 1e-6):
+            reason = _("你的函数不加掩码时，每个查询得到的权重都一样，没有用到查询与键的匹配。")
+        elif tuple(output.shape) != (*shape[:-1], value.shape[-1]) or not torch.allclose(output.double(), w @ value.double(), atol=1e-3, rtol=1e-3):
+            reason = _("你的函数不加掩码时，输出不是按返回的权重混合值向量的结果。")
+    if reason:
+        fail(i18n.sentences([reason, _("这一项只在你的函数本身算的是注意力时，才按你自己的注意力结果评判。")]))
+
+
+# The concept the masking, empty-row and future tests of scaled_attention rest on (their
+# ``rests_on`` marker): the attention itself, graded in check_scaled_attention.
+ATTENTION = N_("注意力")

@@ -92,8 +92,10 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-2)
     return weights @ value, weights
 """,
-        # Any axis but the last: over the batch (dim=0) or, for (B, h, T_q, T_k), the heads (dim=1).
-        variants=tuple(_SOFTMAX_OVER.format(dim=dim) for dim in (0, 1)),
+        # Any axis but the last: over the batch (dim=0) or, for (B, h, T_q, T_k), the heads (dim=1);
+        # or a fixed axis number, dim=2: the queries of 4-D inputs, the keys of 3-D ones, out of
+        # range for 2-D ones (a diagnosis must agree with every test, the passed 3-D ones too).
+        variants=tuple(_SOFTMAX_OVER.format(dim=dim) for dim in (0, 1, 2)),
         zh=N_(
             "Softmax 沿错误的维度计算（对查询归一化）。Softmax 应沿每一行、也就是最后一维（键的维度）计算：固定一个查询，在它能访问的键之间分配权重，每行之和为 1。"
         ),
@@ -434,6 +436,27 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
         ),
     ),
     Mistake(
+        id="multi_head_mask_inverted",
+        section=N_("第 5 节"),
+        function="multi_head_attention",
+        source="""\
+import torch
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    source = x if context is None else context
+    query = split_heads(x @ w_q, num_heads)
+    key = split_heads(source @ w_k, num_heads)
+    value = split_heads(source @ w_v, num_heads)
+    heads, weights = scaled_attention(query, key, value, None if allowed is None else ~allowed)
+    return merge_heads(heads) @ w_o, weights
+""",
+        zh=N_(
+            "你的多头注意力把掩码取反（~allowed）后才交给 scaled_attention，大概是按 nn.MultiheadAttention 的习惯（那里 True 表示不许访问）。"
+            "本章的 allowed 与 scaled_attention 的约定相同，True 表示允许访问：直接把 allowed 传下去，不要取反。"
+        ),
+    ),
+    Mistake(
         id="no_divisibility_check",
         section=N_("第 6 节"),
         function="split_heads",
@@ -468,6 +491,25 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 """,
+        # The key's dimension 1 instead of the query's: the same for self-attention, T_k for a
+        # 3-D cross-attention (a diagnosis must agree with every test of the function, issue 41).
+        variants=(
+            """\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(key.shape[1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+""",
+        ),
         zh=N_(
             "你的代码用张量第 1 维的大小（例如 query.size(1)）来缩放分数。对 (B, h, T, d_k) 的输入这是头数 h，对 (B, T, d_k) 的输入是序列长度 T，都不是键的维数。分数是 d_k 个乘积之和，方差为 d_k，应除以 √d_k，即最后一维 query.shape[-1] 的平方根；只有第 1 维恰好等于 d_k 时结果才碰巧正确。"
         ),
@@ -535,11 +577,20 @@ def probes() -> dict[str, list[tuple[tuple, dict]]]:
     value3 = torch.randn(2, 3, 6, 3, generator=g, dtype=torch.float64)  # (B, h, T_k, d_v)
     padded = allowed.clone()  # (T_q, T_k)
     padded[:, -1] = False
+    # The empty-row checks told apart (issue 41): no row keeps every key, none keeps none, every
+    # key is seen by some query. The chapter's check passes it, and so does one over the keys
+    # (empty_check_on_keys); a check with any and all swapped ("some row keeps every key") raises.
+    # And one empty row beside a row that keeps every key, every key seen: the chapter's check
+    # raises, the one over the keys and the swapped one do not.
+    no_full_row = torch.tensor([[1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1], [1, 0, 1, 0, 1, 0]], dtype=torch.bool)  # (T_q, T_k)
+    empty_beside_full = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]], dtype=torch.bool)
     return {
         "scaled_attention": [
             ((query, key, value), {}),
             ((query, key, value, allowed), {}),
             ((query3, key3, value3, padded), {}),
+            ((query, key, value, no_full_row), {}),
+            ((query, key, value, empty_beside_full), {}),
         ],
         "causal_allowed": [((3,), {}), ((5,), {})],
         "padding_allowed": [((torch.tensor([3, 5, 1]), 5), {})],

@@ -13,10 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
-from .attention_checks import unpack_pair
+from attnkit.assignment.checks import CONCEPT_TOLERANCE
+from .attention_checks import ATTENTION, judged_by_own, own_attention, unpack_pair
 from .messages import _, ngettext
 
-pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention")]
+# Masking rests on the attention itself: a student who failed check_scaled_attention (a wrong
+# scale, say) is judged here against their own attention over the allowed keys (issue 41).
+pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention"), pytest.mark.rests_on("check_scaled_attention", ATTENTION)]
 
 CHAPTER_ATOL = 5e-5 + 2e-6
 
@@ -73,6 +76,11 @@ def test_section7_causal(student):
     assert_shape(output, (1, 1, 3, 2), _("第 7 节因果输出"))
     assert_shape(weights, (1, 1, 3, 3), _("第 7 节因果权重"))
     assert_dtype(output, torch.float64, _("第 7 节因果输出"))
+    if judged_by_own(student):
+        own_output, own_weights = own_attention(student, query, query.clone(), value, allowed)
+        assert_close(weights, own_weights, _("第 7 节因果权重"), *CONCEPT_TOLERANCE)
+        assert_close(output, own_output, _("第 7 节因果输出"), *CONCEPT_TOLERANCE)
+        return
     chapter_weights = torch.tensor([[1.0, 0.0, 0.0], [0.3302, 0.6698, 0.0], [0.2483, 0.2483, 0.5035]], dtype=torch.float64)
     chapter_output = torch.tensor([[10.0, 0.0], [3.3024, 6.6976], [7.5174, 7.5174]], dtype=torch.float64)
     assert_close(weights, chapter_weights[None, None], _("第 7 节因果权重（保留 4 位小数）"), atol=CHAPTER_ATOL, rtol=0)
@@ -87,6 +95,11 @@ def assert_masked_case(student, query, key, value, allowed, output_label, weight
     assert_shape(weights, (2, 3, 4, 6), weights_label)
     assert_dtype(output, query.dtype, output_label)
     assert_blocked_zero(weights, allowed, weights_label)
+    if judged_by_own(student):
+        expected_output, expected_weights = own_attention(student, query, key, value, allowed)
+        assert_close(weights, expected_weights, weights_label, *CONCEPT_TOLERANCE)
+        assert_close(output, expected_output, output_label, *CONCEPT_TOLERANCE)
+        return
     expected_output, expected_weights = trusted(query, key, value, allowed)
     assert_close(weights, expected_weights, weights_label)
     assert_close(output, expected_output, output_label)

@@ -4,12 +4,17 @@ choice; PyTorch instead returns zeros or NaN). The masks are built here (trusted
 import pytest
 import torch
 
-from . import reference
 from attnkit.assignment.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
-from .attention_checks import assert_real_attention, unpack_pair
+from .attention_checks import ATTENTION, assert_real_attention, expected_attention, unpack_pair
 from .messages import _
 
-pytestmark = [pytest.mark.grade_id("check_empty_row"), pytest.mark.function("scaled_attention")]
+# The empty-row error rests on the attention itself: judged against the student's own attention
+# when they failed check_scaled_attention (issue 41), so raising correctly keeps these points.
+pytestmark = [
+    pytest.mark.grade_id("check_empty_row"),
+    pytest.mark.function("scaled_attention"),
+    pytest.mark.rests_on("check_scaled_attention", ATTENTION),
+]
 
 
 def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where):
@@ -34,7 +39,7 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
     if not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(output).all())):
         fail(_("{where}：补上可访问的键之后，每个查询都有键可用，权重和输出应是有限的数（不应有 NaN 或无穷大）。").format(where=where))
     # And real attention: a function that computes nothing but raises on empty rows earns 0 here.
-    expected_output, expected_weights = reference.scaled_attention(query, key, value, repaired)
+    expected_output, expected_weights = expected_attention(student, query, key, value, repaired)
     assert_real_attention(weights, expected_weights, _("{where}：补上可访问的键之后的权重").format(where=where))
     assert_real_attention(output, expected_output, _("{where}：补上可访问的键之后的输出").format(where=where))
 
@@ -92,6 +97,6 @@ def test_no_error_when_every_row_keeps_a_key(student):
                     name=name, index=fmt_index(tuple(int(i) for i in broken.nonzero()[0]))
                 )
             )
-    expected_output, expected_weights = reference.scaled_attention(Q, K, V, allowed)
+    expected_output, expected_weights = expected_attention(student, Q, K, V, allowed)
     assert_real_attention(weights, expected_weights, _("每个查询只剩一个可访问的键时的权重"))
     assert_real_attention(output, expected_output, _("每个查询只剩一个可访问的键时的输出"))

@@ -16,7 +16,7 @@ import torch
 from attnkit.boundary.outcome import StudentRaised
 from . import reference
 from attnkit.assignment.checks import assert_shape, fail, fmt_index, max_change
-from .attention_checks import assert_real_attention, unpack_pair
+from .attention_checks import ATTENTION, assert_real_attention, expected_attention, unpack_pair
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_future")
@@ -61,6 +61,7 @@ def check_positions(before, after, changed, what, shape):
 
 @pytest.mark.weight(3)
 @pytest.mark.function("scaled_attention")
+@pytest.mark.rests_on("check_scaled_attention", ATTENTION)
 def test_future_key_and_value_do_not_leak(student):
     """本章的检查：加因果掩码后，改动第 3 个位置的键和值，前两个位置的输出是否保持不变（而第 3 个位置的输出改变）？"""
     changed_key, changed_value = K.clone(), V.clone()
@@ -69,11 +70,12 @@ def test_future_key_and_value_do_not_leak(student):
     before, _unused = unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")
     after, _unused = unpack_pair(student.scaled_attention(Q, changed_key, changed_value, causal(T)), "scaled_attention")
     check_positions(before, after, 2, _("因果注意力（改动第 3 个位置的键和值）"), (2, 2, T, 2))
-    assert_real_attention(before, reference.scaled_attention(Q, K, V, causal(T))[0], _("因果注意力（改动前）的输出"))
+    assert_real_attention(before, expected_attention(student, Q, K, V, causal(T))[0], _("因果注意力（改动前）的输出"))
 
 
 @pytest.mark.weight(2)
 @pytest.mark.function("scaled_attention")
+@pytest.mark.rests_on("check_scaled_attention", ATTENTION)
 def test_later_query_does_not_change_earlier_outputs(student):
     """第 8 节问题 7：不加掩码，只改动第 4 个查询，前 3 个输出是否不变（第 4 个输出改变）？"""
     changed_query = Q.clone()
@@ -81,7 +83,7 @@ def test_later_query_does_not_change_earlier_outputs(student):
     before, _unused = unpack_pair(student.scaled_attention(Q, K, V), "scaled_attention")
     after, _unused = unpack_pair(student.scaled_attention(changed_query, K, V), "scaled_attention")
     check_positions(before, after, 3, _("改动第 4 个查询"), (2, 2, T, 2))
-    assert_real_attention(before, reference.scaled_attention(Q, K, V)[0], _("不加掩码时（改动前）的输出"))
+    assert_real_attention(before, expected_attention(student, Q, K, V)[0], _("不加掩码时（改动前）的输出"))
 
 
 def perturbed_input():

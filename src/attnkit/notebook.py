@@ -138,6 +138,9 @@ class CodeCell:
     is_check: bool = False  # a visible nbgrader test cell: the hidden suite replaces it
     skip: bool = False  # tagged by the instructor as a demo (a plot, an experiment) grading needs not run
     section: str = ""  # the nearest markdown heading above the cell: how a student finds it
+    # The definitions a skip-grading cell holds that the graded cells use (``with_skipped_definitions``):
+    # run in its place, without its experiments.
+    definitions_only: bool = False
 
 
 def defined_names(source: str) -> set[str]:
@@ -184,6 +187,98 @@ def place_of(cell: CodeCell) -> str:
     if cell.section:
         return _("「{section}」一节").format(section=cell.section)
     return _("第 {number} 个单元格").format(number=cell.index % 10_000 + 1)
+
+
+def _tree(source: str) -> ast.Module | None:
+    """A cell's syntax tree, IPython's magic and shell lines blanked (so line numbers stay)."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _bound_at_top(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            names.update(target.id for target in ast.walk(node) if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store))
+    return names
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    return {name.id for name in ast.walk(node) if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load)}
+
+
+def with_skipped_definitions(cells: list[CodeCell], api: tuple[str, ...]) -> tuple[list[CodeCell], list[tuple[CodeCell, list[str]]]]:
+    """The cells grading runs, with the definitions that graded cells need from skip-grading cells.
+
+    A skip-grading cell is a demo (an experiment, a plot) that grading does not run. But a helper
+    a student defined there and uses in an answer exists when the notebook runs top to bottom in
+    Jupyter; so its *definitions* (``def``, ``class``, ``import``) that the graded cells use,
+    directly or through one another, run in its place, in a cell of their own after it, and its
+    experiments do not (issue 41). Never an answer function of ``api``: an answer defined only in a
+    demo cell stays missing, as the page says. Returns the cells and, for each skip-grading cell
+    that gave definitions, the names they bind."""
+    import builtins
+
+    skipped = [cell for cell in cells if cell.skip and not cell.is_check]
+    if not skipped:
+        return cells, []
+    used: set[str] = set()
+    bound: set[str] = set()
+    for cell in cells:
+        if cell.skip or cell.is_check:
+            continue
+        tree = _tree(cell.source)
+        if tree is not None:
+            used |= _loaded(tree)
+            bound |= _bound_at_top(tree)
+    known = bound | set(api) | set(dir(builtins))
+    offered: list[tuple[CodeCell, ast.stmt, set[str]]] = []
+    for cell in skipped:
+        tree = _tree(cell.source)
+        for node in tree.body if tree is not None else []:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+                names = _bound_at_top(ast.Module(body=[node], type_ignores=[]))
+                if names and not names & set(api):
+                    offered.append((cell, node, names))
+    needed = used - known
+    chosen: set[int] = set()
+    while True:  # helpers of helpers: until nothing more is needed
+        more = [i for i, (_cell, _node, names) in enumerate(offered) if i not in chosen and names & needed]
+        if not more:
+            break
+        for i in more:
+            chosen.add(i)
+            needed |= _loaded(offered[i][1]) - known
+    if not chosen:
+        return cells, []
+    given: dict[int, list[int]] = {}
+    for i in sorted(chosen):
+        given.setdefault(id(offered[i][0]), []).append(i)
+    result: list[CodeCell] = []
+    gave: list[tuple[CodeCell, list[str]]] = []
+    for cell in cells:
+        result.append(cell)
+        picks = given.get(id(cell))
+        if not picks:
+            continue
+        lines = cell.source.splitlines()
+        parts = []
+        defined: list[str] = []
+        for i in picks:
+            node = offered[i][1]
+            start = min([node.lineno, *[decorator.lineno for decorator in getattr(node, "decorator_list", [])]])
+            parts.append("\n".join(lines[start - 1 : node.end_lineno]))
+            defined += sorted(offered[i][2])
+        result.append(CodeCell(cell.index, "\n".join(parts) + "\n", cell.grade_id, False, False, cell.section, definitions_only=True))
+        gave.append((cell, list(dict.fromkeys(defined))))
+    return result, gave
 
 
 def redefinitions(cells: list[CodeCell], names: tuple[str, ...]) -> dict[str, list[CodeCell]]:

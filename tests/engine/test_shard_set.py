@@ -129,9 +129,7 @@ def test_a_late_student_is_graded_by_one_shard_and_a_set_from_two_listings_is_re
 def interrupt(copy: Path, out: Path, *extra: str) -> None:
     """Start shard 2/2 into ``out`` and kill its process group once it wrote its first result."""
     started = time.time_ns()
-    process = start_attnkit(
-        "grade", "--submitted", copy / "submitted", "--out", out, "--jobs", "1", "--shard", "2/2", *extra, log=copy / "interrupted.log"
-    )
+    process = start_attnkit("grade", "--submitted", copy / "submitted", "--out", out, "--jobs", "1", "--shard", "2/2", *extra, log=copy / "interrupted.log")
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and process.poll() is None:

@@ -162,8 +162,10 @@ def test_the_page_names_a_precision_problem_as_one(results):
     assert "精度问题：检查 float32 的中间结果" in text and "这一行应为" not in text
 
 
-def test_the_page_shows_a_diagnosis_once_per_part(results):
-    """scale_by_dim1 fails several tests of one part with one diagnosis: shown once in that part."""
+def test_the_page_shows_a_diagnosis_once_per_page(results):
+    """scale_by_dim1 fails several tests of one part with one diagnosis: its explanation is shown
+    once, at the top (issue 41 replaced "once per part, under its first test": the same paragraph
+    four times on one page), and each of its tests refers to it."""
     graded = results["scale_by_dim1"]
     parts = {r.grade_id for r in graded if r.diagnoses}
     assert parts
@@ -171,7 +173,8 @@ def test_the_page_shows_a_diagnosis_once_per_part(results):
     explanation = CH19.mistakes["scale_by_dim1"]["text"]
     summary_part, parts_part = text.split("各部分得分", 1)
     assert summary_part.count(explanation) == 1, "once in the diagnosis summary at the top"
-    assert parts_part.count(explanation) == len(parts), "once per part, under its first test"
+    assert parts_part.count(explanation) == 0, "the parts refer to it instead of repeating it"
+    assert parts_part.count('data-refers="scale_by_dim1"') == sum("scale_by_dim1" in r.diagnoses for r in graded)
 
 
 def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
@@ -193,8 +196,10 @@ def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:
 
 @pytest.mark.e2e
 def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
-    """A helper defined only in a skip-grading demo cell is missing at grading time: the page says
-    why (skip-grading cells do not run), never that every cell runs."""
+    """A helper made only by an experiment in a skip-grading demo cell (an assignment, not a
+    ``def``: issue 41 runs a demo cell's definitions that answers use, never its experiments) is
+    missing at grading time: the page says why (skip-grading cells do not run their
+    experiments), never that every cell runs."""
     import json
 
     notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
@@ -203,7 +208,7 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
         "metadata": {"tags": ["skip-grading"]},
         "execution_count": None,
         "outputs": [],
-        "source": "import math\ndef scale_of(query):\n    return math.sqrt(query.shape[-1])\n",
+        "source": "import math\nscale_of = lambda query: math.sqrt(query.shape[-1])\nprint(scale_of)\n",
     }
     answer = {
         "cell_type": "code",
@@ -226,6 +231,51 @@ def test_the_page_explains_a_helper_left_in_a_skipped_cell(tmp_path):
     assert "NameError" in text and "skip-grading" in text, text[-3000:]
     assert "评分时按顺序运行全部单元格）" not in text
     assert "PyTorch 的原始信息" not in text
+
+
+@pytest.mark.e2e
+def test_a_helper_defined_in_a_skipped_cell_is_defined_at_grading_time(tmp_path):
+    """Issue 41's policy: a notebook that runs top to bottom in Jupyter gets its points. A helper
+    ``def`` in a skip-grading demo cell that an answer uses is run at grading time (its
+    definitions, not its experiment: the demo's plot and print do not run), and the page says
+    so; an answer function defined only in a demo cell is still not taken from it."""
+    import json
+
+    notebook = json.loads(CH19.source.read_text(encoding="utf-8"))
+    demo = {
+        "cell_type": "code",
+        "metadata": {"tags": ["skip-grading"]},
+        "execution_count": None,
+        "outputs": [],
+        "source": (
+            "import math\n\n"
+            "def scale_of(query):\n    return math.sqrt(_width(query))\n\n"
+            "def _width(tensor):\n    return tensor.shape[-1]\n\n"
+            "raise RuntimeError('an experiment that must not run at grading time')\n"
+        ),
+    }
+    answer = {
+        "cell_type": "code",
+        "metadata": {},
+        "execution_count": None,
+        "outputs": [],
+        "source": (
+            "def scaled_attention(query, key, value, allowed=None):\n"
+            "    scores = query @ key.transpose(-2, -1) / scale_of(query)\n"
+            "    if allowed is not None:\n"
+            "        if not allowed.any(dim=-1).all():\n"
+            "            raise ValueError('empty row')\n"
+            "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+            "    weights = scores.softmax(dim=-1)\n"
+            "    return weights @ value, weights\n"
+        ),
+    }
+    notebook["cells"] += [demo, answer]
+    folder = grade_notebooks(tmp_path, {"qianqi": notebook})
+    results = json.loads((folder / "qianqi" / CH19.name / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == results["max_score"] == 100, [(t["name"], t["output"][:200]) for t in results["tests"] if t["status"] != "passed"]
+    assert any("scale_of" in note and "skip-grading" in note and "_width" in note for note in results["notes"]), results["notes"]
+    assert not any(cell.get("error_type") == "RuntimeError" for cell in results.get("cells", [])), "the experiment did not run"
 
 
 @pytest.mark.e2e

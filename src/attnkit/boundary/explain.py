@@ -51,56 +51,89 @@ def warning_text(message: Any, category: type, filename: str, lineno: int) -> st
 
 _DOT_T = re.compile(r"\.T\b")
 
-# (pattern in torch's message, explanation). The first that matches wins.
-_EXPLANATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+# What happened, by kind: the explanation of each (in Chinese; English through the catalogue).
+EXPLANATIONS: dict[str, str] = {
+    "view": N_(
+        "view 只能用在内存连续的张量上；transpose 或 permute 之后的张量不再连续。把 .view(...) 换成 .reshape(...)，或者先调用 .contiguous() 再 .view(...)。"
+    ),
+    "dtype": N_(
+        "参与运算的张量数据类型不一致（例如一个是 float32、一个是 float64）。不要把输入强制转成某一种类型；"
+        "需要新建张量时用 torch.zeros_like(x) 或 dtype=x.dtype，让结果与输入的类型保持一致。"
+    ),
+    "matmul": N_(
+        "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
+        "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
+        "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。"
+    ),
+    "dimension": N_(
+        "维度编号超出了这个张量的维数：一个 2 维张量只有 dim=0、1（或 -1、-2），3 维张量只有 0 到 2。"
+        "本章的函数要接受任意多个前导维（批次、头，或者一个也没有），所以沿“最后一维”“倒数第二维”计算时请用负数编号，"
+        "例如 softmax(dim=-1)、transpose(-2, -1)，不要写死 dim=2 或 dim=3。"
+    ),
+    "broadcast": N_(
+        "两个张量的形状无法广播：从最后一维往前逐一对齐，每一对维度要么相等、要么其中一个是 1（矩阵乘法 @ 前面的批次维也按这个规则广播）。"
+        "错误信息里的 non-singleton dimension 是出错的那一维。检查掩码与分数的形状：allowed 应能直接广播到 (…, T_q, T_k)，"
+        "例如 (T_q, T_k) 或 (B, 1, 1, T_k)，不需要再给它添加或调换维度。在这一行前临时 print 两边的 .shape。"
+    ),
+    "reshape": N_(
+        "reshape / view 的目标形状与张量的元素总数不一致（错误信息里 input of size 后面是元素总数）。"
+        "拆头时目标形状应是 (B, T, h, D/h)，合并时应是 (B, T, h·d)：各维之积必须等于原来的元素总数。"
+    ),
+    "mask_dtype": N_("masked_fill 的掩码必须是布尔张量（torch.bool）。allowed 本身就是布尔张量；取反用 ~allowed，不要用 1 - allowed。"),
+    "keyword": N_(
+        "调用时用了一个函数定义里没有的参数名（错误信息里引号中的那个）。作业函数的参数名是固定的，"
+        "例如 scaled_attention(query, key, value, allowed=None) 的掩码参数叫 allowed。让调用处写的参数名与函数定义一致，或者按位置传参。"
+    ),
+    "arguments": N_(
+        "调用时传入的参数个数与函数定义不一致（少了必需的参数，或者多了）。对照作业说明里的函数签名检查调用处和定义处："
+        "参数的个数、顺序，以及带默认值的参数（如 allowed=None）。"
+    ),
+    "module": N_(
+        "评分环境里只安装了 torch、numpy、matplotlib 和 Python 标准库，其他包（例如 einops）无法导入。"
+        "请只用这些库改写；导入失败的单元格里之后的定义也都没有运行。"
+    ),
+    "name": N_(
+        "用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要能运行：评分时按顺序运行全部代码单元格，"
+        "但带 skip-grading 标签的演示单元格只运行其中被答案用到的 def、class 和 import，其余语句（赋值、实验、画图）不运行，"
+        "只在那里赋值得到的名字在评分时不存在，请把它移到你的答案单元格里。"
+    ),
+}
+
+# (kind, pattern in the exception's message), in order: the first that matches says what happened.
+# Each pattern is narrow (``tests/boundary/test_explain_table.py`` holds real torch and Python messages):
+# a broadcast mismatch is not a matmul's shapes, an axis out of range neither.
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("view", re.compile(r"view size is not compatible with input tensor's size and stride|use \.reshape\(\.\.\.\) instead")),
     (
-        re.compile(r"view size is not compatible with input tensor's size and stride|use \.reshape\(\.\.\.\) instead"),
-        N_(
-            "view 只能用在内存连续的张量上；transpose 或 permute 之后的张量不再连续。把 .view(...) 换成 .reshape(...)，或者先调用 .contiguous() 再 .view(...)。"
+        "mask_dtype",
+        re.compile(
+            r"masked_fill_? only supports boolean masks|expected mask dtype to be Bool|where expected condition to be a boolean|"
+            r"operator\.invert\) is only implemented on integer and Boolean"
         ),
     ),
     (
+        "dtype",
         re.compile(
             r"expected scalar type|expected m1 and m2 to have the same dtype|must have the same dtype|"
             r"expected both vectors to have same dtype|found dtype \w+ but expected|Float but found Double|"
             r"Double but found Float|same dtype"
         ),
-        N_(
-            "参与运算的张量数据类型不一致（例如一个是 float32、一个是 float64）。不要把输入强制转成某一种类型；"
-            "需要新建张量时用 torch.zeros_like(x) 或 dtype=x.dtype，让结果与输入的类型保持一致。"
-        ),
     ),
+    ("dimension", re.compile(r"Dimension out of range")),
+    ("broadcast", re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension")),
     (
+        "matmul",
         re.compile(
-            r"mat1 and mat2 shapes cannot be multiplied|size of tensor a \(\d+\) must match the size of tensor b|"
-            r"Expected size for first two dimensions of batch2|shapes cannot be multiplied|"
-            r"inconsistent tensor size|Dimension out of range|size mismatch"
-        ),
-        N_(
-            "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
-            "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
-            "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。"
+            r"mat1 and mat2 shapes cannot be multiplied|Expected size for first two dimensions of batch2|shapes cannot be multiplied|"
+            r"inconsistent tensor size|size mismatch"
         ),
     ),
-    (
-        re.compile(r"masked_fill_? only supports boolean masks|expected mask dtype to be Bool"),
-        N_("masked_fill 的掩码必须是布尔张量（torch.bool）。allowed 本身就是布尔张量；取反用 ~allowed，不要用 1 - allowed。"),
-    ),
-    (
-        # Before "is not defined": a failed import is why a name is missing, and what to change.
-        re.compile(r"No module named"),
-        N_(
-            "评分环境里只安装了 torch、numpy、matplotlib 和 Python 标准库，其他包（例如 einops）无法导入。"
-            "请只用这些库改写；导入失败的单元格里之后的定义也都没有运行。"
-        ),
-    ),
-    (
-        re.compile(r"is not defined"),
-        N_(
-            "用到了一个没有定义的名字。检查拼写；如果它定义在别的单元格里，那个单元格要能运行：评分时按顺序运行全部代码单元格，"
-            "但带 skip-grading 标签的演示单元格除外，只定义在这种单元格里的名字在评分时不存在，请把它移到你的答案单元格里。"
-        ),
-    ),
+    ("reshape", re.compile(r"shape '\[[-\d, ]*\]' is invalid for input of size \d+")),
+    ("keyword", re.compile(r"got an unexpected keyword argument")),
+    ("arguments", re.compile(r"missing \d+ required (positional|keyword-only) arguments?|takes (from )?\d+ (to \d+ )?positional arguments? but \d+")),
+    # Before "is not defined": a failed import is why a name is missing, and what to change.
+    ("module", re.compile(r"No module named")),
+    ("name", re.compile(r"is not defined")),
 )
 
 DOT_T_EXPLANATION = N_(
@@ -110,13 +143,23 @@ DOT_T_EXPLANATION = N_(
 )
 
 
-def explain(type_name: str, message: str, line: str = "", warnings: list[str] | None = None) -> str:
-    """An explanation (in the current language) of a common torch failure, or "" when we have nothing better than
-    torch's own message."""
+def explanation_kind(type_name: str, message: str, line: str = "", warnings: list[str] | None = None) -> str:
+    """What happened, as a key of ``EXPLANATIONS`` ("dot_t" for ``.T`` on more than two
+    dimensions), or "" when we have nothing better than the message itself."""
     warned_dot_t = any("x.T" in warning for warning in warnings or [])
     if type_name in ("RuntimeError", "IndexError") and (warned_dot_t or _DOT_T.search(line or "")):
-        return _(DOT_T_EXPLANATION)
-    for pattern, text in _EXPLANATIONS:
+        return "dot_t"
+    for kind, pattern in _PATTERNS:
         if pattern.search(message or ""):
-            return _(text)
+            return kind
     return ""
+
+
+def explain(type_name: str, message: str, line: str = "", warnings: list[str] | None = None) -> str:
+    """An explanation (in the current language) of a common torch or Python failure, matched to
+    what happened, or "" when we have nothing better than the message itself."""
+    kind = explanation_kind(type_name, message, line, warnings)
+    if not kind:
+        return ""
+    text = DOT_T_EXPLANATION if kind == "dot_t" else EXPLANATIONS[kind]
+    return _(text)

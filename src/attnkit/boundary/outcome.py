@@ -2,9 +2,11 @@
 
 The sandbox runs a student's function with ``run_in_namespace`` (or reads a variable with
 ``read_variable``) and sends back an ``Outcome``: the value, or the name and message of what it
-raised. The trusted side records each call as a ``Call`` and re-creates a student's exception as a
-trusted class (``student_exception``) with the same built-in base, so a hidden test can write
-``pytest.raises(ValueError)``; nothing of the student's exception object crosses.
+raised, with the built-in classes among its bases (``bases``: a student's ``class
+EmptyRowError(ValueError)`` is a ValueError). The trusted side records each call as a ``Call`` and
+re-creates a student's exception as a trusted class (``student_exception``) with the same built-in
+base, so a hidden test can write ``pytest.raises(ValueError)`` and a subclass counts as its base;
+nothing of the student's exception object crosses, only names, which pick classes from a fixed table.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class StudentRaised(Exception):
     """Mixin on every exception that a student's function raised (re-created on our side)."""
 
     type_name: str = "Exception"
+    bases: list[str] = []  # the built-in classes the student's own class derives from
     function: str = ""
     where: dict | None = None
     warnings: list[str] = []
@@ -67,14 +70,62 @@ _MIRRORED = (
 _MIRROR_CLASSES: dict[str, type[StudentRaised]] = {name: type(f"Student{name}", (getattr(builtins, name), StudentRaised), {}) for name in _MIRRORED}
 
 
-def student_exception(function: str, type_name: str, message: str, where: dict | None = None, warnings: list[str] | None = None) -> StudentRaised:
-    """Re-create the student's exception as a trusted class with the same builtin base."""
-    cls = _MIRROR_CLASSES.get(type_name, type("StudentException", (StudentRaised,), {}))
+# At most this many built-in bases cross with an exception (a class of the student's has a few).
+MAX_BASES = 8
+
+
+def builtin_bases(error: BaseException) -> list[str]:
+    """The built-in exception classes ``error``'s own class derives from, nearest first (its own
+    name is the Outcome's ``error_type``); empty for a built-in class itself."""
+    if _is_builtin(type(error)):
+        return []
+    return [cls.__name__ for cls in type(error).__mro__[1:] if _is_builtin(cls)][:MAX_BASES]
+
+
+def _is_builtin(cls: type) -> bool:
+    # By identity, not by ``__module__``: a class defined where ``__name__`` is unset claims "builtins".
+    return getattr(builtins, cls.__name__, None) is cls
+
+
+def mirrored_kinds(type_name: str, bases: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The names of the trusted table's built-in classes an exception is an instance of: its own
+    name if the table has it, else each of its built-in bases the table has (nearest first)."""
+    if type_name in _MIRROR_CLASSES:
+        return (type_name,)
+    return tuple(dict.fromkeys(name for name in bases if name in _MIRROR_CLASSES))
+
+
+def exception_kind(type_name: str | None, bases: list[str] | tuple[str, ...] = ()) -> str | None:
+    """What an exception counts as: the nearest built-in class of the table (``EmptyRowError``
+    deriving from ValueError counts as ValueError), else its own name."""
+    kinds = mirrored_kinds(type_name or "", bases)
+    return kinds[0] if kinds else type_name
+
+
+def _mirror_class(type_name: str, bases: list[str] | tuple[str, ...]) -> type[StudentRaised]:
+    kinds = mirrored_kinds(type_name, bases)
+    if not kinds:
+        return type("StudentException", (StudentRaised,), {})
+    if len(kinds) == 1:
+        return _MIRROR_CLASSES[kinds[0]]
+    try:  # a class of several built-in bases (KeyError and ValueError, say) is each of them
+        return type("Student" + "".join(kinds), tuple(_MIRROR_CLASSES[kind] for kind in kinds), {})
+    except TypeError:  # bases Python cannot combine: the nearest one
+        return _MIRROR_CLASSES[kinds[0]]
+
+
+def student_exception(
+    function: str, type_name: str, message: str, where: dict | None = None, warnings: list[str] | None = None, bases: list[str] | None = None
+) -> StudentRaised:
+    """Re-create the student's exception as a trusted class with the same builtin bases (its own
+    class's name, or for a class of the student's, the built-in classes it derives from)."""
+    cls = _mirror_class(type_name, bases or [])
     error = cls(message)
     error.type_name = type_name
     error.function = function
     error.where = where
     error.warnings = list(warnings or [])
+    error.bases = list(bases or [])
     return error
 
 
@@ -89,10 +140,18 @@ class Outcome:
     # cell once the trusted side has found the cell), and the warnings the call raised.
     where: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    # For an exception of the student's own class, the built-in classes it derives from (nearest
+    # first): a subclass of ValueError counts as a ValueError (``kind``).
+    bases: list[str] = field(default_factory=list)
 
     @property
     def raised(self) -> bool:
         return self.error_type is not None
+
+    @property
+    def kind(self) -> str | None:
+        """What the exception counts as (``exception_kind``); None when the call returned."""
+        return exception_kind(self.error_type, self.bases)
 
 
 @dataclass
@@ -124,7 +183,9 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
         except protocol.Unsupported as error:
             outcome = unreadable(name, error)
         except Exception as error:  # the student's own exception, reported by name and message
-            outcome = Outcome(error_type=type(error).__name__, message=str(error)[:MAX_MESSAGE], where=student_frame(error.__traceback__))
+            outcome = Outcome(
+                error_type=type(error).__name__, message=str(error)[:MAX_MESSAGE], where=student_frame(error.__traceback__), bases=builtin_bases(error)
+            )
         finally:
             torch.set_warn_always(warn_always)
     seen = dict.fromkeys(warning_text(w.message, w.category, w.filename, w.lineno) for w in caught)

@@ -13,7 +13,7 @@ from attnkit.boundary.explain import explain
 from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.notebook import CodeCell, defines, place_of
-from attnkit.boundary.outcome import Outcome
+from attnkit.boundary.outcome import MAX_BASES, Outcome
 
 
 @dataclass
@@ -66,6 +66,8 @@ class ReplyDecoding:
             message=message,
             where=self._locate(reply.get("where")),
             warnings=[str(item)[:600] for item in reply.get("warnings", [])][:5] if isinstance(reply.get("warnings"), list) else [],
+            # Names only: they pick trusted classes from a fixed table (``outcome.student_exception``).
+            bases=[str(item)[:60] for item in reply.get("bases", [])][:MAX_BASES] if isinstance(reply.get("bases"), list) else [],
         )
 
     def _why_missing(self, name: str) -> str:
@@ -78,7 +80,9 @@ class ReplyDecoding:
                 continue
             place = place_of(cell)
             if cell.skip:
-                return _("：定义它的单元格（{place}）带有 skip-grading 标签，评分时不运行这种演示单元格，请把定义移到你的答案单元格里").format(place=place)
+                return _("：定义它的单元格（{place}）带有 skip-grading 标签：评分时不从这种演示单元格里取作答的函数，请把定义移到你的答案单元格里").format(
+                    place=place
+                )
             run = runs.get(cell.index)
             if run is not None and not run.ok:
                 failed = _("：定义它的单元格（{place}）运行出错（{error}），所以它没有被定义，先修正那个单元格").format(

@@ -201,7 +201,7 @@ def values_match(student: object, candidate: object) -> bool:
 
 def outcomes_match(student: Outcome, candidate: Outcome) -> bool:
     if student.raised or candidate.raised:
-        return student.error_type == candidate.error_type
+        return student.kind == candidate.kind  # a subclass of ValueError counts as a ValueError
     return values_match(student.value, candidate.value)
 
 
@@ -282,3 +282,29 @@ def diagnose(
                 exact.append(mistake_id)
     # A variant of a mistake (``id/n``) is named by its mistake's id, once.
     return list(dict.fromkeys(mistake_id_of(key) for key in exact or found))
+
+
+def agreeing(ids: Iterable[str], calls: Iterable[Call], mistakes: Mapping[str, dict], function_of: Mapping[str, str]) -> list[str]:
+    """The ids of ``ids`` whose mistake reproduces the student's outcome on every recorded call of
+    its function (``calls``: every test's, passed tests included, never one that ran the reference
+    in that function's place), by one of its variants. A name given for one failed test is taken
+    back when the same mistake would have failed a test the student passed, or raised where the
+    student returned (an empty-row check over the wrong axis raises for a padded key, which the
+    student's padding test did not): a name must agree with every test of its function."""
+    by_function: dict[str, dict[bytes, Call]] = {}
+    for call in calls:
+        if call.is_variable or call.outcome.error_type in ("NotImplementedError", *GRADER_MARKERS):
+            continue
+        by_function.setdefault(call.name, {}).setdefault(wire.encode((call.args, call.kwargs)), call)
+    kept = []
+    for mistake_id in ids:
+        function = function_of.get(mistake_id)
+        recorded = by_function.get(function or "", {})
+        variants = [namespace for key, namespace in mistakes.items() if mistake_id_of(key) == mistake_id]
+        if (
+            function is None
+            or not variants
+            or any(all(outcomes_match(call.outcome, _replay(namespace, call.name, data)) for data, call in recorded.items()) for namespace in variants)
+        ):
+            kept.append(mistake_id)
+    return kept

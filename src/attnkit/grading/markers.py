@@ -50,6 +50,7 @@ def _marker_args(item: pytest.Item) -> dict[str, Any]:
             "grade_id": str(grade_id.args[0]) if grade_id else "",
             "function": tuple(name for marker in item.iter_markers("function") for name in marker.args),
             "depends_on": tuple(name for marker in item.iter_markers("depends_on") for name in marker.args),
+            "rests_on": _rests_on(item),
         }
         item.stash[_ITEM_MARKERS] = found
     return found
@@ -86,6 +87,21 @@ def functions_of(item: pytest.Item) -> tuple[str, ...]:
 def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
     """The student functions the graded ones rely on (``depends_on`` markers)."""
     return tuple(_marker_args(item)["depends_on"])
+
+
+def _rests_on(item: pytest.Item) -> tuple[str, str]:
+    marker = item.get_closest_marker("rests_on")
+    if marker is None or not marker.args:
+        return ("", "")
+    return (str(marker.args[0]), str(marker.args[1]) if len(marker.args) > 1 else str(marker.args[0]))
+
+
+def rests_on_of(item: pytest.Item) -> tuple[str, str]:
+    """The grade cell whose concept this test's concept rests on, and that concept's name as the
+    page says it (``rests_on`` marker; ("", "") for none): when the student failed a test of that
+    grade cell, a failure here is judged again against the student's own function
+    (``attnkit.grading.own_loop``, issue 41: one slip costs its own concept only)."""
+    return tuple(_marker_args(item)["rests_on"])
 
 
 def assignment_of(item: pytest.Item) -> Assignment:

@@ -8,6 +8,8 @@ is Chinese in the code and English through the ``attnkit`` message catalogue.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +96,9 @@ def error_info(error: BaseException) -> dict[str, Any]:
     """A student's exception, structured for the page: type, message, the failing line of their
     own code and where it is (section title, line in the cell), a Chinese explanation, warnings,
     and a key shared by failures with one cause (the page shows each cause once)."""
+    # A check that caught the student's exception and failed with its own words (``pytest.fail``
+    # inside ``except``) failed from the same cause: found through the exception's chain.
+    error = next((cause for cause in (error, error.__cause__, error.__context__) if isinstance(cause, StudentRaised)), error)
     if not isinstance(error, StudentRaised) or error.type_name == "NotImplementedError":
         return {}
     from attnkit.boundary.explain import explain
@@ -112,15 +117,20 @@ def error_info(error: BaseException) -> dict[str, Any]:
     else:
         place = (_("「{section}」一节，函数 {function}") if section else _("函数 {function}")).format(section=section, function=function)
     message = str(error)
+    # The student's own ``raise``: the failing line of their code raises this very class. A
+    # decision of theirs, not an error that interrupted their code (the page says which).
+    raised = re.match(r"raise\s+([A-Za-z_][\w.]*)", text)
+    own_raise = bool(raised) and raised.group(1).rsplit(".", 1)[-1] == error.type_name  # type: ignore[union-attr]
     return {
         "type": error.type_name,
+        "own_raise": own_raise,
         "message": message[:MAX_MESSAGE],
         "function": function,
         "section": section,
         "line": line if isinstance(line, int) else None,
         "text": text,
         "place": place,
-        "explanation": explain(error.type_name, message, text, error.warnings),
+        "explanation": "" if own_raise else explain(error.type_name, message, text, error.warnings),
         "warnings": list(error.warnings),
         # One cause: the same exception from the same line of the same function (torch's message
         # differs with each test's shapes); without a line, the same message.

@@ -19,7 +19,8 @@ import pytest
 
 from attnkit.i18n import _
 from attnkit.grading import charges
-from attnkit.grading.markers import assignment_of, dependencies_of, functions_of, grade_id_of, test_key
+from attnkit.boundary.outcome import StudentRaised
+from attnkit.grading.markers import assignment_of, dependencies_of, functions_of, grade_id_of, rests_on_of, test_key
 from attnkit.grading.outcomes import TestResult, failure_message, only_failed_functions
 from attnkit.grading.student import Student
 
@@ -73,6 +74,7 @@ class OwnLoop:
         _deferred: list[_Deferred]
         _unnarrowed: list[tuple[int, TestResult, list[str], Assignment]]
         _recorded_at: dict[int, int]
+        _failed_parts: dict[str, set[str]]
 
         def open(self, submission_id: str) -> Student: ...
 
@@ -87,6 +89,7 @@ class OwnLoop:
         def _plain_call(self, item: pytest.Function) -> None: ...
         def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None: ...
         def _failed_by(self, submission_id: str, position: int) -> dict[str, str]: ...
+        def agree(self, submission_id: str) -> None: ...
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -162,6 +165,8 @@ class OwnLoop:
             submission_ids = list(self.provider.more())
 
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
+        if submission_id is not None:
+            self.agree(submission_id)  # before the provider takes the results
         if submission_id is not None and isinstance(opened, Student):
             self.provider.close(submission_id)
         if submission_id is not None:
@@ -179,12 +184,56 @@ class OwnLoop:
         if error is not None and self._may_swap(item, error, submission_id):
             self._deferred.append(_Deferred(item, error, list(proxy.calls)))
             return
+        if error is not None and self._judged_by_own(item, error, proxy, submission_id):
+            return
         suspects = self._charge_suspects(item, error, proxy, submission_id) if error is not None else ()
         if suspects:
             assert error is not None
             self._deferred.append(_Deferred(item, error, list(proxy.calls), suspects))
             return
         self.record(item, submission_id, failure_message(error) if error is not None else None, diagnose=True, error=error)
+
+    def _judged_by_own(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str) -> bool:
+        """Charge per concept (issue 41): a failed test whose concept rests on a part the student
+        already failed (its ``rests_on`` marker: masking rests on the attention itself) is run
+        again with the student's own function as the reference (``Student.judged_by_own``: the
+        test's checks take their expectations from the student's own results). If it then
+        passes, it is recorded as passed, saying so: the slip is charged once, in its own part.
+        Returns whether it was recorded. Only failures of the student's results are judged again,
+        never an unfinished stub, a timeout, a crash or a missing function."""
+        part, concept = rests_on_of(item)
+        if not part or part not in self._failed_parts.get(submission_id, set()):
+            return False
+        if isinstance(error, StudentRaised):
+            if error.type_name == "NotImplementedError":
+                return False
+        elif not isinstance(error, (AssertionError, pytest.fail.Exception)):
+            return False
+        calls = list(proxy.calls)
+        again = self._within_test(item, functools.partial(self._own_reference_call, item, proxy, concept))
+        if again is not None:
+            proxy.calls = calls  # the plain run's failure stands, diagnosed on its own calls
+            return False
+        self.record(item, submission_id, None, diagnose=False)
+        result = self.results[submission_id][-1]
+        assignment = assignment_of(item)
+        where = part
+        if part in assignment.parts:
+            where = _("第 {number} 部分「{title}」").format(number=assignment.part_number(part), title=assignment.part_title(part))
+        result.output = _(
+            "这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。"
+            "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
+        ).format(concept=assignment._(concept), where=where)
+        result.charge = {"judged_by_own": part}
+        return True
+
+    @staticmethod
+    def _own_reference_call(item: pytest.Function, proxy: Student, concept: str) -> None:
+        proxy.judged_by_own = concept
+        try:
+            item.obj(**{name: item.funcargs[name] for name in item._fixtureinfo.argnames})
+        finally:
+            proxy.judged_by_own = ""
 
     def _within_test(self, item: pytest.Function, body: Callable[[], object]) -> BaseException | _Skipped | None:
         """Run ``body`` inside the test's hooks; the failure it raised, ``_SKIPPED``, or None."""

@@ -66,7 +66,7 @@ from attnkit.grading.outcomes import (
 )
 from attnkit.grading.own_loop import OwnLoop, _Deferred
 from attnkit.grading.provider import Provider
-from attnkit.boundary.outcome import Outcome, StudentRaised
+from attnkit.boundary.outcome import Call, Outcome, StudentRaised
 from attnkit.grading.student import Student
 
 
@@ -128,6 +128,11 @@ class GradingPlugin(OwnLoop):
         self._deferred: list[_Deferred] = []
         self._unnarrowed: list[tuple[int, TestResult, list[str], Assignment]] = []
         self._recorded_at: dict[int, int] = {}  # id(result) -> its test's position
+        # Per submission: the grade cells with a failed test (a test that ``rests_on`` one of them
+        # is judged again against the student's own function when it fails).
+        self._failed_parts: dict[str, set[str]] = {}
+        # Per submission, until it closes: its assignment and each recorded test's result and calls.
+        self._evidence: dict[str, tuple[Assignment, list[tuple[TestResult, list[Call]]]]] = {}
         # Whether this session collected each test once, for its first submission only, and the
         # state of its suite's files (``_suite_state``) when it was collected.
         self.template = False
@@ -157,6 +162,7 @@ class GradingPlugin(OwnLoop):
         config.addinivalue_line("markers", "grade_id(name): the notebook grade cell it belongs to")
         config.addinivalue_line("markers", "function(*names): the student functions this test grades")
         config.addinivalue_line("markers", "depends_on(*names): student functions the graded ones rely on")
+        config.addinivalue_line("markers", "rests_on(grade_id, concept): the part whose concept this test's concept rests on, and its name")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -309,6 +315,7 @@ class GradingPlugin(OwnLoop):
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
         if message is not None and not charged:
+            self._failed_parts.setdefault(submission_id, set()).add(result.grade_id)
             failed = self.failed_functions.setdefault(submission_id, {})
             failed_at = self._failed_at.setdefault(submission_id, {})
             for name in functions_of(item):
@@ -323,7 +330,37 @@ class GradingPlugin(OwnLoop):
             self._recorded_at[id(result)] = position
         if isinstance(proxy, Student):
             proxy.substitutes = {}
+            if self._positions:  # the own loop: every test's calls, passed ones too (``agree``)
+                self._evidence.setdefault(submission_id, (assignment, []))[1].append((result, list(proxy.calls)))
         self.results.setdefault(submission_id, []).append(result)
+
+    def agree(self, submission_id: str) -> None:
+        """Take back each diagnosis of the submission's results that its mistake does not
+        reproduce on every call the tests made of its function (``diagnosis.agreeing``), calls of
+        tests that ran the reference in that function's place left out. Once per submission,
+        when all its tests are recorded; nothing to do (no replay) when nothing was named."""
+        assignment, evidence = self._evidence.pop(submission_id, (None, []))
+        named = list(dict.fromkeys(d for result, _calls in evidence for d in result.diagnoses))
+        if not named or assignment is None:
+            return
+        from attnkit.grading.diagnosis import agreeing
+
+        catalogue = assignment.catalogue()
+        function_of = {mistake.id: mistake.function for mistake in getattr(catalogue, "MISTAKES", ())}
+        namespaces = _diagnosable(catalogue)
+        kept = set()
+        for mistake_id in named:
+            # The tests that named it have had their calls replayed on it already: the others'.
+            calls = [
+                call
+                for result, recorded in evidence
+                if mistake_id not in result.diagnoses
+                for call in recorded
+                if call.name == function_of.get(mistake_id) and call.name not in result.substituted
+            ]
+            kept.update(agreeing([mistake_id], calls, namespaces, function_of))
+        for result, _calls in evidence:
+            result.diagnoses = [d for d in result.diagnoses if d in kept]
 
     def _failed_by(self, submission_id: str, position: int) -> dict[str, str]:
         """The submission's failed functions whose first failed test is at ``position`` or before."""

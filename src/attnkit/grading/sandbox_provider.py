@@ -21,7 +21,18 @@ from attnkit.boundary import wire as protocol
 from attnkit.assignment.folder import Assignment
 from attnkit.constants import CRASHED
 from attnkit.i18n import _
-from attnkit.notebook import CodeCell, Unsafe, digest_of, display_name, parse_notebook, place_of, read_notebook, read_submitted, redefinitions
+from attnkit.notebook import (
+    CodeCell,
+    Unsafe,
+    digest_of,
+    display_name,
+    parse_notebook,
+    place_of,
+    read_notebook,
+    read_submitted,
+    redefinitions,
+    with_skipped_definitions,
+)
 from attnkit.grading.plugin import Provider
 from attnkit.boundary.policy import Limits
 from attnkit.grading.student import LocalBackend, Student, request_of
@@ -225,6 +236,14 @@ class SandboxProvider(Provider):
             offset += 10_000
         if not job.notebooks and not problems:
             problems.append(_("没有找到任何 .ipynb 笔记本"))
+        cells, gave = with_skipped_definitions(cells, self.api)
+        notes += [
+            _(
+                "skip-grading 单元格（{place}）评分时不运行其中的实验；但你的答案用到了它定义的 {names}，"
+                "所以评分时运行了这些定义（和在 Jupyter 里从上到下运行时一样）"
+            ).format(place=place_of(cell), names=_("、").join(names))
+            for cell, names in gave
+        ]
         notes += redefinition_notes(cells, self.api)
         session: Submission | None = None
         if cells:

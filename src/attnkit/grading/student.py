@@ -64,6 +64,10 @@ class Student:
     # swapped re-run, diagnosis probes) is asked as usual.
     prefetched: dict[str, list[tuple[bytes, Outcome]]] = field(default_factory=dict)
     ahead: list[tuple[bytes, Outcome]] = field(default_factory=list)
+    # Set by the plugin while a test is judged again against the student's own function (its
+    # ``rests_on`` concept failed its own tests): the test's checks read it and take their
+    # expectations from the student's own results instead of the reference's.
+    judged_by_own: str = ""
 
     def begin_test(self, key: str | None) -> None:
         """The test ``key`` starts (None: no test is running): its prefetched answers apply."""
@@ -128,7 +132,7 @@ class Student:
             raise StudentMissing(outcome.message)
         if outcome.error_type == CRASHED:
             raise SandboxCrashed(outcome.message)
-        raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings)
+        raise student_exception(name, outcome.error_type, outcome.message, outcome.where, outcome.warnings, outcome.bases)
 
 
 def request_of(call: Call) -> operations.Asked:

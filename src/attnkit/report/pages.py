@@ -121,6 +121,14 @@ def feedback_html(results: Mapping[str, Any], assignment: Assignment) -> str:
         tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
         if tests:
             parts.append({"id": grade_id, "title": assignment.part_title(grade_id), "tests": tests, **results["parts"].get(grade_id, {})})
+    # Each diagnosis's parts (titles, in page order): its one box at the top names what it cost.
+    diagnosis_parts: dict[str, list[str]] = {}
+    for part in parts:
+        for test in part["tests"]:
+            for id_ in test.get("diagnoses") or []:
+                titles = diagnosis_parts.setdefault(id_, [])
+                if part["title"] not in titles:
+                    titles.append(part["title"])
     evidence = results.get("evidence") or {}
     show_heatmaps = any(_weights_differ(panel) for panel in evidence.get("panels", []))
     return _ENV.get_template("feedback.html.j2").render(
@@ -132,6 +140,7 @@ def feedback_html(results: Mapping[str, Any], assignment: Assignment) -> str:
         show_heatmaps=show_heatmaps,
         heat=heat,
         causes=error_causes,
+        diagnosis_parts={id_: i18n.join(titles) for id_, titles in diagnosis_parts.items()},
         html_lang=i18n.html_lang(),
     )
 

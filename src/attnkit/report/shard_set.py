@@ -275,9 +275,9 @@ def plan_merge(folders: list[Path], language: str | None) -> Plan | None:
         )
     if len({json.dumps(shard.manifest["class"], sort_keys=True) for shard in shards}) != 1:
         raise GraderError(
-            _("分片取自不同的学生名单（班级在分片之间变了：有人迟交或被移除）：{groups}。请再运行每个分片的命令（未变化的提交不会重评，只评新的），再合并").format(
-                groups=groups(shards, "class")
-            )
+            _(
+                "分片取自不同的学生名单（班级在分片之间变了：有人迟交或被移除）：{groups}。请再运行每个分片的命令（未变化的提交不会重评，只评新的），再合并"
+            ).format(groups=groups(shards, "class"))
         )
     plan = Plan(language=set_language, submitted=shards[0].manifest.get("submitted", ""))
     owned_total = 0

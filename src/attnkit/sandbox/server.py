@@ -155,6 +155,8 @@ class Sandbox:
             reply["where"] = outcome.where
         if outcome.warnings:
             reply["warnings"] = outcome.warnings
+        if outcome.bases:
+            reply["bases"] = outcome.bases
         output = self.output.take()
         if output:
             reply["output"] = output

@@ -22,12 +22,13 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab lock browser grade test test-fast lint release check student-zip bench gradescope clean
+.PHONY: help install lab lock browser grade test test-fast test-second-assignment lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
 	@echo "make test                                   lint (ruff, mypy), then run the whole test suite"
 	@echo "make test-fast                              the suite without slow, e2e and browser tests (the inner loop)"
+	@echo "make test-second-assignment                 the fast tests with a second assignment in the project (make test runs it too)"
 	@echo "make lint                                   ruff, then mypy"
 	@echo "make release                                regenerate assignments/ from solutions/"
 	@echo "make install [PYTHON=python3.12]            create .venv and install the pinned dependencies (says what it downloads)"
@@ -121,8 +122,14 @@ browser:
 grade: $(STAMP)
 	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)
 
+# The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
+# --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
 test: $(DEV_STAMP) browser lint
 	$(BIN)/python -m pytest -q tests
+	$(MAKE) --no-print-directory test-second-assignment
+
+test-second-assignment: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not e2e and not browser" --second-assignment tests
 
 # The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run
 # real kernels, or need Chromium (CONTRIBUTING.md says how long it takes).

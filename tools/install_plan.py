@@ -62,6 +62,9 @@ def plan() -> list[str]:
         lines.append(f"  torch {TORCH}: {build} from {wheel.parent} ({wheel.stat().st_size / 2**20:.0f} MB, already on disk)")
         lines.append(f"  then jupyterlab, nbgrader, numpy, matplotlib and their dependencies from the package index; .venv ends near {CPU_VENV_GB} GB")
         lines.append("  usually 3-6 minutes (317 s measured on two cores with Python 3.11)")
+    elif "download.pytorch.org/whl/cpu" in os.environ.get("PIP_EXTRA_INDEX_URL", "") + os.environ.get("PIP_INDEX_URL", ""):
+        lines.append(f"  torch {TORCH}: the CPU build from PyTorch's CPU index (about 0.2 GB to download); .venv ends near {CPU_VENV_GB} GB")
+        lines.append("  usually 4-8 minutes")
     elif sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64"):
         lines.append(
             f"  torch {TORCH}: PyPI's Linux build, with NVIDIA's CUDA packages (nvidia-*): about {CUDA_DOWNLOAD_GB} GB to download,"

@@ -22,10 +22,11 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab lock browser grade test test-fast test-second-assignment lint release check student-zip bench gradescope clean
+.PHONY: help install lab collect lock browser grade test test-fast test-second-assignment lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
+	@echo "make collect DOWNLOAD=file.zip [INTO=dir]   an LMS download (Canvas, Moodle, Blackboard) into submitted/<id>/<assignment>/"
 	@echo "make test                                   lint (ruff, mypy), then run the whole test suite"
 	@echo "make test-fast                              the suite without slow, e2e and browser tests (the inner loop)"
 	@echo "make test-second-assignment                 the fast tests with a second assignment in the project (make test runs it too)"
@@ -118,6 +119,13 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; \
 	  else echo "please install chromium and fonts-noto-cjk (needed by tests/test_feedback_browser.py)"; fi; \
 	fi
+
+# An LMS download (Canvas, Moodle, Blackboard; folder or zip) into nbgrader's layout in INTO/ (default
+# submitted/); then `make grade SUBMITTED=submitted`. LMS=… and TIMEZONE=… are passed on when given.
+INTO     ?= submitted
+collect: $(STAMP)
+	@test -n "$(DOWNLOAD)" || { echo "usage: make collect DOWNLOAD=~/Downloads/submissions.zip [INTO=submitted LMS=moodle TIMEZONE=Asia/Shanghai]"; exit 2; }
+	$(BIN)/attnkit collect $(DOWNLOAD) --submitted $(INTO) $(if $(LMS),--lms $(LMS)) $(if $(TIMEZONE),--timezone $(TIMEZONE))
 
 grade: $(STAMP)
 	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)

@@ -85,3 +85,19 @@ def test_one_assignment_has_no_assignment_column() -> None:
     console = Console(width=80, record=True, color_system=None)
     console.print(summary_table([CLASS[0]], {}))
     assert "作业" not in console.export_text()
+
+
+def test_on_time_with_manual_points_pending_the_table_has_no_penalty_columns_and_says_it_once() -> None:
+    """The demo class in its gradebook: nobody late, nobody graded by hand yet. No column of zeros
+    and "85/108" per row (read as 23 points lost): one line under the table says what 108 holds."""
+    from attnkit.console import manual_pending
+
+    on_time = {**late(85, 108), "duedate": ""}  # no due date in the gradebook: no lateness to show
+    graded = [results("chenjing", "ch19-attention", 85, []), results("xiaolin", "ch19-attention", 100, [])]
+    graded = [{**r, "late": {**on_time, "total": r["score"]}} for r in graded]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(summary(graded, {}))
+    text = console.export_text()
+    assert "迟交扣分" not in text and "/108" not in text, text
+    line = manual_pending(graded)
+    assert "108" in line and "8 分由人工评分" in line and "尚未评分" in line, line

@@ -49,6 +49,28 @@ def late_cells(r: ResultsJson) -> tuple[str, str]:
     return (f"{found['penalty']:g}", total) if found else ("-", "-")
 
 
+def gradebook_columns(all_results: list[ResultsJson]) -> bool:
+    """Whether the table shows the late penalty and the gradebook's total: when someone is late
+    (``late_notice``) or has manual points already; else they repeat the score (the maximum's
+    manual points are said once below the table, ``manual_pending``)."""
+    return any(late_notice(r) or (r.get("late") or {}).get("manual") is not None for r in all_results)
+
+
+def manual_pending(all_results: list[ResultsJson]) -> str:
+    """The line under the table when the gradebook's maximum holds manual points nobody graded yet."""
+    pending = {
+        (r["late"]["max"] - r["max_score"], r["late"]["max"])
+        for r in all_results
+        if r.get("late") and r["late"]["max"] > r["max_score"] and r["late"].get("manual") is None
+    }
+    if len(pending) != 1:
+        return ""
+    points, total = pending.pop()
+    return _("成绩册的满分是 {total} 分：另有 {points} 分由人工评分（formgrader），尚未评分；上表的分数不含这部分。").format(
+        total=f"{total:g}", points=f"{points:g}"
+    )
+
+
 def student_cell(r: ResultsJson, names: Mapping[str, str]) -> str:
     """The student's id, and the name the LMS gave (roster.csv) where there is one."""
     name = names.get(r["student_id"], "")
@@ -70,7 +92,7 @@ def summary_table(all_results: list[ResultsJson], names: Mapping[str, str] | Non
     names = names or {}
     # One space between columns (the box's), none at the edges: 80 columns hold the longest diagnosis.
     table = Table(title=_("评分结果"), box=box.SIMPLE_HEAD, padding=0, pad_edge=False, show_edge=False)
-    late = any(r.get("late") or r.get("lms_late") for r in all_results)
+    late = gradebook_columns(all_results)
     assignments = {r["assignment"] for r in all_results}
     short = short_names(assignments) if len(assignments) > 1 else {}
     table.add_column(_("学生"), overflow="fold", max_width=11)
@@ -175,6 +197,8 @@ def print_grade_end(
         console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
     if not quiet:
         console.print(summary(all_results, names))
+        if not gradebook_columns(all_results) and manual_pending(all_results):
+            console.print(manual_pending(all_results), markup=False)
         print_problems(all_results, names or {})
         console.print(isolation_line(all_results))
         console.print(

@@ -99,5 +99,5 @@ def test_on_time_with_manual_points_pending_the_table_has_no_penalty_columns_and
     console.print(summary(graded, {}))
     text = console.export_text()
     assert "迟交扣分" not in text and "/108" not in text, text
-    line = manual_pending(graded)
-    assert "108" in line and "8 分由人工评分" in line and "尚未评分" in line, line
+    [line] = manual_pending(graded)
+    assert "ch19-attention" in line and "108" in line and "8 分由人工评分" in line and "尚未评分" in line, line

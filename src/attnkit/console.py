@@ -56,19 +56,16 @@ def gradebook_columns(all_results: list[ResultsJson]) -> bool:
     return any(late_notice(r) or (r.get("late") or {}).get("manual") is not None for r in all_results)
 
 
-def manual_pending(all_results: list[ResultsJson]) -> str:
-    """The line under the table when the gradebook's maximum holds manual points nobody graded yet."""
-    pending = {
-        (r["late"]["max"] - r["max_score"], r["late"]["max"])
-        for r in all_results
-        if r.get("late") and r["late"]["max"] > r["max_score"] and r["late"].get("manual") is None
-    }
-    if len(pending) != 1:
-        return ""
-    points, total = pending.pop()
-    return _("成绩册的满分是 {total} 分：另有 {points} 分由人工评分（formgrader），尚未评分；上表的分数不含这部分。").format(
-        total=f"{total:g}", points=f"{points:g}"
-    )
+def manual_pending(all_results: list[ResultsJson]) -> list[str]:
+    """The lines under the table, one per assignment whose gradebook maximum holds manual points
+    nobody graded yet."""
+    pending: dict[str, tuple[float, float]] = {}
+    for r in all_results:
+        found = r.get("late")
+        if found and found["max"] > r["max_score"] and found.get("manual") is None:
+            pending.setdefault(r["assignment"], (found["max"] - r["max_score"], found["max"]))
+    said = _("{assignment} 在成绩册里的满分是 {total} 分：另有 {points} 分由人工评分（formgrader），尚未评分；上表的分数不含这部分。")
+    return [said.format(assignment=name, total=f"{total:g}", points=f"{points:g}") for name, (points, total) in sorted(pending.items())]
 
 
 def student_cell(r: ResultsJson, names: Mapping[str, str]) -> str:
@@ -197,8 +194,8 @@ def print_grade_end(
         console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
     if not quiet:
         console.print(summary(all_results, names))
-        if not gradebook_columns(all_results) and manual_pending(all_results):
-            console.print(manual_pending(all_results), markup=False)
+        for line in [] if gradebook_columns(all_results) else manual_pending(all_results):
+            console.print(line, markup=False, soft_wrap=True)
         print_problems(all_results, names or {})
         console.print(isolation_line(all_results))
         console.print(

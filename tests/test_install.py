@@ -160,3 +160,22 @@ def test_the_install_says_what_it_downloads_and_shows_pips_progress(tmp_path: Pa
     assert "tools/install_plan.py" in planned
     said = run_command([ours, ROOT / "tools" / "install_plan.py"], env=os.environ, check=True).stdout
     assert "torch 2.13.0" in said and ("MB" in said or "GB" in said) and "minutes" in said, said
+
+
+def test_the_learners_and_the_tas_paths_go_through_make() -> None:
+    """Issue 42's holes: `make check` keeps its page (and `attnkit check` prints where), `make lab`
+    opens the learner's own copy of the notebook, `make collect` is the LMS path on a fresh clone
+    (every target installs first)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+
+    def planned(*args: str) -> str:
+        run = run_command(["make", "-n", "--no-print-directory", *args], cwd=ROOT, env=env, timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return run.stdout
+
+    assert "attnkit check mywork/attention.ipynb --out checked" in planned("check", "NB=mywork/attention.ipynb")
+    lab = planned("lab")
+    assert "cp assignments/ch19-attention/attention.ipynb mywork/" in lab and "jupyter lab" in lab and "mywork/attention.ipynb" in lab, lab
+    assert "test -e mywork/attention.ipynb ||" in lab, "never over the learner's own copy"
+    collect = planned("collect", "DOWNLOAD=moodle.zip", "LMS=moodle")
+    assert "attnkit collect moodle.zip --submitted submitted --lms moodle" in collect, collect

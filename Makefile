@@ -1,4 +1,7 @@
 # attnkit — every target installs what it needs into .venv on first use.
+# PYTHON given (on the command line or in the environment) is a choice: it is checked against the
+# Python that made .venv. Not given, .venv is used as it is, whichever Python made it.
+PYTHON_GIVEN := $(filter command line environment environment override,$(origin PYTHON))
 PYTHON   ?= python3
 VENV     := .venv
 BIN      := $(VENV)/bin
@@ -19,15 +22,20 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock browser slurm grade test test-fast lint release check student-zip bench gradescope clean
+.PHONY: help install lab collect lock browser slurm grade test test-fast test-second-assignment lint release check student-zip bench gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
+	@echo "make collect DOWNLOAD=file.zip [INTO=dir]   an LMS download (Canvas, Moodle, Blackboard) into submitted/<id>/<assignment>/"
 	@echo "make test                                   lint (ruff, mypy), then run the whole test suite"
 	@echo "make test-fast                              the suite without slow, e2e and browser tests (the inner loop)"
+	@echo "make test-second-assignment                 the fast tests with a second assignment in the project (make test runs it too)"
 	@echo "make lint                                   ruff, then mypy"
 	@echo "make release                                regenerate assignments/ from solutions/"
-	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite"
+	@echo "make install [PYTHON=python3.12]            create .venv and install the pinned dependencies (says what it downloads)"
+	@echo "make lab                                    copy the notebook to mywork/ (once) and open it in JupyterLab"
+	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite; the page stays in checked/"
+	@echo "make venv-rebuild PYTHON=python3.12         remove .venv (saying what it removes) and install again with PYTHON"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
 	@echo "make bench                                  benchmark against nbgrader autograde"
 	@echo "make lock                                   regenerate requirements.lock (uv, one lock for Python 3.11-3.13)"
@@ -35,21 +43,52 @@ help:
 
 install: $(STAMP)
 
-# .venv belongs to $(PYTHON): one made by another Python (an earlier PYTHON=python3.12, perhaps
-# refused by requires-python) is removed and rebuilt, saying so, rather than reused and failing.
+# Nothing here removes a working .venv as a side effect. A .venv made by another Python:
+# - PYTHON not given: used as it is (the Quick start's `make grade PYTHON=python3.12`, then a plain
+#   `make check`, keeps the 3.12 environment);
+# - PYTHON given, and the .venv holds a finished install: make stops, saying so; `make venv-rebuild
+#   PYTHON=...` replaces it, saying what it removes;
+# - PYTHON given, and the .venv holds no finished install (an install refused by requires-python, say):
+#   it is removed, saying so, and made again with PYTHON (nothing in it worked).
+ifneq ($(PYTHON_GIVEN),)
 VENV_MISMATCH := $(shell $(PYTHON) tools/venv_mismatch.py $(VENV) 2>/dev/null)
+endif
+VENV_FINISHED := $(wildcard $(STAMP) $(VENV)/lib/python3*/site-packages/torch)
 ifneq ($(VENV_MISMATCH),)
-$(STAMP): venv-rebuild
-.PHONY: venv-rebuild
-venv-rebuild:
-	@echo "$(VENV_MISMATCH): rebuilding $(VENV) with PYTHON=$(PYTHON) (to keep it instead, run make with PYTHON set to that Python)"
+ifneq ($(VENV_FINISHED),)
+$(STAMP): venv-kept
+.PHONY: venv-kept
+venv-kept:
+	@echo "$(VENV_MISMATCH)."
+	@echo "$(VENV) holds a finished install ($$(du -sh $(VENV) 2>/dev/null | cut -f1)); it is kept, nothing was changed."
+	@echo "  to go on with it:       run make without PYTHON"
+	@echo "  to replace it:          make venv-rebuild PYTHON=$(PYTHON)   (removes $(VENV), then installs again: minutes)"
+	@echo "  to keep both:           work in another clone or git worktree for the other Python"
+	@exit 2
+else
+$(STAMP): venv-unfinished
+.PHONY: venv-unfinished
+venv-unfinished:
+	@echo "$(VENV_MISMATCH); $(VENV) holds no finished install (no $(STAMP), no torch): rebuilding $(VENV) with PYTHON=$(PYTHON) (removing the unfinished one)"
 	rm -rf $(VENV)
 endif
+endif
 
+# The explicit way to replace .venv (with PYTHON, default python3): says what it removes first.
+.PHONY: venv-rebuild
+venv-rebuild:
+	@if [ -e $(VENV) ]; then echo "removing $(VENV) ($$(du -sh $(VENV) 2>/dev/null | cut -f1), made by $$(sed -n 's/^version *= *//p; s/^version_info *= *//p' $(VENV)/pyvenv.cfg 2>/dev/null | head -1 | sed 's/^/Python /')), to make it again with PYTHON=$(PYTHON)"; fi
+	rm -rf $(VENV)
+	$(MAKE) --no-print-directory install PYTHON=$(PYTHON)
+
+# The install says what it downloads and how big (tools/install_plan.py), then shows pip's own
+# progress: minutes of silence read as a hang.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e .
+	@$(BIN)/python tools/install_plan.py
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -c requirements.lock -e .
 	touch $(STAMP)
+	@echo "installed: $(VENV) ($$(du -sh $(VENV) 2>/dev/null | cut -f1))"
 
 # requirements.lock is one universal lock for every supported Python (3.11-3.13) and platform, its
 # platform- and version-specific pins behind environment markers that pip's -c understands.
@@ -63,6 +102,7 @@ lock: $(STAMP)
 # The developer tools `make lint` and `make test` need beyond the grader's own (ruff, mypy).
 DEV_STAMP := $(VENV)/.dev-installed
 $(DEV_STAMP): $(STAMP)
+	@echo "installing make lint's tools (ruff, mypy: some 60 MB, under a minute)"
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e ".[dev]"
 	touch $(DEV_STAMP)
 
@@ -90,11 +130,24 @@ slurm:
 	  else echo "please install slurm-wlm and munge (needed by tests/engine/test_slurm.py)"; fi; \
 	fi
 
+# An LMS download (Canvas, Moodle, Blackboard; folder or zip) into nbgrader's layout in INTO/ (default
+# submitted/); then `make grade SUBMITTED=submitted`. LMS=… and TIMEZONE=… are passed on when given.
+INTO     ?= submitted
+collect: $(STAMP)
+	@test -n "$(DOWNLOAD)" || { echo "usage: make collect DOWNLOAD=~/Downloads/submissions.zip [INTO=submitted LMS=moodle TIMEZONE=Asia/Shanghai]"; exit 2; }
+	$(BIN)/attnkit collect $(DOWNLOAD) --submitted $(INTO) $(if $(LMS),--lms $(LMS)) $(if $(TIMEZONE),--timezone $(TIMEZONE))
+
 grade: $(STAMP)
 	$(BIN)/attnkit grade --submitted $(SUBMITTED) --out $(OUT) --jobs $(JOBS) --gradebook $(GRADEBOOK)
 
+# The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
+# --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
 test: $(DEV_STAMP) browser slurm lint
 	$(BIN)/python -m pytest -q --durations=25 tests
+	$(MAKE) --no-print-directory test-second-assignment
+
+test-second-assignment: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not e2e and not browser" --second-assignment tests
 
 # The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run
 # real kernels, or need Chromium (CONTRIBUTING.md says how long it takes).
@@ -104,9 +157,22 @@ test-fast: $(DEV_STAMP)
 release: $(STAMP)
 	$(BIN)/python -m attnkit.course.release
 
+# A learner's own grading keeps its page: CHECKED/students/me/<assignment>/feedback.html (printed).
+CHECKED  ?= checked
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=path/to/attention.ipynb"; exit 2; }
-	$(BIN)/attnkit check $(NB)
+	$(BIN)/attnkit check $(NB) --out $(CHECKED)
+
+# A learner's own copy of the release notebook in MYWORK/ (made once, never overwritten), opened in
+# JupyterLab; then `make check NB=MYWORK/attention.ipynb`. As root, Jupyter needs --allow-root.
+MYWORK   ?= mywork
+LAB_ARGS ?=
+LAB_NOTEBOOK := $(shell sed -n 's/^notebook *= *"\(.*\)"/\1/p' autograder/$(subst -,_,$(ASSIGNMENT))/manifest.toml 2>/dev/null)
+lab: $(STAMP)
+	@mkdir -p $(MYWORK)
+	@test -e $(MYWORK)/$(LAB_NOTEBOOK) || { cp assignments/$(ASSIGNMENT)/$(LAB_NOTEBOOK) $(MYWORK)/ && echo "copied assignments/$(ASSIGNMENT)/$(LAB_NOTEBOOK) to $(MYWORK)/ (your copy: make lab never overwrites it)"; }
+	@echo "opening $(MYWORK)/$(LAB_NOTEBOOK) in JupyterLab (Ctrl-C twice to stop); grade it with: make check NB=$(MYWORK)/$(LAB_NOTEBOOK)"
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) $(MYWORK)/$(LAB_NOTEBOOK)
 
 student-zip: $(STAMP)
 	$(BIN)/python -m attnkit.course.release --assignment $(ASSIGNMENT) --zip dist/$(ASSIGNMENT)-student.zip

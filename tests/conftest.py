@@ -12,7 +12,89 @@ grade_in_one_session``): every test folder is importable by its modules' names, 
 
 import os
 import sys
+import pwd
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+# -- a second assignment in the project (issue 42) -------------------------------------------------
+# `--second-assignment` (or ATTNKIT_TEST_SECOND_ASSIGNMENT=1; `make test` runs the fast tests so)
+# puts a second assignment into the project as a course that added one has it (ARCHITECTURE.md,
+# "Adding an assignment"): tests/support/course's warm-up, renamed ch20-softmax, in autograder/,
+# solutions/ and assignments/. Every test must pass with it there: `discover()` (and every
+# `attnkit` a test starts) then finds two assignments. Removed at the end of the session, and at the
+# start of the next one if a session was killed (the marker file says a folder is this copy).
+SECOND = {"package": "ch20_softmax", "name": "ch20-softmax"}
+SECOND_MARKER = ".second-assignment-of-the-tests"
+_PROJECT = Path(__file__).resolve().parents[1]
+_COURSE = _PROJECT / "tests" / "support" / "course"
+
+
+def _second_folders() -> list[Path]:
+    return [_PROJECT / "autograder" / SECOND["package"], _PROJECT / "solutions" / SECOND["name"], _PROJECT / "assignments" / SECOND["name"]]
+
+
+def _remove_second_assignment() -> None:
+    for folder in _second_folders():
+        if (folder / SECOND_MARKER).is_file():
+            shutil.rmtree(folder)
+
+
+def _add_second_assignment() -> None:
+    suite, source, release = _second_folders()
+    for folder in (suite, source, release):
+        if folder.exists():
+            raise pytest.UsageError(f"{folder} exists and is not the tests' second assignment: not touched")
+    # Without locale/: English is optional for an assignment (ARCHITECTURE.md), as the issue's was.
+    shutil.copytree(_COURSE / "autograder" / "warmup_softmax", suite, ignore=shutil.ignore_patterns("__pycache__", "locale"))
+    manifest = suite / "manifest.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('name = "warmup-softmax"', f'name = "{SECOND["name"]}"'), encoding="utf-8")
+    shutil.copytree(_COURSE / "solutions" / "warmup-softmax", source)
+    # The release, as `make release` makes it (nbgrader's generate_assignment, normalised).
+    from attnkit.course.release import generate_release
+
+    generate_release(_PROJECT, SECOND["name"])
+    for folder in (suite, source, release):
+        (folder / SECOND_MARKER).write_text("tests/conftest.py's second assignment: removed after the session\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def second_assignment(pytestconfig: pytest.Config) -> Iterator[str]:
+    """The name of a second assignment in the project (``--second-assignment``'s, or one added for
+    this module's tests and removed after them)."""
+    if pytestconfig.getoption("--second-assignment"):
+        yield SECOND["name"]
+        return
+    _add_second_assignment()
+    try:
+        yield SECOND["name"]
+    finally:
+        _remove_second_assignment()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--second-assignment",
+        action="store_true",
+        default=os.environ.get("ATTNKIT_TEST_SECOND_ASSIGNMENT") == "1",
+        help="run with a second assignment folder in the project (autograder/ch20_softmax/ and the rest: tests/support/course's warm-up)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _remove_second_assignment()  # a killed session's leftovers
+    if config.getoption("--second-assignment"):
+        _add_second_assignment()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.getoption("--second-assignment"):
+        _remove_second_assignment()
+
 
 _TESTS = Path(__file__).resolve().parent
 collect_ignore = ["support", "artifacts"]
@@ -27,15 +109,6 @@ os.environ["OMP_NUM_THREADS"] = "1"
 
 
 # -- the TA of the isolation tests (tests/sandbox/test_isolation.py, test_isolation_layers.py, test_settings_harness.py)
-import pwd
-import secrets
-import shutil
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from ta_machine import GRADER_PACKAGES, ROOT, SYSTEM_PYTHON, USER, lock_digest, tempfile_folder, thin_venv
 
 

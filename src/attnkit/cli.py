@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     intake.add_argument("sources", type=Path, nargs="+", help="the downloaded folder(s) or zip file(s)")
     intake.add_argument("--submitted", type=Path, required=True, help="where to put DIR/<student_id>/<assignment>/<notebook>.ipynb")
-    intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: the only one)")
+    intake.add_argument("--assignment", default=None, help="the assignment these files belong to (default: each file's, by its notebook's name)")
     intake.add_argument(
         "--lms", choices=["canvas", "moodle", "blackboard"], default=None, help="the LMS that made the download (default: detected once for the whole download)"
     )
@@ -259,6 +259,8 @@ def command_grade(args: argparse.Namespace) -> int:
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
         grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
+    if not args.quiet:  # what follows the bar can take a minute under load: say what it is
+        console.print(_("评分完毕；正在写出 grades.csv、report.html 与每名学生的反馈页面（{out}）…").format(out=args.out), markup=False, soft_wrap=True)
     # The class: what this run wrote (in memory) and, unchanged since an earlier run, what is on
     # disk; an unchanged record is written again only if a fact beside it changed since (a
     # re-collect's late flag, a due date moved in the gradebook).
@@ -276,8 +278,12 @@ def command_grade(args: argparse.Namespace) -> int:
         totals = record_class(args.gradebook, args.submitted, args.out, all_results, suites, args.quiet)
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped, totals)
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
+        if not args.quiet and next(args.submitted.glob("*/*/lms.json"), None) is not None:  # placed by `attnkit collect`
+            console.print(_("正在写出学习平台的批量反馈压缩包…"), markup=False, soft_wrap=True)
         report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
-    print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started)
+    from attnkit.intake.lms_collect import read_roster  # the names an LMS gave, beside the ids
+
+    print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started, read_roster(args.submitted))
     finish_shard(args.out, args.shard)
     # A shard that graded all it owns exits 0: what intake skipped is the whole class's news, told
     # once by the merge (an exit 1 from every shard would fail a Slurm array or an Indexed Job).
@@ -313,6 +319,8 @@ def record_class(
     from attnkit.report.store import write_results
 
     graded = [r for r in all_results if not r.get("not_graded")]
+    if not quiet:
+        console.print(_("正在记入 nbgrader 的成绩库 {gradebook}…").format(gradebook=database), markup=False, soft_wrap=True)
     # (Registered before grading, or before the merge gathered: ``gradebook_lateness``.)
     for warning in record_grades(database, graded, submitted, registered=True):
         console.print(warning, markup=False)
@@ -486,12 +494,14 @@ def command_collect(args: argparse.Namespace) -> int:
     from attnkit.intake.lms_collect import collect as collect_download
     from attnkit.intake.lms_collect import timezone
 
-    assignment = assignment_for(discover(), args.assignment, "")
+    suites = discover()
+    # Each file's assignment is the one whose notebook it is named after (--assignment: this one only).
+    chosen = [assignment_for(suites, args.assignment, "")] if args.assignment else list(suites.values())
     try:
         zone = timezone(args.timezone)
     except ValueError as error:
         raise GraderError(str(error)) from None
-    found = collect_download(args.sources, args.submitted, assignment.name, [Path(assignment.notebook).stem], args.lms, zone)
+    found = collect_download(args.sources, args.submitted, {suite.name: [Path(suite.notebook).stem] for suite in chosen}, args.lms, zone)
     print_collected(found, args.submitted)
     if found.unplaced:
         return 1
@@ -531,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
                 return command(args)
         return command(args)
     except GraderError as error:
-        print_error(error, traceback.format_exc() if args.verbose else None)
+        print_error(error, traceback.format_exc() if args.verbose else None, args.command)
         return 2
     except KeyboardInterrupt:
         # Every graded submission was written as it arrived; the next run skips those.

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -34,35 +36,109 @@ console = Console(stderr=True)
 
 def late_cells(r: ResultsJson) -> tuple[str, str]:
     """The console's late penalty and total after it, as report.html shows them (``late_notice``
-    says which source is shown: the gradebook's figures, or the LMS's flag without a penalty)."""
+    says which source is shown: the gradebook's figures, or the LMS's flag without a penalty).
+    The gradebook's maximum holds the manual points (nbgrader's free-text cells): the total says
+    so, or 85/108 beside 85/100 reads as 23 points lost."""
     found, notice = r.get("late"), late_notice(r)
     total = f"{found['total']:g}/{found['max']:g}" if found else "-"
+    if found and found["max"] > r.get("max_score", found["max"]):
+        points = f"{found['max'] - r['max_score']:g}"
+        if found.get("manual") is None:
+            total += "\n" + _("其中 {points} 分\n人工评分待定").format(points=points)
+        else:
+            total += "\n" + _("含人工评分\n{manual}/{points}").format(manual=f"{found['manual']:g}", points=points)
     if notice and notice["source"] == "lms":
         return _("{lms} 标记迟交").format(lms=notice["lms"]), total
     return (f"{found['penalty']:g}", total) if found else ("-", "-")
 
 
-def summary_table(all_results: list[ResultsJson]) -> Table:
-    table = Table(title=_("评分结果"))
-    late = any(r.get("late") or r.get("lms_late") for r in all_results)
-    for column in (_("学生"), _("分数"), *((_("迟交扣分"), _("扣分后总分")) if late else ()), _("诊断"), _("问题")):
-        table.add_column(column)
-    for r in sorted(all_results, key=lambda r: r["student_id"]):
+def gradebook_columns(all_results: list[ResultsJson]) -> bool:
+    """Whether the table shows the late penalty and the gradebook's total: when someone is late
+    (``late_notice``) or has manual points already; else they repeat the score (the maximum's
+    manual points are said once below the table, ``manual_pending``)."""
+    return any(late_notice(r) or (r.get("late") or {}).get("manual") is not None for r in all_results)
+
+
+def manual_pending(all_results: list[ResultsJson]) -> list[str]:
+    """The lines under the table, one per assignment whose gradebook maximum holds manual points
+    nobody graded yet."""
+    pending: dict[str, tuple[float, float]] = {}
+    for r in all_results:
+        found = r.get("late")
+        if found and found["max"] > r["max_score"] and found.get("manual") is None:
+            pending.setdefault(r["assignment"], (found["max"] - r["max_score"], found["max"]))
+    said = _("{assignment} 在成绩册里的满分是 {total} 分：另有 {points} 分由人工评分（formgrader），尚未评分；上表的分数不含这部分。")
+    return [said.format(assignment=name, total=f"{total:g}", points=f"{points:g}") for name, (points, total) in sorted(pending.items())]
+
+
+def student_cell(r: ResultsJson, names: Mapping[str, str]) -> str:
+    """The student's id, and the name the LMS gave (roster.csv) where there is one."""
+    name = names.get(r["student_id"], "")
+    return f"{r['student_id']} {name}" if name else r["student_id"]
+
+
+def short_names(assignments: set[str]) -> dict[str, str]:
+    """Each assignment by the first part of its name ("ch19" of "ch19-attention") where that part
+    tells it from the others; else by its whole name. The table's column stays narrow."""
+    first = {name: name.split("-")[0] for name in assignments}
+    return {name: short if list(first.values()).count(short) == 1 else name for name, short in first.items()}
+
+
+def summary_table(all_results: list[ResultsJson], names: Mapping[str, str] | None = None) -> Table:
+    """The class at a glance, readable in an 80-column terminal: each diagnosis whole on its own
+    line, the name roster.csv has under the id, an assignment column only when there are several
+    (by its short name). A problem's text is not in the table (it would wrap into fragments):
+    ``print_problems`` gives each one whole below it."""
+    names = names or {}
+    # One space between columns (the box's), none at the edges: 80 columns hold the longest diagnosis.
+    table = Table(title=_("评分结果"), box=box.SIMPLE_HEAD, padding=0, pad_edge=False, show_edge=False)
+    late = gradebook_columns(all_results)
+    assignments = {r["assignment"] for r in all_results}
+    short = short_names(assignments) if len(assignments) > 1 else {}
+    table.add_column(_("学生"), overflow="fold", max_width=11)
+    if short:
+        table.add_column(_("作业"), no_wrap=True)
+    table.add_column(_("分数"), no_wrap=True)
+    if late:
+        table.add_column(_("迟交扣分"), overflow="fold")
+        table.add_column(_("总分"), overflow="fold", min_width=12)
+    table.add_column(_("诊断"), no_wrap=True, min_width=max((len(d) for r in all_results for d in r["diagnoses"]), default=1))
+    for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
         score = _("未评分") if r.get("not_graded") else f"{r['score']:g}/{r['max_score']:g}"
+        name = names.get(r["student_id"], "")
         # Text, not str: an id or a problem written like rich markup ("[red]") is shown as written.
         table.add_row(
             *(
                 Text(cell)
                 for cell in (
-                    r["student_id"],
-                    score,
+                    r["student_id"] + (f"\n{name}" if name else ""),
+                    *((short[r["assignment"]],) if short else ()),
+                    score + (" *" if r["problems"] else ""),
                     *(late_cells(r) if late else ()),
-                    ", ".join(r["diagnoses"]) or "-",
-                    _("；").join(r["problems"])[:60] or "-",
+                    "\n".join(r["diagnoses"]) or "-",
                 )
             )
         )
     return table
+
+
+def summary(all_results: list[ResultsJson], names: Mapping[str, str] | None = None) -> Padding:
+    """The table as the console prints it: one space in from the edge, as a row's id then stands
+    between spaces (" 1002 ") for a TA's grep."""
+    return Padding(summary_table(all_results, names), (0, 0, 0, 1))
+
+
+def print_problems(all_results: list[ResultsJson], names: Mapping[str, str], to: Console = console) -> None:
+    """The problems of the rows the table marks "*", each whole on a line of its own (a path is
+    never broken, so it can be copied or grepped)."""
+    for r in sorted(all_results, key=lambda r: (r["student_id"], r["assignment"])):
+        if r["problems"]:
+            said = _("{student}/{assignment} 的问题：{problems}")
+            to.print(
+                "  " + said.format(student=student_cell(r, names), assignment=r["assignment"], problems=_("；").join(r["problems"])),
+                soft_wrap=True,
+                markup=False,
+            )
 
 
 def grading_progress(quiet: bool) -> Progress:
@@ -152,7 +228,9 @@ def print_lms_feedback(out: Path, packed: Packed, quiet: bool) -> None:
         )
 
 
-def print_grade_end(out: Path, all_results: list[ResultsJson], skipped: list[dict[str, Any]], quiet: bool, seconds: float) -> None:
+def print_grade_end(
+    out: Path, all_results: list[ResultsJson], skipped: list[dict[str, Any]], quiet: bool, seconds: float, names: Mapping[str, str] | None = None
+) -> None:
     """The closing lines of ``attnkit grade``: what was not graded or skipped (always: these need
     the TA's attention), then unless quiet the table, the isolation and where the outputs are."""
     for r in all_results:
@@ -164,7 +242,10 @@ def print_grade_end(out: Path, all_results: list[ResultsJson], skipped: list[dic
     for item in skipped:
         console.print(_("已跳过：{where}：{reason}").format(where=item["where"], reason=item["reason"]), markup=False)
     if not quiet:
-        console.print(summary_table(all_results))
+        console.print(summary(all_results, names))
+        for line in [] if gradebook_columns(all_results) else manual_pending(all_results):
+            console.print(line, markup=False, soft_wrap=True)
+        print_problems(all_results, names or {})
         console.print(isolation_line(all_results))
         console.print(
             _("已写入 {csv} 与 {report}（{seconds} 秒）").format(csv=out / "grades.csv", report=out / "report.html", seconds=f"{seconds:.1f}"),
@@ -219,6 +300,13 @@ def print_collected(found: Collected, submitted: Path) -> None:
             console.print("  " + _("{student}：{note}").format(student=candidate.student_id, note=note), soft_wrap=True, markup=False)
     for candidate in sorted(found.superseded, key=lambda c: c.origin):
         console.print("  " + _("较早的重交，未采用：{origin}").format(origin=candidate.origin), soft_wrap=True, markup=False)
+    for candidate, previous in sorted(found.replaced, key=lambda item: item[0].origin):
+        folder = submitted / candidate.student_id / candidate.assignment / f"{candidate.notebook}.ipynb"
+        console.print(
+            "  " + _("已替换：{path}（之前收取的版本 {previous}；现在是 {origin}）").format(path=folder, previous=previous or "-", origin=candidate.origin),
+            soft_wrap=True,
+            markup=False,
+        )
     for origin, reason in sorted(found.unplaced):
         # soft_wrap: a path is never broken across lines, so it can be copied or grepped.
         console.print("  " + escape(_("无法放置：{origin}：{reason}").format(origin=origin, reason=reason)), soft_wrap=True, style="red")
@@ -232,8 +320,10 @@ def print_collected(found: Collected, submitted: Path) -> None:
         )
 
 
-def print_error(error: BaseException, traceback_text: str | None) -> None:
-    """A ``GraderError``'s reason in red (with ``--verbose`` after its traceback)."""
+def print_error(error: BaseException, traceback_text: str | None, command: str = "grade") -> None:
+    """A ``GraderError``'s reason in red (with ``--verbose`` after its traceback), said of the
+    command that stopped: collect places files, it grades nothing."""
     if traceback_text is not None:
         console.print(traceback_text, markup=False, highlight=False)
-    console.print(escape(_("无法评分：{reason}").format(reason=error)), soft_wrap=True, style="red")
+    said = _("无法收取：{reason}") if command == "collect" else _("无法评分：{reason}")
+    console.print(escape(said.format(reason=error)), soft_wrap=True, style="red")

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from ta_machine import lend_to_others
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ASSIGNMENT = "ch19-attention"
@@ -53,36 +55,17 @@ def clean_env(home: Path) -> dict[str, str]:
     return {"HOME": str(home), "PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
-def hidden_from_others(path: Path) -> Path | None:
-    """The first folder on the way to ``path`` that other users cannot pass through, if any."""
-    for folder in reversed(path.parents):
-        if not folder.stat().st_mode & 0o001:
-            return folder
-    return None
-
-
-INTERPRETER = Path(os.path.realpath(sys.executable))
-# pyenv under root's 0700 home, say: students could not start the course's Python. Only inside a
-# private mount namespace of the student's command, that folder is replaced by a passable one
-# holding just the interpreter's installation (bind-mounted); nothing changes for anyone else.
-LOCKED = hidden_from_others(INTERPRETER)
-SPARE = Path(tempfile.gettempdir()) / "attnkit-exchange-lend"  # root's, empty: see lend_interpreter
-
-
-def lend_interpreter(command: list[str], spare: Path) -> list[str]:
-    """``command`` in a private mount namespace where LOCKED is a passable tmpfs holding only the
-    interpreter's installation; ``spare`` (an empty folder of root's) holds the real LOCKED meanwhile."""
-    if LOCKED is None:
-        return command
-    inside = INTERPRETER.parents[1].relative_to(LOCKED)  # .../versions/3.11.7 (bin/python3.11 inside it)
-    script = 'set -e; mount --bind "$1" "$3"; mount -t tmpfs -o mode=755 tmpfs "$1"; mkdir -p "$1/$2"; mount --bind "$3/$2" "$1/$2"; shift 3; exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(LOCKED), str(inside), str(spare), *command]
+# What the students run is this checkout's (its venv's nbgrader and jupyter, the interpreter they
+# start): where the checkout or the interpreter lies in a folder others cannot pass (a clone under
+# `mktemp -d`, pyenv under root's 0700 home), ta_machine.lend_to_others lends them, inside a private
+# mount namespace of the student's command only.
+LENT = [Path(os.path.realpath(sys.executable)).parents[1], BIN.parent]
 
 
 def as_user(user: str, home: Path, *command: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """A command run by the student's own unix user, from their home, with a clean environment."""
     argv = ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in clean_env(home).items()), *command]
-    result = subprocess.run(lend_interpreter(argv, SPARE), cwd=home, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    result = subprocess.run(lend_to_others(argv, LENT), cwd=home, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, f"{user}: {' '.join(command)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
@@ -105,7 +88,6 @@ def exchange_run() -> dict:
         pytest.fail("this test creates unix users: run it as root (useradd)")
     base = Path(tempfile.mkdtemp(prefix="attnkit-exchange-"))
     base.chmod(0o755)  # the students must reach their homes and the exchange below it
-    SPARE.mkdir(mode=0o700, exist_ok=True)
     suffix = f"{os.getpid() % 100000}"
     users = {role: f"ak{role[0]}{suffix}" for role in ANSWERS}  # e.g. akm12345, akl12345
     homes = {role: base / "home" / users[role] for role in ANSWERS}

@@ -194,3 +194,93 @@ def test_an_id_that_is_no_folder_of_its_own_places_nothing(tmp_path: Path) -> No
     assert placed(submitted) == {"u2023002": demo("wangfang")}, run.stdout + run.stderr
     assert not (tmp_path / "out" / ASSIGNMENT).exists() and not (submitted / ASSIGNMENT).exists()
     assert run.returncode == 1, run.stdout + run.stderr  # the unplaced files are reported
+
+
+# -- issue 42: a second assignment, sub-folders a student made, resubmissions, one roster per class --
+def test_with_two_assignments_each_file_goes_to_the_assignment_its_notebook_is_named_for(tmp_path: Path, second_assignment: str) -> None:
+    """A course with a second assignment: collect works out each file's assignment from its
+    notebook's name (no --assignment), and says "collect", never "grading", when it stops."""
+    download = tmp_path / "canvas"
+    softmax = (ROOT / "solutions" / second_assignment / "softmax.ipynb").read_bytes()
+    write(download / "xiaolin_1001_5001_attention.ipynb", demo("xiaolin"), BASE_TIME)
+    write(download / "xiaolin_1001_5002_softmax.ipynb", softmax, BASE_TIME)
+    write(download / "lileili_1002_5003_Softmax (1).ipynb", softmax, BASE_TIME)
+    submitted = tmp_path / "submitted"
+    run = collect(str(download), "--submitted", str(submitted))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(str(p.relative_to(submitted)) for p in submitted.rglob("*.ipynb")) == [
+        f"1001/{ASSIGNMENT}/attention.ipynb",
+        f"1001/{second_assignment}/softmax.ipynb",
+        f"1002/{second_assignment}/softmax.ipynb",
+    ]
+    assert (submitted / "1001" / ASSIGNMENT / "attention.ipynb").read_bytes() == demo("xiaolin")
+    refused = collect(str(download), "--submitted", str(tmp_path / "other"), "--assignment", "ch99-none")
+    assert refused.returncode == 2 and "无法收取" in refused.stderr and "无法评分" not in refused.stderr, refused.stderr
+    # --assignment still narrows the collect to one assignment: the other's notebooks are reported.
+    narrowed = collect(str(download), "--submitted", str(tmp_path / "narrowed"), "--assignment", ASSIGNMENT)
+    assert narrowed.returncode == 1 and set(placed(tmp_path / "narrowed")) == {"1001"}, narrowed.stdout + narrowed.stderr
+
+
+def test_a_notebook_name_two_assignments_share_is_asked_about_naming_the_file(tmp_path: Path) -> None:
+    """Two assignments whose notebooks share a name: the file is not guessed into either; the
+    reason names the file and asks for --assignment."""
+    from attnkit.intake.lms_collect import collect as collect_download
+
+    download = tmp_path / "canvas"
+    write(download / "xiaolin_1001_5001_attention.ipynb", demo("xiaolin"), BASE_TIME)
+    found = collect_download([download], tmp_path / "submitted", {"ch19-attention": ["attention"], "ch19-redo": ["attention"]})
+    assert not found.placed and not list((tmp_path / "submitted").rglob("*.ipynb"))
+    [(origin, reason)] = found.unplaced
+    assert origin.endswith("xiaolin_1001_5001_attention.ipynb") and "attention.ipynb" in reason and "--assignment" in reason
+    assert "ch19-attention" in reason and "ch19-redo" in reason
+
+
+def test_a_folder_a_student_made_is_placed_beside_a_folder_that_poses_as_a_classmate(tmp_path: Path) -> None:
+    """Moodle: a notebook inside a folder the student made in her own submission ("homework/",
+    "ch19 作业/") is hers, placed with a note; a folder inside a submission named as another
+    student's Moodle folder is refused, side by side in one download."""
+    download = tmp_path / "moodle"
+    write(download / "Li Lei_44444_assignsubmission_file_" / "homework" / "attention.ipynb", demo("lilei"), BASE_TIME)
+    write(download / "Wang Fang_55555_assignsubmission_file_" / "ch19 作业" / "attention.ipynb", demo("wangfang"), BASE_TIME)
+    write(download / "Some Name_33333_assignsubmission_file_" / "attention.ipynb", demo("xiaolin"), BASE_TIME)
+    write(download / "Own Name_66666_assignsubmission_file_" / "Some Name_33333_assignsubmission_file_" / "attention.ipynb", demo("sunmei"), BASE_TIME)
+    submitted = tmp_path / "submitted"
+    run = collect(str(download), "--submitted", str(submitted))
+    out = " ".join((run.stdout + run.stderr).split())
+    assert placed(submitted) == {"44444": demo("lilei"), "55555": demo("wangfang"), "33333": demo("xiaolin")}, out
+    assert run.returncode == 1 and "Own Name_66666" in out and "冒充" in out, out
+    notes = json.loads((submitted / "55555" / ASSIGNMENT / "lms.json").read_text(encoding="utf-8"))["notes"]
+    assert any("ch19 作业" in note for note in notes), notes
+    assert "homework" in out and "ch19 作业" in out, "the TA is told where each was found"
+
+
+def test_a_replaced_notebook_is_reported(tmp_path: Path) -> None:
+    """A second collect after a resubmission replaces the notebook and says so; an unchanged one is not mentioned."""
+    submitted = tmp_path / "submitted"
+    first = collect(str(canvas_zip(tmp_path / "canvas.zip")), "--submitted", str(submitted))
+    assert first.returncode == 0 and "已替换" not in first.stderr, first.stderr
+    again = tmp_path / "again.zip"
+    with zipfile.ZipFile(again, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("xiaolin_1001_5009_attention-1.ipynb", (2025, 10, 3, 9, 30, 0)), demo("sunmei"))
+        archive.writestr(zipfile.ZipInfo("lileili_LATE_1002_5003_attention.ipynb", (2025, 10, 2, 9, 30, 0)), demo("lilei"))
+    run = collect(str(again), "--submitted", str(submitted))
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = " ".join(run.stderr.split())
+    assert placed(submitted)["1001"] == demo("sunmei")
+    assert "已替换" in out and f"1001/{ASSIGNMENT}/attention.ipynb" in out and "2025-10-01 09:30:00" in out, out
+    assert "xiaolin_1001_5009_attention-1.ipynb" in out and "1002/" not in out, out
+
+
+def test_the_roster_belongs_to_one_submitted_folder(tmp_path: Path) -> None:
+    """Two classes collected into folders that share a parent: each folder's names are its own."""
+    from attnkit.intake.lms_collect import read_roster
+
+    moodle = tmp_path / "moodle"
+    write(moodle / "Zhao Qiang_2001_assignsubmission_file_" / "attention.ipynb", demo("zhaoqiang"), BASE_TIME)
+    assert collect(str(canvas_zip(tmp_path / "canvas.zip")), "--submitted", str(tmp_path / "class-a")).returncode == 0
+    assert collect(str(moodle), "--submitted", str(tmp_path / "class-b")).returncode == 0
+    assert read_roster(tmp_path / "class-a") == {"1001": "xiaolin", "1002": "lileili"}
+    assert read_roster(tmp_path / "class-b") == {"2001": "Zhao Qiang"}
+    with open(tmp_path / "roster.csv", encoding="utf-8", newline="") as handle:
+        rows = {(row["submitted"], row["student_id"]) for row in csv.DictReader(handle)}
+    assert rows == {("class-a", "1001"), ("class-a", "1002"), ("class-b", "2001")}

@@ -273,3 +273,16 @@ def test_the_late_notice_is_on_the_page_a_browser_shows(graded: dict, tmp_path: 
     results = json.loads((page.parent / "results.json").read_text(encoding="utf-8"))
     assert "Canvas 把这份提交标记为迟交" in notice[1] and results["lms_late"]["submitted_utc"] in notice[1]
     assert f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>' in dom
+
+
+@pytest.mark.e2e
+def test_grade_says_what_it_does_after_the_bar_and_names_the_students(graded: dict) -> None:
+    """Issue 42: after the progress bar, grade says what it writes (pages, then the LMS zips)
+    instead of sitting silent; the table shows roster.csv's names under the ids."""
+    said = graded["run"].stderr
+    assert "评分完毕；正在写出 grades.csv、report.html 与每名学生的反馈页面" in said, said[-3000:]
+    assert "正在写出学习平台的批量反馈压缩包" in said, said[-3000:]
+    assert said.index("评分完毕") < said.index("正在写出学习平台") < said.index("评分结果"), said[-3000:]
+    lines = said.splitlines()
+    row = lines.index(next(line for line in lines if " 1001 " in line))
+    assert lines[row + 1].split()[0] == "xiaolin", "\n".join(lines[row - 2 : row + 3])

@@ -23,6 +23,7 @@ import pytest
 from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
 from commands import run_command
 from settings import DOCKER_CAPABILITY_MASK, docker_default, unprivileged, userns_without_mount, without_user_namespaces
+from ta_machine import hidden_from_others, lend_to_others
 
 pytestmark = pytest.mark.root
 
@@ -190,3 +191,26 @@ def test_grading_in_docker_default_without_landlock(tmp_path: Path) -> None:
         # Chrooted into the allowlist's root: the checkout's course, readable by all here, is not
         # in the sandbox's view, so the probe (run there) no longer refuses the run over it.
         assert "chroot-root" in record["sandbox"]["isolation"], record["sandbox"]
+
+
+def test_a_checkout_only_root_can_reach_is_lent_to_another_user(ta_user: pwd.struct_passwd, tmp_path: Path) -> None:
+    """Issue 42: a clone under `mktemp -d` (0700): the TA cannot start the checkout's programs;
+    through ta_machine.lend_to_others (what every test running the checkout's programs as another
+    user uses) they can, and nothing else of the locked folder is shown to them."""
+    locked = tmp_path / "mktemp-d"
+    locked.mkdir(mode=0o700)
+    program = locked / "attnkit" / ".venv" / "bin" / "hello"
+    program.parent.mkdir(parents=True)
+    for folder in (locked / "attnkit", locked / "attnkit" / ".venv", program.parent):
+        folder.chmod(0o755)
+    program.write_text("#!/bin/sh\necho hello from the checkout\n")
+    program.chmod(0o755)
+    (locked / "secret").write_text("root's\n")
+    assert hidden_from_others(program) is not None
+    alone = run_command(unprivileged([str(program)], ta_user), env=os.environ, cwd="/")
+    assert alone.returncode != 0 and "Permission denied" in alone.stderr, alone.stdout + alone.stderr
+    lent = run_command(lend_to_others(unprivileged([str(program)], ta_user), [program.parents[1]]), env=os.environ, cwd="/")
+    assert lent.returncode == 0 and lent.stdout == "hello from the checkout\n", lent.stdout + lent.stderr
+    peek = run_command(lend_to_others(unprivileged(["cat", str(locked / "secret")], ta_user), [program.parents[1]]), env=os.environ, cwd="/")
+    assert peek.returncode != 0, peek.stdout
+    assert oct(locked.stat().st_mode & 0o777) == "0o700" and (locked / "secret").is_file(), "nothing changed outside"

@@ -1,13 +1,20 @@
-"""The TA's side of the isolation tests (tests/test_isolation*.py, tests/sandbox/test_settings_harness.py):
+"""The TA's side of the isolation tests (tests/sandbox/test_isolation*.py, tests/sandbox/test_settings_harness.py):
 the ordinary user a TA is, the distribution's Python with the grader's packages, world-readable
-folders the unprivileged grader can read. The fixtures built on these are in tests/conftest.py."""
+folders the unprivileged grader can read. The fixtures built on these are in tests/conftest.py.
+
+Every test that runs something as another user (a TA, students, the sandbox's pool uids) must work
+from a checkout only root can reach (a clone under `mktemp -d`, pyenv under root's 0700 home):
+it either runs what it needs from world-readable copies (``tempfile_folder``, ``thin_venv``, the
+``user_python`` fixture) or runs the checkout's own programs through :func:`lend_to_others`."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +51,42 @@ def tempfile_folder(prefix: str) -> str:
 
 def minimal_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
+
+
+def hidden_from_others(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that other users cannot pass through, if any."""
+    for folder in reversed(path.parents):
+        if not folder.stat().st_mode & 0o001:
+            return folder
+    return None
+
+
+# Root's, empty: where a locked folder's real content waits inside one lending namespace. A mount
+# namespace is private to the command, so every concurrent command may use the same spares.
+SPARES = Path(tempfile.gettempdir()) / "attnkit-lend"
+
+
+def lend_to_others(command: list[str], paths: Iterable[Path]) -> list[str]:
+    """``command`` (run as root, about to become another user: ``runuser``, ``setpriv``) in a private
+    mount namespace where each folder on the way to ``paths`` that others cannot pass (root's 0700
+    home, a `mktemp -d`) is a passable tmpfs holding just ``paths``, bind-mounted from the real
+    tree: the interpreter's installation, the checkout's venv. Nothing changes for anyone else; with
+    nothing locked, ``command`` as it is."""
+    lent: dict[Path, list[Path]] = {}
+    for path in sorted({Path(os.path.realpath(p)) for p in paths}, key=lambda p: len(p.parts)):
+        locked = hidden_from_others(path)
+        if locked is not None and path != locked:
+            lent.setdefault(locked, []).append(path.relative_to(locked))
+    if not lent:
+        return command
+    steps = ["set -e"]
+    for number, (locked, inside) in enumerate(sorted(lent.items())):
+        spare = SPARES / str(number)
+        spare.mkdir(mode=0o700, parents=True, exist_ok=True)
+        where, kept = shlex.quote(str(locked)), shlex.quote(str(spare))
+        steps += [f"mount --bind {where} {kept}", f"mount -t tmpfs -o mode=755 tmpfs {where}"]
+        for relative in inside:
+            target, source = shlex.quote(str(locked / relative)), shlex.quote(str(spare / relative))
+            steps += [f"mkdir -p {target}", f"mount --bind {source} {target}"]
+    steps.append('exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "; ".join(steps), "sh", *command]

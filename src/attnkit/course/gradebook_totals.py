@@ -45,6 +45,7 @@ def class_lateness(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[st
 
 def _lateness_of(submission: Any) -> dict[str, Any]:
     penalty = float(submission.late_submission_penalty or 0.0)
+    manual = [g.manual_score for nb in submission.notebooks for g in nb.grades if g.manual_score is not None]
     return {
         "seconds_late": float(submission.total_seconds_late or 0.0),
         "penalty": penalty,
@@ -52,6 +53,8 @@ def _lateness_of(submission: Any) -> dict[str, Any]:
         "max": float(submission.max_score),
         "timestamp": submission.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.timestamp else "",
         "duedate": submission.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if submission.duedate else "",
+        # The points a TA entered in formgrader (None: none yet), for "n 分人工评分待定".
+        "manual": float(sum(manual)) if manual else None,
     }
 
 

@@ -115,4 +115,5 @@ class GradebookLateness:
             "max": facts.max_score,
             "timestamp": facts.timestamp.strftime("%Y-%m-%d %H:%M:%S UTC") if facts.timestamp else "",
             "duedate": facts.duedate.strftime("%Y-%m-%d %H:%M:%S UTC") if facts.duedate else "",
+            "manual": float(sum(facts.manual.values())) if facts.manual else None,
         }

@@ -58,19 +58,25 @@ class Candidate:
     original: str = ""
     notes: list[str] = field(default_factory=list)  # to the TA and the student (Chinese)
     file_id: str = ""  # Canvas's id of the submitted file: its bulk upload of feedback needs it
+    assignment: str = ""  # the assignment whose notebook this is (by its name, or the TA's --assignment)
 
 
 @dataclass
 class Collected:
-    placed: dict[str, Candidate] = field(default_factory=dict)  # "id/notebook" -> newest
+    placed: dict[str, Candidate] = field(default_factory=dict)  # "id/assignment/notebook" -> newest
     superseded: list[Candidate] = field(default_factory=list)
+    replaced: list[tuple[Candidate, str]] = field(default_factory=list)  # (placed now, the time of the notebook it replaced)
     unplaced: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
     lms: str = ""
     roster: dict[str, str] = field(default_factory=dict)  # LMS id -> name
 
 
-def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC) -> Collected:
-    """Every candidate of every source, by the LMS's own order; conflicts refused, not guessed."""
+def gather(
+    sources: list[Path], notebooks: dict[str, str], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC, owners: dict[str, list[str]] | None = None
+) -> Collected:
+    """Every candidate of every source, by the LMS's own order; conflicts refused, not guessed.
+    ``notebooks``: lower-case stem -> the notebook's stem; ``owners``: stem -> the assignments
+    whose notebook has that name (one: the file is that assignment's; several: the TA must say)."""
     found = Collected()
     listed = download_entries(sources, found.unplaced, zone)
     if lms is None:
@@ -100,9 +106,6 @@ def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = Non
                 )
             )
             continue
-        if claimed.nested:
-            found.unplaced.append((label, _("在提交里学生自建的文件夹中，未采用（笔记本应直接放在提交中）")))
-            continue
         if entry.size > MAX_FILE_BYTES:
             found.unplaced.append((label, _("超过 {limit} MB").format(limit=MAX_FILE_BYTES // 2**20)))
             continue
@@ -111,6 +114,16 @@ def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = Non
             found.unplaced.append((label, named))
             continue
         notebook, notes = named
+        assignments = (owners or {}).get(notebook, [""])
+        if len(assignments) > 1:
+            reason = _("无法从文件名判断 {file} 属于哪项作业（{known} 的笔记本都叫 {notebook}.ipynb）：请用 attnkit collect --assignment 指定作业后再收取")
+            found.unplaced.append((label, reason.format(file=claimed.original, known=i18n.join(assignments), notebook=notebook)))
+            continue
+        if claimed.nested:
+            # A folder the student made inside her own LMS-made submission (``homework/``): the
+            # LMS's folder says whose it is; the folder's name is data (one that spells another
+            # student's id was refused above).
+            notes.append(_("笔记本在学生自建的文件夹 {folder} 中，已放入提交并评分").format(folder="/".join(claimed.nested)))
         mtime = entry.mtime
         if claimed.when:
             mtime = datetime.datetime.strptime(claimed.when, "%Y-%m-%d-%H-%M-%S").replace(tzinfo=zone).timestamp()
@@ -127,8 +140,9 @@ def gather(sources: list[Path], notebooks: dict[str, str], lms: str | None = Non
             claimed.original,
             notes,
             claimed.file_id,
+            assignments[0],
         )
-        claims.setdefault(f"{claimed.student_id}/{notebook}", []).append(candidate)
+        claims.setdefault(f"{claimed.student_id}/{assignments[0]}/{notebook}", []).append(candidate)
     for key, candidates in claims.items():
         _choose(key, candidates, lms, found)
     return found
@@ -193,31 +207,53 @@ def record(candidate: Candidate) -> dict:
     }
 
 
-def write_roster(path: Path, roster: dict[str, str], lms: str) -> None:
-    """roster.csv (student_id, name, lms); rows of an earlier collect are kept, this one's win."""
+def write_roster(path: Path, roster: dict[str, str], lms: str, submitted: str = "") -> None:
+    """roster.csv (student_id, name, lms, submitted); rows of an earlier collect are kept, this
+    one's win. Each row belongs to one ``submitted/`` folder (its name, in ``submitted``): two
+    classes collected into folders that share a parent share the file, never their rows."""
     from attnkit.files import atomic_write, csv_text
 
-    rows: dict[str, tuple[str, str]] = {}
+    rows: dict[tuple[str, str], tuple[str, str]] = {}
     if path.is_file():
         with open(path, encoding="utf-8", newline="") as handle:
             for row in csv.DictReader(handle):
-                rows[row.get("student_id", "")] = (row.get("name", ""), row.get("lms", ""))
-    rows.update({sid: (name, lms) for sid, name in roster.items()})
+                # A roster written before the column: its rows were this folder's (the only one then).
+                rows[(row.get("submitted") or submitted, row.get("student_id", ""))] = (row.get("name", ""), row.get("lms", ""))
+    rows.update({(submitted, sid): (name, lms) for sid, name in roster.items()})
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["student_id", "name", "lms"])
-    for sid, (name, source) in sorted(rows.items()):
-        writer.writerow([csv_text(sid), csv_text(name), csv_text(source)])
+    writer.writerow(["student_id", "name", "lms", "submitted"])
+    for (folder, sid), (name, source) in sorted(rows.items()):
+        writer.writerow([csv_text(sid), csv_text(name), csv_text(source), csv_text(folder)])
     atomic_write(path, out.getvalue())
 
 
-def collect(
-    sources: list[Path], submitted: Path, assignment: str, notebooks: list[str], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC
-) -> Collected:
-    """Place every notebook of ``sources`` in ``submitted/<id>/<assignment>/``; return what happened."""
+def read_roster(submitted: Path) -> dict[str, str]:
+    """Student id -> name, from the roster.csv beside ``submitted`` (its rows for this folder only;
+    empty where there is none: a class not collected from an LMS)."""
+    path = submitted.resolve().parent / ROSTER
+    names: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                if row.get("submitted", submitted.resolve().name) in ("", submitted.resolve().name):
+                    names[row.get("student_id", "")] = row.get("name", "")
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return {}
+    return names
+
+
+def collect(sources: list[Path], submitted: Path, notebooks: dict[str, list[str]], lms: str | None = None, zone: datetime.tzinfo = datetime.UTC) -> Collected:
+    """Place every notebook of ``sources`` in ``submitted/<id>/<assignment>/``; return what
+    happened. ``notebooks``: assignment -> its notebooks' stems; a file is the assignment's whose
+    notebook it is named after (a name two assignments share is refused, naming the file)."""
     from attnkit.files import atomic_write
 
-    found = gather(sources, {name.lower(): name for name in notebooks}, lms, zone)
+    owners: dict[str, list[str]] = {}
+    for assignment, stems in notebooks.items():
+        for stem in stems:
+            owners.setdefault(stem, []).append(assignment)
+    found = gather(sources, {stem.lower(): stem for stem in owners}, lms, zone, owners)
     for key, candidate in sorted(found.placed.items()):
         try:
             data = candidate.read()
@@ -225,9 +261,13 @@ def collect(
             found.unplaced.append((candidate.origin, _("无法读取：{error}").format(error=error)))
             del found.placed[key]
             continue
-        folder = submitted / candidate.student_id / assignment
+        folder = submitted / candidate.student_id / candidate.assignment
         target = folder / f"{candidate.notebook}.ipynb"
         folder.mkdir(parents=True, exist_ok=True)
+        if target.is_file() and target.read_bytes() != data:
+            # A resubmission since the last collect (or another download): the TA is told which.
+            previous = (folder / "timestamp.txt").read_text(encoding="utf-8").strip() if (folder / "timestamp.txt").is_file() else ""
+            found.replaced.append((candidate, previous))
         temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         temporary.write_bytes(data)
         os.replace(temporary, target)
@@ -236,5 +276,5 @@ def collect(
         atomic_write(folder / RECORD, json.dumps(record(candidate), ensure_ascii=False, indent=1) + "\n")
     if found.roster:
         submitted.mkdir(parents=True, exist_ok=True)
-        write_roster(submitted.resolve().parent / ROSTER, found.roster, found.lms)
+        write_roster(submitted.resolve().parent / ROSTER, found.roster, found.lms, submitted.resolve().name)
     return found

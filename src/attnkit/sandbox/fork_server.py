@@ -22,6 +22,7 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 
 from attnkit import i18n
+from attnkit.sandbox.lockdown import seccomp as seccomp_filter
 from attnkit.sandbox.lockdown import without_namespaces
 from attnkit.boundary import operations
 from attnkit.boundary import wire
@@ -196,7 +197,12 @@ def _address_space() -> int:
 
 def _isolate(mode: Mode, hide: list[str]) -> Mode:
     """Build the sandboxes' root once (its folders in ``visible``); a zygote that cannot is not
-    isolated, and says why. Without namespaces: the layer that needs none, where the OS has it."""
+    isolated, and says why. Without namespaces: the layer that needs none, where the OS has it.
+    In every layer the seccomp filters are built here once; each sandbox only loads them."""
+    try:
+        seccomp_filter.compiled()
+    except OSError:
+        pass  # no libseccomp here: a sandbox of a layer that needs the filters does not start, and says why
     if not mode.isolated:
         mode, _LAYER[0] = without_namespaces.choose(mode, hide)
         return mode

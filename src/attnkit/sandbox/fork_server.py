@@ -295,7 +295,10 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     gc.enable()  # student code may rely on it
     if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         collapse_into_huge_pages()
-    mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
+    # The hidden folders (the course, the class, OUT) are needed only to build the sandboxes' view:
+    # out of the configuration once it is built, so that no sandbox finds them in this frame's
+    # locals, which every sandbox inherits (the zygote's own code still names where attnkit lies).
+    mode = _isolate(mode, [str(p) for p in config.pop("hide", None) or []])
     if mode.namespaced:
         # Every isolated sandbox's home is the same folder of its own root: set once here (a
         # sandbox setting them itself touches ~160 pages it would then have to copy).

@@ -6,8 +6,10 @@ assignment is not graded, instead of every one of its students recorded 0/0 by a
 broke on it (issue 37). Other assignments of the run are graded as usual; the run's exit code
 says that something could not run.
 
-:func:`check` runs in a forked child of the CLI: what it imports (the suites, pytest) never
-enters the process the workers are forked from. Per assignment, in order:
+:func:`check` runs in the CLI, before it forks its workers (a fork here would be one more to
+keep single-threaded): what it imports (the assignment's modules, its catalogue's namespaces, the
+suite's test modules) the workers then inherit instead of importing again. Nothing of it runs a
+torch op. Per assignment, in order:
 
 1. every ``.py`` file of the folder is compiled (a syntax error: its file and line);
 2. every module of the package that is not a test is imported (``catalogue``, ``reference``,
@@ -20,11 +22,10 @@ enters the process the workers are forked from. Per assignment, in order:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,27 +61,15 @@ class Problem:
 
 
 def check(assignments: list[Assignment]) -> list[Problem]:
-    """Every problem of ``assignments``' own code (empty: all can be graded), found in a forked
-    child; a child that dies without an answer is itself reported, for every assignment."""
-    if not assignments:
-        return []
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child's exit is its answer
-        os.close(read_end)
+    """Every problem of ``assignments``' own code (empty: all can be graded)."""
+    problems: list[Problem] = []
+    for assignment in assignments:
         try:
-            found = [asdict(problem) for assignment in assignments for problem in _check_one(assignment)]
-            os.write(write_end, json.dumps(found).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        answer = pipe.read()
-    _pid, status = os.waitpid(child, 0)
-    try:
-        return [Problem(**problem) for problem in json.loads(answer)]
-    except ValueError:
-        return [Problem(a.name, str(a.folder), None, f"the check of its code ended abnormally (status {status})") for a in assignments]
+            problems += _check_one(assignment)
+        except Exception as error:  # whatever the check itself met is a cause too
+            file, line = _where(assignment, error, assignment.folder)
+            problems.append(Problem(assignment.name, file, line, f"{type(error).__name__}: {error}"[:500]))
+    return problems
 
 
 def _check_one(assignment: Assignment) -> list[Problem]:
@@ -126,7 +115,7 @@ def _import_modules(assignment: Assignment) -> list[Problem]:
             continue
         try:
             assignment.module(path.stem)
-        except BaseException as error:  # whatever an import raises is the cause
+        except (Exception, SystemExit) as error:  # whatever an import raises is the cause
             file, line = _where(assignment, error, path)
             problems.append(Problem(assignment.name, file, line, f"{type(error).__name__}: {error}"[:500]))
     if problems:
@@ -137,7 +126,7 @@ def _import_modules(assignment: Assignment) -> list[Problem]:
             hook = assignment.hook(key)
             if key == "warm_up" and isinstance(hook, str):
                 compile(hook, f"{target} ({manifest.name}: hooks.{key})", "exec", dont_inherit=True)
-        except BaseException as error:  # a hook that cannot be found or compiled
+        except (Exception, SystemExit) as error:  # a hook that cannot be found or compiled
             cause = f"hooks.{key} = {target!r}: {type(error).__name__}: {error}"
             problems.append(Problem(assignment.name, str(manifest), _line_of(manifest, f"{key} ="), cause[:500]))
     return problems
@@ -164,7 +153,7 @@ def _catalogue(assignment: Assignment) -> list[Problem]:
         reference_source = reference_path.read_text(encoding="utf-8")
         namespace: dict[str, Any] = {"__name__": "__attnkit_catalogue__"}
         exec(compile(reference_source, str(reference_path), "exec", dont_inherit=True), namespace)
-    except BaseException as error:  # the reference's own failure
+    except (Exception, SystemExit) as error:  # the reference's own failure
         file, line = _where(assignment, error, reference_path)
         return [Problem(assignment.name, file, line, f"{type(error).__name__}: {error}"[:500])]
     try:
@@ -179,7 +168,7 @@ def _catalogue(assignment: Assignment) -> list[Problem]:
             try:
                 code = compile(source, f"{path} ({label})", "exec", dont_inherit=True)
                 exec(code, {"__name__": "__attnkit_catalogue__", **namespace})
-            except BaseException as error:  # the mistake's own failure
+            except (Exception, SystemExit) as error:  # the mistake's own failure
                 inner = error.lineno if isinstance(error, SyntaxError) else _inner_line(error, f"{path} ({label})")
                 line = first + inner - 1 if first is not None and inner and at >= 0 else first
                 cause = error.msg if isinstance(error, SyntaxError) else str(error)
@@ -189,7 +178,7 @@ def _catalogue(assignment: Assignment) -> list[Problem]:
             catalogue.reference_namespace()
             variants = getattr(catalogue, "diagnosable_namespaces", None)
             variants() if variants is not None else catalogue.mistake_namespaces()
-        except BaseException as error:  # what diagnosis would raise, if the checks above missed it
+        except (Exception, SystemExit) as error:  # what diagnosis would raise, if the checks above missed it
             file, line = _where(assignment, error, path)
             problems.append(Problem(assignment.name, file, line, f"{type(error).__name__}: {error}"[:500]))
     return problems

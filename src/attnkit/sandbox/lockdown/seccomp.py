@@ -183,6 +183,7 @@ HIGHEST_SYSCALL = 511
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 _libc = ctypes.CDLL(None, use_errno=True)
 _INSTRUCTION = struct.Struct("=HBBI")  # struct sock_filter: code, jt, jf, k
+_K = struct.Struct("=I")
 BPF_JMP_JEQ_K = 0x15
 
 
@@ -252,14 +253,17 @@ def compiled() -> tuple[bytes, bytes]:
     writes its pid into a copy and loads them (libseccomp's build takes ~10 ms, a load ~0.1 ms)."""
     if not _COMPILED:
         reach = _export(build_reach())
-        found = {placeholder: len(_placeholder_slots(reach, placeholder)) for placeholder in (SELF, OWN_GROUP)}
+        found = {placeholder: _placeholder_slots(reach, placeholder) for placeholder in (SELF, OWN_GROUP)}
         if not all(found.values()):  # the program libseccomp made is not the one for_process expects
             raise OSError(errno.EINVAL, f"seccomp: the reach filter lacks its placeholders ({found})")
+        _SLOTS[reach] = found
         _COMPILED.append((_export(build()), reach))
     return _COMPILED[0]
 
 
 _COMPILED: list[tuple[bytes, bytes]] = []  # per process, never invalidated: the filters are fixed by this code
+# The reach program -> where each placeholder sits in it: found once (a sandbox only writes its pid there).
+_SLOTS: dict[bytes, dict[int, list[int]]] = {}
 
 
 def _placeholder_slots(program: bytes, placeholder: int) -> list[int]:
@@ -277,11 +281,11 @@ def _placeholder_slots(program: bytes, placeholder: int) -> list[int]:
 def for_process(reach: bytes, pid: int) -> bytes:
     """The reach filter with ``pid`` (as the sandbox sees it: 1 in its own PID namespace) in
     place of :data:`SELF` and its negation in place of :data:`OWN_GROUP`."""
+    slots = _SLOTS.get(reach) or {placeholder: _placeholder_slots(reach, placeholder) for placeholder in (SELF, OWN_GROUP)}
     program = bytearray(reach)
     for placeholder, value in ((SELF, pid & LOW_32), (OWN_GROUP, -pid & LOW_32)):
-        for offset in _placeholder_slots(reach, placeholder):
-            code, jt, jf, _k = _INSTRUCTION.unpack_from(program, offset)
-            _INSTRUCTION.pack_into(program, offset, code, jt, jf, value)
+        for offset in slots[placeholder]:
+            _K.pack_into(program, offset + 4, value)  # k: the last 4 bytes of the instruction
     return bytes(program)
 
 

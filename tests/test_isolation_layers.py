@@ -282,6 +282,40 @@ def test_seccomp_filter_denies_metadata_changes_and_reaching_other_processes() -
     assert (after.st_mode, after.st_uid, after.st_mtime_ns, after.st_size) == (before.st_mode, before.st_uid, before.st_mtime_ns, before.st_size)
 
 
+@pytest.mark.root
+def test_seccomp_scoped_reach_lets_a_sandbox_signal_its_children_but_not_everyone() -> None:
+    """The scoped variant (where a PID namespace, Landlock's signal scope or a uid of its own
+    already confines signals): a notebook may end its own child by pid; kill(-1) and another
+    process group are still refused, and prlimit on another process too."""
+    import resource
+
+    if os.geteuid() != 0:
+        pytest.skip("runs the filtered child under a uid of its own: needs root")
+
+    def body() -> dict:
+        os.setsid()
+        os.setgroups([])
+        os.setresgid(LONE_UID, LONE_UID, LONE_UID)
+        os.setresuid(LONE_UID, LONE_UID, LONE_UID)
+        seccomp_filter.install(scoped=True)
+        child = os.fork()
+        if child == 0:
+            time.sleep(30)
+            os._exit(0)
+        try:
+            return {
+                "kill own child": attempt(lambda: os.kill(child, 0)),
+                "prlimit own child": attempt(lambda: resource.prlimit(child, resource.RLIMIT_CORE, (0, 0))),
+                "kill -1": attempt(lambda: os.kill(-1, 0)),
+                "kill another group": attempt(lambda: os.kill(-(os.getpid() + 1), 0)),
+            }
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+
+    assert in_child(body) == {"kill own child": "ok", "prlimit own child": "EPERM", "kill -1": "EPERM", "kill another group": "EPERM"}
+
+
 def test_seccomp_reach_filter_is_written_for_each_pid() -> None:
     """The reach filter is built once with placeholders; each sandbox's copy holds its own pid and
     its group (the negation) in every comparison that held them, and nothing else changes."""

@@ -122,7 +122,7 @@ def lock_down(context: SandboxContext) -> list[str]:
     _set_rlimits(context)
     _redirect_output(context)
     _hide_our_modules()
-    context.obtained += without_namespaces.finish(context.mode)  # the seccomp filters, last of all, in every layer
+    context.obtained += without_namespaces.finish(context.mode, context.obtained)  # the seccomp filters, last of all, in every layer
     return context.obtained
 
 

@@ -320,14 +320,18 @@ def enter(mode: Mode, workdir: str, uid: int | None) -> list[str]:
     return obtained
 
 
-def finish(mode: Mode) -> list[str]:
+def finish(mode: Mode, obtained: list[str]) -> list[str]:
     """The sandbox's last lock-down step, whatever its layer: the seccomp filters. Required in
     this layer (a sandbox that cannot load them does not start); with namespaces (defence in
     depth: the namespaces already keep the host's files and processes out of reach) and for
-    trusted notebooks (kind "none"), where the kernel takes them."""
+    trusted notebooks (kind "none"), where the kernel takes them. Its signals may reach its own
+    children by pid only where something else keeps them among its own processes (``obtained``:
+    a PID namespace, Landlock's signal scope, a pool uid of its own); else only itself and its
+    process group (``seccomp.build_reach``)."""
+    scoped = mode.namespaced or "landlock-scoped" in obtained or mode.sandbox_host_uid == "pool"
     if mode.isolated and not mode.namespaced:
-        return seccomp_filter.install()
+        return seccomp_filter.install(scoped)
     try:
-        return seccomp_filter.install()
+        return seccomp_filter.install(scoped)
     except OSError:
         return []

@@ -239,3 +239,41 @@ def test_the_layer_and_its_landlock_abi_are_recorded(graded: Graded) -> None:
         assert results["isolation"] == "isolated" and "landlock-files" in items, (student, items)
         assert f"landlock-abi-{abi}" in items, (student, items)
         assert ("landlock-scoped" in items) == (abi >= 6), (student, items)
+
+
+# -- what the filters must not break --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def correct_styles(ta_user, user_python):
+    """The correct solutions in other styles (tests/test_autograder.py's ALTERNATIVES: einsum,
+    -1e9, a manual softmax, a loop over heads, printing and warning...), each the solution with
+    its functions redefined in a last cell, graded as the same TA with Landlock capped at ABI 4:
+    the strictest filters (no signal scope, so signals only to the sandbox itself)."""
+    from test_autograder import ALTERNATIVES
+    from test_isolation import read_results, run_grader
+
+    python, _course = user_python
+    work = Path(tempfile_folder("attnkit-ak37-styles-"))
+    try:
+        submitted, out = work / "submitted", work / "out"
+        for name, source in ALTERNATIVES.items():
+            write(with_cells(load(SOLUTION), [source], after_code_cell=-1), submitted / name / ASSIGNMENT)
+        out.mkdir()
+        for path in [work, *work.rglob("*")]:
+            os.chown(path, ta_user.pw_uid, ta_user.pw_gid)
+        launch = functools.partial(userns_without_mount, user=ta_user, landlock_abi=4)
+        run = run_grader(launch, python, submitted, out, minimal_env(ta_user.pw_dir))
+        yield run, read_results(out), list(ALTERNATIVES)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_correct_styles_score_100_under_the_filters(correct_styles) -> None:
+    """Does every correct style still score 100 with no diagnosis, each in a sandbox that loaded
+    the filters (nothing a correct notebook does is denied)?"""
+    run, results, names = correct_styles
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(results) == sorted(names)
+    for name, result in results.items():
+        assert float(result["score"]) == 100, (name, [t for t in result["tests"] if t["status"] != "passed"])
+        assert not result.get("diagnoses"), (name, result.get("diagnoses"))
+        assert {"seccomp-filter", "landlock-abi-4"} <= set(result["sandbox"]["isolation"]), (name, result["sandbox"])

@@ -35,6 +35,7 @@ from attnkit.boundary.policy import DEFAULT_MEMORY_MB, Limits
 if TYPE_CHECKING:
     from attnkit.assignment.folder import Assignment
     from attnkit.course.lateness import GradebookLateness
+    from attnkit.intake.jobs import Intake
     from attnkit.course.lms_upload import Packed
     from attnkit.records import ResultsJson, SubmissionRecord
     from attnkit.report.shard_set import Plan
@@ -197,9 +198,10 @@ def command_grade(args: argparse.Namespace) -> int:
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
-    suites = discover(args.autograder)
+    unloadable: list[tuple[Path, str]] = []  # assignment folders whose manifest cannot be read
+    suites = discover(args.autograder, unloadable)
     intake = find_jobs(args.submitted, suites, args.assignment)
-    if not intake.jobs and not intake.skipped:
+    if not intake.jobs and not intake.skipped and not unloadable:
         layout = i18n.join(_("<学号>/{assignment}/{notebook}").format(assignment=suite.name, notebook=suite.notebook) for suite in suites.values())
         raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(folder=args.submitted, layout=layout))
     if args.shard is not None and args.gradebook is not None:
@@ -209,6 +211,7 @@ def command_grade(args: argparse.Namespace) -> int:
                 gradebook=args.gradebook
             )
         )
+    broken = set_aside_broken_assignments(intake, suites, unloadable)
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
@@ -291,8 +294,41 @@ def command_grade(args: argparse.Namespace) -> int:
         console.print(
             _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
         )
-        return 1
-    return 0
+    if broken:  # the grader's own code: said again last, where the TA looks
+        for line in broken:
+            print(line, file=sys.stderr)
+        return 2
+    return 1 if not_graded or skipped else 0
+
+
+def set_aside_broken_assignments(intake: Intake, suites: dict[str, Assignment], unloadable: list[tuple[Path, str]]) -> list[str]:
+    """Before any submission is graded: each assignment of ``intake`` whose own code does not
+    compile or import (``engine.preflight``), and each folder whose manifest cannot be read, is not
+    graded: its jobs leave ``intake``, it is listed in ``intake.skipped`` with its cause, and the
+    lines returned say so (the run then exits 2). Where nothing is left to grade: GraderError."""
+    from attnkit.engine.preflight import check
+    from attnkit.intake.jobs import Skipped
+
+    problems = check([suites[name] for name in sorted({job.assignment for job in intake.jobs})])
+    lines = [
+        _("作业 {assignment} 的隐藏测试无法收集：{reason}").format(assignment=p.assignment, reason=p.where())
+        if p.in_suite
+        else _("作业 {assignment} 的评分代码有误，未评分：{problem}").format(assignment=p.assignment, problem=p.where())
+        for p in problems
+    ]
+    lines += [_("作业文件夹 {folder} 的清单无法读取，未评分：{problem}").format(folder=folder, problem=problem) for folder, problem in unloadable]
+    if not lines:
+        return []
+    failed = {p.assignment for p in problems}
+    intake.jobs = [job for job in intake.jobs if job.assignment not in failed]
+    if not intake.jobs:  # nothing sound to grade: the run stops here, with every cause
+        raise GraderError("\n".join(lines))
+    for name in sorted(failed):
+        first = next(p for p in problems if p.assignment == name)
+        intake.skipped.append(Skipped(name, _("评分代码有误，本作业未评分：{problem}").format(problem=first.where())))
+    for folder, problem in unloadable:
+        intake.skipped.append(Skipped(folder.name, _("清单无法读取，本作业未评分：{problem}").format(problem=problem)))
+    return lines
 
 
 def gradebook_lateness(database: Path, submitted: Path | None, keys: list[tuple[str, str]]) -> GradebookLateness:

@@ -3,13 +3,15 @@ be collected is the grader's fault, never "not graded" for every student."""
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from attacks import ASSIGNMENT, ROOT, SOLUTION, load, write
+from attacks import ASSIGNMENT, RELEASE, ROOT, SOLUTION, load, write
 from commands import attnkit, tool_env
 
 pytestmark = pytest.mark.e2e
@@ -76,3 +78,100 @@ def test_relative_paths_are_taken_from_where_the_grader_was_started(course: Path
     assert run.returncode == 0, run.stderr[-2000:]
     assert (course / "out" / "grades.csv").is_file()
     assert len(list((course / "out").glob("students/*/*/results.json"))) == 2
+
+
+# -- issue 37: the grader's own code, checked before any submission is graded ---------------------
+WARMUP, WARMUP_FOLDER = "warmup-softmax", "warmup_softmax"
+COURSE_FIXTURE = ROOT / "tests" / "course"
+
+
+def _break_catalogue_entry(suite: Path) -> tuple[str, int]:
+    """The warm-up's one mistake, its source's last line left without its closing parenthesis."""
+    path = suite / "catalogue.py"
+    text = path.read_text(encoding="utf-8")
+    line = "    return exps / exps.sum(dim=-1, keepdim=True)\n"
+    assert text.count(line) == 1
+    path.write_text(text.replace(line, line.replace("True)", "True")), encoding="utf-8")
+    return "catalogue.py", text[: text.index(line)].count("\n") + 1
+
+
+def _break_reference(suite: Path) -> tuple[str, int]:
+    path = suite / "reference.py"
+    text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
+    path.write_text(text + "\ndef stable_softmax(scores:\n    return scores\n", encoding="utf-8")
+    return "reference.py", text.count("\n") + 2
+
+
+def _break_suite(suite: Path) -> tuple[str, int]:
+    path = suite / "test_softmax.py"
+    text = path.read_text(encoding="utf-8").rstrip("\n") + "\n"
+    path.write_text(text + "\n\ndef test_typo(student):\n    assert student.softmax(\n", encoding="utf-8")
+    return "test_softmax.py", text.count("\n") + 4
+
+
+def _misname_a_grade_id(suite: Path) -> tuple[str, int]:
+    path = suite / "test_softmax.py"
+    text = path.read_text(encoding="utf-8")
+    marker = '@pytest.mark.grade_id("check_stable")\n'
+    assert text.count(marker) == 1
+    path.write_text(text.replace(marker, marker.replace("check_stable", "check_stabel")), encoding="utf-8")
+    return "test_softmax.py", text[: text.index(marker)].count("\n") + 1  # the misnamed marker
+
+
+@pytest.fixture
+def two_assignments(tmp_path: Path) -> Path:
+    """A copy of the course with the warm-up beside chapter 19 (tests/course), and a class of two
+    who submitted both."""
+    for part in ("autograder", "solutions"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(COURSE_FIXTURE / "autograder" / WARMUP_FOLDER, tmp_path / "autograder" / WARMUP_FOLDER, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(COURSE_FIXTURE / "solutions" / WARMUP, tmp_path / "solutions" / WARMUP)
+    for student in ("ann", "bob"):
+        write(load(SOLUTION), tmp_path / "submitted" / student / ASSIGNMENT)
+        shutil.copytree(COURSE_FIXTURE / "solutions" / WARMUP, tmp_path / "submitted" / student / WARMUP)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "breaking",
+    [_break_catalogue_entry, _break_reference, _break_suite, _misname_a_grade_id],
+    ids=["catalogue-entry", "reference", "suite-syntax", "suite-grade-id"],
+)
+def test_a_broken_assignment_is_named_and_the_sound_one_graded(two_assignments: Path, breaking) -> None:
+    """One assignment's own code broken (a catalogue entry that does not compile, a reference,
+    a hidden test, a grade id of no grade cell): is it found before any submission is graded,
+    named with its file and line, left ungraded (no results, no grades.csv row, no 0/0), while
+    the other assignment is graded and written; and does the run exit 2?"""
+    name, line = breaking(two_assignments / "autograder" / WARMUP_FOLDER)
+    out = two_assignments / "out"
+    run = grade(two_assignments / "autograder", two_assignments / "submitted", out)
+    said = run.stdout + run.stderr
+    assert run.returncode == 2, (run.returncode, said[-3000:])
+    assert WARMUP in said and f"{name}:{line}" in said, said[-3000:]
+    assert "INTERNALERROR" not in said
+    rows = list(csv.DictReader((out / "grades.csv").open(encoding="utf-8")))
+    assert {(row["student_id"], row["assignment"]) for row in rows} == {("ann", ASSIGNMENT), ("bob", ASSIGNMENT)}, rows
+    assert all(float(row["score"]) == 100 for row in rows), rows
+    assert not list(out.glob(f"students/*/{WARMUP}/*")), sorted(out.rglob("*"))
+    skipped = json.loads((out / "skipped.json").read_text(encoding="utf-8"))
+    assert any(WARMUP in json.dumps(item, ensure_ascii=False) and f"{name}:{line}" in json.dumps(item, ensure_ascii=False) for item in skipped), skipped
+
+
+def test_a_broken_catalogue_entry_alone_stops_the_run_before_any_zero(course: Path) -> None:
+    """Chapter 19's catalogue with an entry that does not compile, and no other assignment: exit 2
+    naming the file and line, before any student is graded (it was 98 INTERNALERROR lines, the
+    failing students 0/0, exit 0)."""
+    path = course / "autograder" / "ch19_attention" / "catalogue.py"
+    text = path.read_text(encoding="utf-8")
+    line = "    scores = query @ key.transpose(-2, -1)\n"  # no_scale's first line of code that differs
+    at = text.index(line)
+    path.write_text(text[:at] + line.replace("(-2, -1)", "(-2, -1") + text[at + len(line) :], encoding="utf-8")
+    write(load(RELEASE), course / "submitted" / "cat" / ASSIGNMENT)  # stubs: failed tests, so diagnosis would run the catalogue
+    out = course / "out"
+    run = grade(course / "autograder", course / "submitted", out)
+    said = run.stdout + run.stderr
+    assert run.returncode == 2, (run.returncode, said[-3000:])
+    assert f"catalogue.py:{text[:at].count(chr(10)) + 1}" in said and "ch19-attention" in said, said[-3000:]
+    assert "INTERNALERROR" not in said
+    assert not (out / "grades.csv").exists()
+    assert not list(out.glob("students/*/*/results.json"))

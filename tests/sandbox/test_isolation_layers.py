@@ -188,6 +188,188 @@ def test_seccomp_filter_closes_sockets_namespaces_and_clone3() -> None:
     assert result["fork still works"] == "ok"
 
 
+# A uid no account and no process has: the filtered child and its bystander run under it, so that on
+# code whose filter fails, what it does reaches only the two of them (never root's processes: a
+# kill(-1) or a setpriority(PRIO_USER) as root would reach every process of the machine).
+LONE_UID = 3_737_373
+
+
+@pytest.mark.root
+def test_seccomp_filter_denies_metadata_changes_and_reaching_other_processes() -> None:
+    """Issue 37: after the filters, a file this uid owns keeps its mode, owner, times, attributes
+    and length (EPERM for each); another process of the same uid can be neither prlimited,
+    reniced, pinned, signalled (by pid, by kill(-1), by pid with the high bits of the register
+    set, by pidfd, or by a descriptor's owner) nor rescheduled; the sandbox itself still can (pid
+    0, its own pid, its own process group), and still forks. Signals are probed with signal 0
+    (permission checked, nothing sent), all under a uid of their own."""
+    import ctypes
+    import resource
+
+    if os.geteuid() != 0:
+        pytest.skip("runs the filtered child under a uid of its own: needs root")
+    libc = ctypes.CDLL(None, use_errno=True)
+    folder = Path(tempfile.mkdtemp(prefix="attnkit-filter-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    victim_file = folder / "classmate.ipynb"
+    victim_file.write_text("{}")
+    os.chown(victim_file, LONE_UID, LONE_UID)
+    before = victim_file.stat()
+
+    def become_lone_uid() -> None:
+        os.setgroups([])
+        os.setresgid(LONE_UID, LONE_UID, LONE_UID)
+        os.setresuid(LONE_UID, LONE_UID, LONE_UID)
+
+    bystander = os.fork()
+    if bystander == 0:
+        become_lone_uid()
+        time.sleep(60)
+        os._exit(0)
+
+    def raw(number: int, *args: int) -> str:
+        if libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args]) == 0:
+            return "ok"
+        return errno.errorcode[ctypes.get_errno()]
+
+    def body() -> dict:
+        os.setsid()  # as start_sandbox does: its own session and process group
+        become_lone_uid()
+        if os.geteuid() == 0:
+            return {"raised": "still root"}
+        obtained = seccomp_filter.install()
+        me, path = os.getpid(), str(victim_file)
+        read_end, write_end = os.pipe()
+        return {
+            "obtained": obtained,
+            "chmod": attempt(lambda: os.chmod(path, 0)),
+            "fchmod": attempt(lambda: os.chmod(write_end, 0o600)),
+            "chown": attempt(lambda: os.chown(path, LONE_UID, LONE_UID)),
+            "utime": attempt(lambda: os.utime(path, (4102444800, 4102444800))),
+            "setxattr": attempt(lambda: os.setxattr(path, "user.attnkit", b"x")),
+            "truncate": attempt(lambda: os.truncate(path, 0)),
+            "prlimit other": attempt(lambda: resource.prlimit(bystander, resource.RLIMIT_CPU, (1, 1))),
+            "setpriority other": attempt(lambda: os.setpriority(os.PRIO_PROCESS, bystander, 19)),
+            "setpriority user": attempt(lambda: os.setpriority(os.PRIO_USER, 0, 19)),
+            "affinity other": attempt(lambda: os.sched_setaffinity(bystander, {0})),
+            "scheduler other": attempt(lambda: os.sched_setscheduler(bystander, os.SCHED_BATCH, os.sched_param(0))),
+            "kill other": attempt(lambda: os.kill(bystander, 0)),
+            "kill other, high bits set": raw(62, (1 << 32) | bystander, 0) if os.uname().machine == "x86_64" else "EPERM",
+            "kill -1": attempt(lambda: os.kill(-1, 0)),
+            "pidfd_open": attempt(lambda: os.pidfd_open(bystander)),
+            "F_SETOWN": attempt(lambda: __import__("fcntl").fcntl(read_end, 8, bystander)),
+            "prlimit self": attempt(lambda: resource.prlimit(me, resource.RLIMIT_CORE, (0, 0))),
+            "setrlimit": attempt(lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0))),
+            "setpriority self": attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, 1)),
+            "affinity self": attempt(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))),
+            "kill self": attempt(lambda: os.kill(me, 0)),
+            "kill own group": attempt(lambda: os.killpg(me, 0)),
+            "kill 0": attempt(lambda: os.kill(0, 0)),
+            "fork": attempt(fork_and_reap),
+        }
+
+    try:
+        result = in_child(body)
+        after = victim_file.stat()
+        assert os.waitpid(bystander, os.WNOHANG) == (0, 0), "the filtered child ended a process outside"
+    finally:
+        os.kill(bystander, signal.SIGKILL)
+        os.waitpid(bystander, 0)
+        shutil.rmtree(folder, ignore_errors=True)
+    assert result.pop("obtained", None) == ["seccomp-filter"], result
+    allowed = ("prlimit self", "setrlimit", "setpriority self", "affinity self", "kill self", "kill own group", "kill 0", "fork")
+    assert {name: result[name] for name in allowed} == dict.fromkeys(allowed, "ok"), result
+    assert {name: value for name, value in result.items() if name not in allowed} == {name: "EPERM" for name in result if name not in allowed}
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns, after.st_size) == (before.st_mode, before.st_uid, before.st_mtime_ns, before.st_size)
+
+
+@pytest.mark.root
+def test_seccomp_scoped_reach_lets_a_sandbox_signal_its_children_but_not_everyone() -> None:
+    """The scoped variant (where a PID namespace, Landlock's signal scope or a uid of its own
+    already confines signals): a notebook may end its own child by pid; kill(-1) and another
+    process group are still refused, and prlimit on another process too."""
+    import resource
+
+    if os.geteuid() != 0:
+        pytest.skip("runs the filtered child under a uid of its own: needs root")
+
+    def body() -> dict:
+        os.setsid()
+        os.setgroups([])
+        os.setresgid(LONE_UID, LONE_UID, LONE_UID)
+        os.setresuid(LONE_UID, LONE_UID, LONE_UID)
+        seccomp_filter.install(scoped=True)
+        child = os.fork()
+        if child == 0:
+            time.sleep(30)
+            os._exit(0)
+        try:
+            return {
+                "kill own child": attempt(lambda: os.kill(child, 0)),
+                "prlimit own child": attempt(lambda: resource.prlimit(child, resource.RLIMIT_CORE, (0, 0))),
+                "kill -1": attempt(lambda: os.kill(-1, 0)),
+                "kill another group": attempt(lambda: os.kill(-(os.getpid() + 1), 0)),
+            }
+        finally:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+
+    assert in_child(body) == {"kill own child": "ok", "prlimit own child": "EPERM", "kill -1": "EPERM", "kill another group": "EPERM"}
+
+
+def test_seccomp_reach_filter_is_written_for_each_pid() -> None:
+    """The reach filter is built once with placeholders; each sandbox's copy holds its own pid and
+    its group (the negation) in every comparison that held them, and nothing else changes."""
+    _denials, reach = seccomp_filter.compiled()
+    mine = seccomp_filter.for_process(reach, 4242)
+    assert len(mine) == len(reach)
+    changed = [offset for offset in range(0, len(reach), 8) if reach[offset : offset + 8] != mine[offset : offset + 8]]
+    slots = seccomp_filter._placeholder_slots(reach, seccomp_filter.SELF) + seccomp_filter._placeholder_slots(reach, seccomp_filter.OWN_GROUP)
+    assert sorted(changed) == sorted(slots) and slots
+    values = {int.from_bytes(mine[offset + 4 : offset + 8], sys.byteorder) for offset in changed}
+    assert values == {4242, (-4242) & 0xFFFFFFFF}
+
+
+def test_landlock_abi_cap_only_lowers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATTNKIT_LANDLOCK_ABI_MAX, the tests' and operators' knob: the kit uses Landlock's ABI no
+    higher than it, and never higher than the kernel's; a value that is not a number is ignored."""
+    monkeypatch.delenv(landlock.ABI_CAP_VARIABLE, raising=False)
+    kernel = landlock.abi_version()
+    for cap, expected in (("1", min(1, kernel)), ("4", min(4, kernel)), ("0", 0), (str(kernel + 5), kernel), ("seven", kernel), ("-1", kernel)):
+        monkeypatch.setenv(landlock.ABI_CAP_VARIABLE, cap)
+        assert landlock.abi_version() == expected, cap
+
+
+@pytest.mark.root
+@needs_landlock
+def test_without_root_no_landlock_layer_where_the_filter_does_not_load() -> None:
+    """A grader without root whose sandbox would share its uid: where the seccomp filters cannot
+    be loaded (a platform filter refusing seccomp, here as EINVAL), the layer without namespaces is
+    not offered (kind "none": untrusted notebooks are refused), and the reason says why."""
+    import pyseccomp
+
+    from attnkit.sandbox.lockdown import without_namespaces
+    from attnkit.sandbox.lockdown.zygote_namespace import Mode
+
+    if os.geteuid() != 0:
+        pytest.skip("becomes another user: needs root")
+    nobody = pwd.getpwnam("nobody")
+
+    def body() -> dict:
+        platform = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        platform.add_rule(pyseccomp.ERRNO(errno.EINVAL), "prctl", pyseccomp.Arg(0, pyseccomp.EQ, 22))  # PR_SET_SECCOMP
+        platform.add_rule(pyseccomp.ERRNO(errno.EINVAL), "seccomp")
+        os.setgroups([])
+        os.setresgid(nobody.pw_gid, nobody.pw_gid, nobody.pw_gid)
+        os.setresuid(nobody.pw_uid, nobody.pw_uid, nobody.pw_uid)
+        platform.load()
+        mode, _layer = without_namespaces.choose(Mode("none", "user namespaces refused for this test"), [])
+        return {"kind": mode.kind, "why": mode.why}
+
+    result = in_child(body)
+    assert result.get("kind") == "none", result
+    assert "seccomp filter does not load" in result["why"] and "grader's uid" in result["why"], result
+
+
 # -- --no-isolation where no layer could be had ------------------------------------------------------
 @pytest.fixture()
 def open_course():

@@ -232,3 +232,66 @@ def test_a_seed_that_dies_before_its_zygote_is_ready_is_replaced() -> None:
     finally:
         zygote.close()
         seed.requests.close()
+
+
+# What a cell can read of its own process without any privilege: the command line (sys.argv, and
+# the kernel's copy in /proc/self/cmdline), the environment, and every object reachable from the
+# frames it runs under (the zygote's and the sandbox server's locals and globals), three levels deep.
+FIND_IN_MEMORY = r"""
+import os, sys
+_marker, _found, _seen = "".join(reversed(REVERSED)), [], set()  # never spelled out in the cell's own text
+def _look(where, value, depth):
+    if value is _marker or id(value) in _seen or depth > 3:
+        return
+    _seen.add(id(value))
+    if isinstance(value, (str, bytes)):
+        if (_marker if isinstance(value, str) else _marker.encode()) in value:
+            _found.append(where)
+    elif isinstance(value, dict):
+        for _key, _item in list(value.items())[:2000]:
+            _look(f"{where}[{_key!r}]"[:200], _item, depth + 1)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for _index, _item in enumerate(list(value)[:2000]):
+            _look(f"{where}[{_index}]"[:200], _item, depth + 1)
+    elif hasattr(value, "__dict__") and not isinstance(value, type(sys)):
+        _look(f"{where}.__dict__", vars(value), depth + 1)
+_look("sys.argv", sys.argv, 0)
+for _name in ("cmdline", "environ"):
+    try:
+        _look(f"/proc/self/{_name}", open(f"/proc/self/{_name}", "rb").read(), 0)
+    except OSError:
+        pass
+_frame = sys._getframe()
+while _frame is not None:
+    _look(f"{_frame.f_code.co_name} locals", dict(_frame.f_locals), 0)
+    _look(f"{_frame.f_code.co_name} globals", {k: v for k, v in _frame.f_globals.items() if k.isupper() or k in ("config", "_LAYER")}, 0)
+    _frame = _frame.f_back
+found = sorted(set(_found))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("with_seed", [False, True], ids=["own-zygote", "seed"])
+def test_a_sandbox_finds_no_hidden_folder_in_its_own_memory(tmp_path: Path, with_seed: bool) -> None:
+    """Issue 37: the folders the zygote hides (the course, the class, OUT) are in its
+    configuration; once its sandboxes' view is built, does a sandbox still find them on its
+    command line, in its environment or in the objects its frames reach?"""
+    marker = f"attnkit-hidden-{os.getpid()}-{int(with_seed)}"
+    hidden = [tmp_path / marker / name for name in ("course", "submitted", "out")]
+    for folder in hidden:
+        folder.mkdir(parents=True)
+    seed = Seed() if with_seed else None
+    zygote = Zygote(hide=[str(folder) for folder in hidden], seed=seed.requests if seed else None, trusted=True)
+    try:
+        assert (zygote.process is None) == with_seed
+        session = Submission(zygote, [CodeCell(0, FIND_IN_MEMORY.replace("REVERSED", repr(marker[::-1])))])
+        session.start()
+        try:
+            found = session.variable("found").value
+        finally:
+            session.close()
+    finally:
+        zygote.close()
+        if seed is not None:
+            seed.close()
+    assert found == [], found

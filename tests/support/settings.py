@@ -23,7 +23,8 @@ and returns the argv that runs it in that setting:
   be created but denies mount and pivot_root inside it, as Ubuntu 24.04's
   `kernel.apparmor_restrict_unprivileged_userns=1` does to unconfined programs. A seccomp filter
   denying mount, umount2 and pivot_root with EPERM stands in for AppArmor: the namespace is made,
-  the mounts fail with the same errno.
+  the mounts fail with the same errno. `landlock_abi=N` caps the Landlock ABI the kit uses at N
+  (1, 4 for Ubuntu 24.04's 6.8, 0 for none; `with_landlock_abi`), as on an older kernel.
 - `without_user_namespaces(command, user)`: an unprivileged user on a kernel that gives no user
   namespace at all: the command runs as `user` inside a user namespace of its own (mapping root
   and `user`) whose `user.max_user_namespaces` is 0, so the host's limit is untouched and no
@@ -100,9 +101,20 @@ def docker_default(command: Sequence[str], *, landlock: bool = True) -> list[str
     return [sys.executable, str(LAUNCHER), "docker", "landlock" if landlock else "no-landlock", "--", *command]
 
 
-def userns_without_mount(command: Sequence[str], user: pwd.struct_passwd) -> list[str]:
-    """`command` as `user`, whose user namespaces are made but cannot mount (Ubuntu 24.04-style)."""
-    return [sys.executable, str(LAUNCHER), "userns-without-mount", user.pw_name, "--", *command]
+def userns_without_mount(command: Sequence[str], user: pwd.struct_passwd, *, landlock_abi: int | None = None) -> list[str]:
+    """`command` as `user`, whose user namespaces are made but cannot mount (Ubuntu 24.04-style);
+    `landlock_abi`: the kit uses Landlock's ABI no higher than this (`with_landlock_abi`)."""
+    return [sys.executable, str(LAUNCHER), "userns-without-mount", user.pw_name, "--", *with_landlock_abi(command, landlock_abi)]
+
+
+def with_landlock_abi(command: Sequence[str], abi: int | None) -> list[str]:
+    """`command` with the Landlock ABI the kit uses capped at `abi` (None: the kernel's own):
+    1 is Linux 5.13's, 4 Ubuntu 24.04's (6.8), 0 a kernel without Landlock. The cap is the kit's
+    own `ATTNKIT_LANDLOCK_ABI_MAX` (sandbox/lockdown/landlock.py), which can only lower what the
+    kernel gives: a seccomp filter cannot make landlock_create_ruleset report a lower version."""
+    if abi is None:
+        return list(command)
+    return ["env", f"ATTNKIT_LANDLOCK_ABI_MAX={abi}", *command]
 
 
 def without_user_namespaces(command: Sequence[str], user: pwd.struct_passwd, *, landlock: bool = True) -> list[str]:

@@ -204,20 +204,29 @@ def solutions_beside(autograder: Path) -> Path:
     return beside if beside.is_dir() or (autograder.parent / "assignments").is_dir() else SOLUTIONS_ROOT
 
 
-def discover(autograder: Path = AUTOGRADER_ROOT) -> dict[str, Assignment]:
-    """Every assignment under ``autograder`` (each folder with a manifest), by name."""
+def discover(autograder: Path = AUTOGRADER_ROOT, unloadable: list[tuple[Path, str]] | None = None) -> dict[str, Assignment]:
+    """Every assignment under ``autograder`` (each folder with a manifest), by name.
+    ``unloadable``: where given, a folder whose manifest (or source notebook) cannot be read is
+    appended there with the reason, and the others are still found (else: GraderError)."""
     if not autograder.is_dir():
         raise GraderError(f"no hidden suites: {autograder} is not a folder")
     autograder = autograder.resolve()
     found: dict[str, Assignment] = {}
     for folder in sorted(autograder.iterdir()):
         if (folder / MANIFEST).is_file():
-            assignment = _by_folder(folder)
+            try:
+                assignment = _by_folder(folder)
+            except GraderError as error:
+                if unloadable is None:
+                    raise
+                unloadable.append((folder, str(error)))
+                continue
             if assignment.name in found:
                 raise GraderError(f"two hidden suites for {assignment.name!r}: {found[assignment.name].folder} and {folder}")
             found[assignment.name] = assignment
     if not found:
-        raise GraderError(f"no assignment under {autograder} (each needs a {MANIFEST})")
+        reasons = "; ".join(reason for _folder, reason in unloadable or [])
+        raise GraderError(reasons or f"no assignment under {autograder} (each needs a {MANIFEST})")
     return found
 
 

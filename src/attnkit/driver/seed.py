@@ -22,7 +22,7 @@ import sys
 
 # Variables a zygote keeps from the grader's environment; everything else (tokens, the grader's
 # settings) stays out of student code's reach.
-KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ", "ATTNKIT_HUGE_PAGES")
+KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ", "ATTNKIT_HUGE_PAGES", "ATTNKIT_LANDLOCK_ABI_MAX")
 CLOSE_SECONDS = 5.0
 
 

@@ -78,10 +78,14 @@ class Zygote:
     def _start_own(self) -> None:
         """A zygote process of our own, which imports everything itself."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.process = start_zygote_process(theirs.fileno(), str(theirs.fileno()), json.dumps(self._config))
+        # The configuration (the hidden folders among it) goes over the socket, as to the seed's
+        # zygotes: never on the command line, which every sandbox would inherit in its memory
+        # (sys.argv, and the kernel's copy that /proc/self/cmdline shows).
+        self.process = start_zygote_process(theirs.fileno(), str(theirs.fileno()))
         theirs.close()
         self.control = ours
         self.pid = self.process.pid
+        wire.send(ours, self._config)
 
     def _ask_seed(self, seed: socket.socket) -> bool:
         """Ask the seed for a zygote with our configuration; whether the request went out."""

@@ -22,6 +22,7 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 
 from attnkit import i18n
+from attnkit.sandbox.lockdown import seccomp as seccomp_filter
 from attnkit.sandbox.lockdown import without_namespaces
 from attnkit.boundary import operations
 from attnkit.boundary import wire
@@ -196,7 +197,12 @@ def _address_space() -> int:
 
 def _isolate(mode: Mode, hide: list[str]) -> Mode:
     """Build the sandboxes' root once (its folders in ``visible``); a zygote that cannot is not
-    isolated, and says why. Without namespaces: the layer that needs none, where the OS has it."""
+    isolated, and says why. Without namespaces: the layer that needs none, where the OS has it.
+    In every layer the seccomp filters are built here once; each sandbox only loads them."""
+    try:
+        seccomp_filter.compiled()
+    except OSError:
+        pass  # no libseccomp here: a sandbox of a layer that needs the filters does not start, and says why
     if not mode.isolated:
         mode, _LAYER[0] = without_namespaces.choose(mode, hide)
         return mode
@@ -289,7 +295,10 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     gc.enable()  # student code may rely on it
     if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         collapse_into_huge_pages()
-    mode = _isolate(mode, [str(p) for p in config.get("hide", [])])
+    # The hidden folders (the course, the class, OUT) are needed only to build the sandboxes' view:
+    # out of the configuration once it is built, so that no sandbox finds them in this frame's
+    # locals, which every sandbox inherits (the zygote's own code still names where attnkit lies).
+    mode = _isolate(mode, [str(p) for p in config.pop("hide", None) or []])
     if mode.namespaced:
         # Every isolated sandbox's home is the same folder of its own root: set once here (a
         # sandbox setting them itself touches ~160 pages it would then have to copy).

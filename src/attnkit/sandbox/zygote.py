@@ -59,7 +59,6 @@ if __name__ == "__main__":
     MODE = enter_private_namespace()
 
     # Only now the modules that import torch, numpy, matplotlib and IPython (attnkit.sandbox.warm_shell).
-    import json
     import socket
 
     from attnkit.sandbox.fork_server import serve_forever
@@ -67,4 +66,8 @@ if __name__ == "__main__":
 
     if sys.argv[1] == "--seed":
         serve_seed(socket.socket(fileno=int(sys.argv[2])), MODE)
-    serve_forever(socket.socket(fileno=int(sys.argv[1])), json.loads(sys.argv[2]), MODE)
+    from attnkit.boundary import wire
+
+    CONTROL = socket.socket(fileno=int(sys.argv[1]))
+    CONFIG = wire.receive(CONTROL)  # on the socket, never on the command line (see zygote_handle._start_own)
+    serve_forever(CONTROL, CONFIG if isinstance(CONFIG, dict) else {}, MODE)

@@ -620,3 +620,99 @@ def slow_drip() -> str:
             time.sleep(1)
         """
     )
+
+
+# -- a sandbox under its grader's own uid (issue 37) ------------------------------------------------
+def metadata_changes(targets: list[str], trees: list[str], own_notebook: str, seconds: float) -> str:
+    """Change the metadata of every file a TA grading without root owns, as its own uid may: each
+    path of ``targets`` (a classmate's notebook, the gradebook) and everything under ``trees``
+    (SUBMITTED, OUT; walked again for ``seconds``, so that outputs written meanwhile are hit too):
+    an extended attribute set and removed, the times planted (the classmate's to 2100, the
+    attacker's own notebook to 2001: lateness falls back on a notebook's mtime), the length cut
+    (truncate by path: Landlock below ABI 3 does not mediate it), the owner set, then mode 000.
+    Reports, per operation, how many calls succeeded and the errors of the rest. Refuses to run
+    as root (a broken drop of privileges must be a failed assertion, not a wrecked host)."""
+    return _probe(
+        "metadata",
+        """
+        import os, time
+        _counts = {}
+        def _count(operation, action, path):
+            try:
+                action(path)
+                outcome = "ok"
+            except OSError as error:
+                outcome = type(error).__name__
+            _counts.setdefault(operation, {}).setdefault(outcome, 0)
+            _counts[operation][outcome] += 1
+        def _paths():
+            found = list($targets)
+            for tree in $trees:
+                for folder, subfolders, files in os.walk(tree, topdown=False):
+                    found += [os.path.join(folder, name) for name in files + subfolders]
+                found.append(tree)
+            return found
+        _count("utime_own_2001", lambda p: os.utime(p, (978307200, 978307200)), $own_notebook)
+        if os.geteuid() != 0:
+            _deadline = time.monotonic() + $seconds
+            while True:
+                for _path in _paths():
+                    _count("setxattr", lambda p: os.setxattr(p, "user.attnkit37", b"x", follow_symlinks=False), _path)
+                    _count("removexattr", lambda p: os.removexattr(p, "user.attnkit37", follow_symlinks=False), _path)
+                    _count("utime_2100", lambda p: os.utime(p, (4102444800, 4102444800), follow_symlinks=False), _path)
+                    if _path.endswith(".ipynb"):
+                        _count("truncate", lambda p: os.truncate(p, 0), _path)
+                    _count("chown", lambda p: os.chown(p, os.getuid(), os.getgid(), follow_symlinks=False), _path)
+                    _count("chmod_000", lambda p: os.chmod(p, 0), _path)
+                if time.monotonic() > _deadline:
+                    break
+                time.sleep(0.2)
+        else:
+            _report["refused"] = "root"
+        _report.update({operation: ",".join(f"{k}={v}" for k, v in sorted(outcomes.items())) for operation, outcomes in _counts.items()})
+        """,
+        targets=targets,
+        trees=trees,
+        own_notebook=own_notebook,
+        seconds=seconds,
+    )
+
+
+def reach_other_processes(above_own: int) -> str:
+    """Reach every other process a uid may: for each pid from 2 to ours + ``above_own`` (the
+    grader's CLI, workers, seed and zygotes started before us; the classmates' sandboxes around
+    us), prlimit RLIMIT_CPU to one second (the kernel then kills it: no signal is sent, so no
+    signal scope applies), the lowest priority, CPU 0 only, and SIGKILL; then the lowest priority
+    for the whole uid and kill(-1, SIGKILL). Reports, per operation, how many calls on another
+    process succeeded and the errors of the rest."""
+    return _probe(
+        "processes",
+        """
+        import os, resource, signal
+        _me = os.getpid()
+        _counts = {}
+        def _count(operation, action):
+            try:
+                action()
+                outcome = "ok"
+            except OSError as error:
+                outcome = type(error).__name__
+            _counts.setdefault(operation, {}).setdefault(outcome, 0)
+            _counts[operation][outcome] += 1
+        if os.geteuid() != 0:
+            _others = [pid for pid in range(2, _me + $above_own) if pid != _me]
+            for _pid in _others:
+                _count("prlimit_cpu", lambda: resource.prlimit(_pid, resource.RLIMIT_CPU, (1, 1)))
+                _count("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, _pid, 19))
+                _count("sched_setaffinity", lambda: os.sched_setaffinity(_pid, {0}))
+            _count("setpriority_user", lambda: os.setpriority(os.PRIO_USER, 0, 19))
+            for _pid in _others:
+                _count("kill", lambda: os.kill(_pid, signal.SIGKILL))
+            for _ in range(3):
+                _count("kill_minus_1", lambda: os.kill(-1, signal.SIGKILL))
+        else:
+            _report["refused"] = "root"
+        _report.update({operation: ",".join(f"{k}={v}" for k, v in sorted(outcomes.items())) for operation, outcomes in _counts.items()})
+        """,
+        above_own=above_own,
+    )

@@ -10,7 +10,7 @@ loaded shared libraries) as hard links where the filesystem allows (else copies)
 
 The tree is read-only by permissions: every folder and copy is root's and writable by no one
 else, a hard-linked file that anyone else could write is copied instead, and the zygote's probe
-(``nonamespace.choose``) checks as the pool uid, chrooted, that it can write nothing but its
+(``without_namespaces.choose``) checks as the pool uid, chrooted, that it can write nothing but its
 own work folder. A sandbox (``lockdown.lock_down``) closes every descriptor it does not need,
 chroots and changes into its work folder as root, then drops to its pool uid; the seccomp filter
 (which denies ``chroot``) comes last. Without capabilities a chrooted process has no way out.

@@ -60,11 +60,25 @@ def _syscall(number: int, *args: object) -> int:
     return _libc.syscall(ctypes.c_long(number), *args)
 
 
+# A test and operations knob: the highest Landlock ABI the kit uses, to grade as on an older kernel
+# (1: Linux 5.13; 4: Ubuntu 24.04's 6.8; 0: as if there were no Landlock). It can only lower what
+# the kernel gives, never raise it; a value that is not a whole number >= 0 is ignored.
+ABI_CAP_VARIABLE = "ATTNKIT_LANDLOCK_ABI_MAX"
+
+
+def abi_cap() -> int | None:
+    """The cap ``ATTNKIT_LANDLOCK_ABI_MAX`` sets, or None."""
+    value = os.environ.get(ABI_CAP_VARIABLE, "").strip()
+    return int(value) if value.isdigit() else None
+
+
 def abi_version() -> int:
     """The kernel's Landlock ABI, or 0 where it has none (old kernel, LSM not enabled, or a
-    seccomp profile that denies the syscall, as Docker 20.10's returns ENOSYS)."""
-    version = _syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
-    return max(int(version), 0)
+    seccomp profile that denies the syscall, as Docker 20.10's returns ENOSYS); no higher than
+    :func:`abi_cap`."""
+    version = max(int(_syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))), 0)
+    cap = abi_cap()
+    return version if cap is None else min(version, cap)
 
 
 def handled_fs(abi: int) -> int:

@@ -81,9 +81,10 @@ def lock_down(context: SandboxContext) -> list[str]:
     Then, whatever the layer: close every descriptor but the channel and the standard streams;
     record the control group; die with the zygote (armed after the change of user, which clears
     it); chdir to the work folder; its environment; rlimits (``attnkit.boundary.policy.rlimits``); stdin
-    from /dev/null, stdout/stderr into a file and a bounded writer; without namespaces (isolated
-    or not): the seccomp filter (``without_namespaces.finish``), last of all that may need a syscall it
-    denies; our modules out of ``sys.modules``. A new layer is one more branch below.
+    from /dev/null, stdout/stderr into a file and a bounded writer; our modules out of
+    ``sys.modules``; then, in every layer, the seccomp filters (``without_namespaces.finish``: no metadata
+    changes, nothing that reaches another process), last of all that may need a syscall they deny.
+    A new layer is one more branch below.
     """
     kind = "namespaces" if context.mode.namespaced else "no-namespaces" if context.mode.isolated else "unisolated"
     if kind == "namespaces":
@@ -121,8 +122,7 @@ def lock_down(context: SandboxContext) -> list[str]:
     _set_rlimits(context)
     _redirect_output(context)
     _hide_our_modules()
-    if kind != "namespaces":
-        context.obtained += without_namespaces.finish(context.mode)  # the seccomp filter, last of all
+    context.obtained += without_namespaces.finish(context.mode, context.obtained)  # the seccomp filters, last of all, in every layer
     return context.obtained
 
 

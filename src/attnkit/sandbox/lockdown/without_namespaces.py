@@ -16,7 +16,11 @@ refusal (see :func:`choose`):
   runs on the host's own files instead. The probe's findings refuse the run, naming each path
   and the chmod that fixes it.
 
-Whatever the layer, the sandbox installs the seccomp filter last (:func:`enter`).
+Whatever the layer, the sandbox installs the seccomp filters last (:func:`finish`). Without root,
+the sandbox keeps the grader's own uid, and Landlock mediates neither a file's metadata (chmod,
+chown, utime, xattr) nor ``prlimit``/``setpriority`` on another process, nor, below its ABI 6,
+signals: the filters do (``seccomp``), so :func:`choose` offers that layer only where a child
+could load them.
 
 Where neither layer can be had (kind "none"), the grader refuses untrusted notebooks; for trusted
 ones (``--no-isolation``) :func:`choose` still readies whatever of this layer needs no privilege
@@ -98,6 +102,18 @@ def choose(mode: Mode, hide: list[str]) -> tuple[Mode, Layer]:
                 abi,
             )
     if abi >= 1:
+        if not root:
+            # The sandbox keeps the grader's own uid: Landlock keeps it off the grader's files'
+            # contents, but only the seccomp filters keep it off their modes, owners and times, and
+            # off the grader's processes (prlimit, setpriority; signals too where Landlock's ABI
+            # has no signal scope). No layer without them.
+            refused = seccomp_filter.loads()
+            if refused:
+                return _for_trusted_notebooks(
+                    Mode("none", f"{mode.why}; landlock: the sandbox would share the grader's uid, and the seccomp filter does not load: {refused}"),
+                    layer,
+                    abi,
+                )
         return Mode("landlock", mode.why, sandbox_host_uid=sandbox_user, visible=layer.read_only, landlock_abi=abi), layer
     if not root:
         return _for_trusted_notebooks(Mode("none", f"{mode.why}; landlock: not available"), layer, abi)
@@ -304,12 +320,18 @@ def enter(mode: Mode, workdir: str, uid: int | None) -> list[str]:
     return obtained
 
 
-def finish(mode: Mode) -> list[str]:
-    """The sandbox's last lock-down step, whatever its layer: the seccomp filter (kind "none":
-    where the kernel takes it)."""
-    if mode.isolated:
-        return seccomp_filter.install()
+def finish(mode: Mode, obtained: list[str]) -> list[str]:
+    """The sandbox's last lock-down step, whatever its layer: the seccomp filters. Required in
+    this layer (a sandbox that cannot load them does not start); with namespaces (defence in
+    depth: the namespaces already keep the host's files and processes out of reach) and for
+    trusted notebooks (kind "none"), where the kernel takes them. Its signals may reach its own
+    children by pid only where something else keeps them among its own processes (``obtained``:
+    a PID namespace, Landlock's signal scope, a pool uid of its own); else only itself and its
+    process group (``seccomp.build_reach``)."""
+    scoped = mode.namespaced or "landlock-scoped" in obtained or mode.sandbox_host_uid == "pool"
+    if mode.isolated and not mode.namespaced:
+        return seccomp_filter.install(scoped)
     try:
-        return seccomp_filter.install()
+        return seccomp_filter.install(scoped)
     except OSError:
         return []

@@ -43,7 +43,8 @@ class Job:
 
 
 class HiddenTestRecord(TypedDict):
-    """One hidden test's result (``outcomes.TestResult.to_dict``: every field of it)."""
+    """One hidden test's result, its one definition: ``grading.outcomes.TestResult`` is this type;
+    the plugin makes it (``test_result``), charges and diagnosis adjust it, the worker sends it."""
 
     name: str
     nodeid: str

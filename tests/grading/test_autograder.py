@@ -533,15 +533,15 @@ def autograder_results() -> dict:
 
 
 def score(results: list) -> float:
-    return sum(result.score for result in results)
+    return sum(result["score"] for result in results)
 
 
 def all_diagnoses(results: list) -> set[str]:
-    return {diagnosis for result in results for diagnosis in result.diagnoses}
+    return {diagnosis for result in results for diagnosis in result["diagnoses"]}
 
 
 def summary(results: list) -> str:
-    return "\n".join(f"{r.nodeid}: {r.status} {r.diagnoses} {r.output[:200]}" for r in results if r.status != "passed")
+    return "\n".join(f"{r['nodeid']}: {r['status']} {r['diagnoses']} {r['output'][:200]}" for r in results if r["status"] != "passed")
 
 
 @pytest.mark.e2e
@@ -549,7 +549,7 @@ def test_reference_scores_full_marks_without_diagnosis(autograder_results):
     """Does the reference solution score 100/100, with every test passing and no diagnosis?"""
     results = autograder_results["reference"]
     assert score(results) == 100, summary(results)
-    assert all(result.status == "passed" for result in results), summary(results)
+    assert all(result["status"] == "passed" for result in results), summary(results)
     assert all_diagnoses(results) == set()
 
 
@@ -560,7 +560,7 @@ def test_empty_or_stub_submission_scores_zero_without_diagnosis(autograder_resul
     results = autograder_results[submission]
     assert score(results) == 0
     assert all_diagnoses(results) == set()
-    assert all(result.output for result in results), "every failed test should say why"
+    assert all(result["output"] for result in results), "every failed test should say why"
 
 
 @pytest.mark.skipif(not (SOLUTION.exists() and RELEASE.exists()), reason="no notebooks yet")
@@ -577,7 +577,7 @@ def test_points_per_grade_cell_match_the_contract(autograder_results):
     """Do the hidden tests' points, summed per grade_id, equal the grade cells' points of the source notebook (total 100)?"""
     points: dict[str, float] = defaultdict(float)
     for result in autograder_results["reference"]:
-        points[result.grade_id] += result.max_score
+        points[result["grade_id"]] += result["max_score"]
     assert dict(points) == GRADE_POINTS
     assert sum(points.values()) == 100
 
@@ -620,8 +620,8 @@ def test_each_mistake_loses_points_and_is_diagnosed_as_itself(autograder_results
     assert score(results) < 100
     assert all_diagnoses(results) == {mistake.id}, summary(results)
     for result in results:
-        if result.status != "passed":
-            assert result.diagnoses == [mistake.id], summary(results)
+        if result["status"] != "passed":
+            assert result["diagnoses"] == [mistake.id], summary(results)
 
 
 @pytest.mark.parametrize("name", list(ALTERNATIVES))
@@ -643,10 +643,10 @@ def test_faked_properties_earn_nothing(autograder_results):
     the reference scaled_attention swapped in, grades multi_head_attention and pays.)"""
     results = autograder_results["property_faker"]
     for part in ("check_empty_row", "check_future"):
-        tests = [result for result in results if result.grade_id == part and "scaled_attention" in result.functions]
-        assert tests and sum(result.score for result in tests) == 0, summary(results)
-        properties = [result for result in tests if result.nodeid.endswith(("fully_masked", "inside_batch", "do_not_leak"))]
-        assert all("正确的注意力" in result.output for result in properties), summary(results)
+        tests = [result for result in results if result["grade_id"] == part and "scaled_attention" in result["functions"]]
+        assert tests and sum(result["score"] for result in tests) == 0, summary(results)
+        properties = [result for result in tests if result["nodeid"].endswith(("fully_masked", "inside_batch", "do_not_leak"))]
+        assert all("正确的注意力" in result["output"] for result in properties), summary(results)
 
 
 @pytest.mark.e2e
@@ -656,9 +656,9 @@ def test_wrong_answers_are_named_not_revealed(autograder_results):
     answer_cells = {"check_shape_trace", "check_self_test"}
     assert score(results) == 100 - sum(GRADE_POINTS[cell] for cell in answer_cells)
     for result in results:
-        if result.grade_id in answer_cells:
-            assert result.status == "failed" and ("trace_" in result.output or "answer_" in result.output), result.output
-            assert not any(text in result.output for text in RIGHT_ANSWER_TEXTS), result.output
+        if result["grade_id"] in answer_cells:
+            assert result["status"] == "failed" and ("trace_" in result["output"] or "answer_" in result["output"]), result["output"]
+            assert not any(text in result["output"] for text in RIGHT_ANSWER_TEXTS), result["output"]
     assert all_diagnoses(results) == set()
 
 
@@ -666,7 +666,7 @@ def test_wrong_answers_are_named_not_revealed(autograder_results):
 def test_feedback_never_shows_test_source(autograder_results):
     """Is every failure message curated text, never a line of the hidden tests' code?"""
     leaks = ("assert ", "student.", "def ", "lambda", "Traceback", "torch.equal", "autograder/", ".py")
-    messages = [result.output for results in autograder_results.values() for result in results if result.output]
+    messages = [result["output"] for results in autograder_results.values() for result in results if result["output"]]
     assert messages, "some submissions must fail"
     for message in messages:
         assert not any(leak in message for leak in leaks), message
@@ -701,8 +701,8 @@ def test_a_mistake_in_one_function_costs_only_that_functions_tests(autograder_re
     results = autograder_results[submission]
     assert score(results) < 100, summary(results)
     for result in results:
-        if result.status != "passed":
-            assert function in result.functions, f"{result.nodeid} grades {result.functions}, not {function}:\n" + summary(results)
+        if result["status"] != "passed":
+            assert function in result["functions"], f"{result['nodeid']} grades {result['functions']}, not {function}:\n" + summary(results)
 
 
 @pytest.mark.e2e
@@ -710,15 +710,15 @@ def test_a_swapped_dependency_is_named_on_the_page(autograder_results):
     """When the student's scaled_attention is wrong, do the multi-head tests pass with the reference
     in its place and say so, pointing at part 1?"""
     results = autograder_results["mistake_softmax_wrong_axis"]
-    multi_head = [r for r in results if r.grade_id == "check_multi_head"]
-    assert multi_head and all(r.status == "passed" and r.substituted == ["scaled_attention"] for r in multi_head), summary(results)
+    multi_head = [r for r in results if r["grade_id"] == "check_multi_head"]
+    assert multi_head and all(r["status"] == "passed" and r["substituted"] == ["scaled_attention"] for r in multi_head), summary(results)
     for result in multi_head:
-        assert "这一项用参考的 scaled_attention 代替了你的实现" in result.output
-        assert "第 1 部分" in result.output and "先修正它" in result.output
+        assert "这一项用参考的 scaled_attention 代替了你的实现" in result["output"]
+        assert "第 1 部分" in result["output"] and "先修正它" in result["output"]
     # Tests of the student's own scaled_attention are never given the reference.
-    assert all(not r.substituted for r in results if "scaled_attention" in r.functions)
+    assert all(not r["substituted"] for r in results if "scaled_attention" in r["functions"])
     # A correct submission's dependent tests run as they are, with nothing substituted.
-    assert all(not r.substituted and not r.output for r in autograder_results["reference"])
+    assert all(not r["substituted"] and not r["output"] for r in autograder_results["reference"])
 
 
 @pytest.mark.e2e
@@ -727,7 +727,7 @@ def test_a_stashed_reference_gains_nothing(autograder_results):
     (and the answers it got through it) score no more than the same mistake without the trick?"""
     stasher, plain = autograder_results["stasher"], autograder_results["mistake_softmax_wrong_axis"]
     assert score(stasher) <= score(plain), summary(stasher)
-    own = lambda results: {r.nodeid: r.status for r in results if "scaled_attention" in r.functions}
+    own = lambda results: {r["nodeid"]: r["status"] for r in results if "scaled_attention" in r["functions"]}
     assert own(stasher) == own(plain)
 
 
@@ -820,7 +820,7 @@ def test_a_stashed_stand_in_refuses_after_its_call():
 def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
     """The shape trace and the self-test ask for other numbers than the chapter prints: do the
     chapter's own answers fail every question whose numbers changed (and keep the rest)?"""
-    results = {r.nodeid.split("::")[-1]: r for r in autograder_results["chapter_answers"]}
+    results = {r["nodeid"].split("::")[-1]: r for r in autograder_results["chapter_answers"]}
     changed = (
         "test_projection_and_split",
         "test_weights_and_mixing",
@@ -830,9 +830,9 @@ def test_copying_the_chapters_printed_answers_earns_nothing(autograder_results):
         "test_earlier_outputs_and_growth",
     )
     for name in changed:
-        assert results[name].status == "failed", name
+        assert results[name]["status"] == "failed", name
     for name in ("test_causal_sees_current", "test_heads_do_not_split_sequence"):
-        assert results[name].status == "passed", name
+        assert results[name]["status"] == "passed", name
 
 
 def run_visible_cells(mistake_source: str = "") -> dict[str, str]:
@@ -1021,11 +1021,11 @@ def test_every_assignments_reference_and_source_score_full_marks(every_assignmen
     total = sum(part.points for part in assignment.parts.values())
     for submission in ("reference", "source_notebook"):
         assert score(results[submission]) == total, summary(results[submission])
-        assert all(result.status == "passed" for result in results[submission]), summary(results[submission])
+        assert all(result["status"] == "passed" for result in results[submission]), summary(results[submission])
         assert all_diagnoses(results[submission]) == set(), summary(results[submission])
         points: dict[str, float] = defaultdict(float)
         for result in results[submission]:
-            points[result.grade_id] += result.max_score
+            points[result["grade_id"]] += result["max_score"]
         assert dict(points) == {grade_id: part.points for grade_id, part in assignment.parts.items()}
     assert score(results["stubs"]) == 0 and all_diagnoses(results["stubs"]) == set(), summary(results["stubs"])
 

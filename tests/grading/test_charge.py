@@ -34,7 +34,11 @@ def results() -> dict:
 
 
 def summary(graded: list) -> str:
-    return "\n".join(f"{r.nodeid}: {r.score}/{r.max_score} {r.diagnoses} {r.charge} {r.output[:200]}" for r in graded if r.score < r.max_score or r.charge)
+    return "\n".join(
+        f"{r['nodeid']}: {r['score']}/{r['max_score']} {r['diagnoses']} {r['charge']} {r['output'][:200]}"
+        for r in graded
+        if r["score"] < r["max_score"] or r["charge"]
+    )
 
 
 def test_there_are_at_least_ten_new_cases():
@@ -47,39 +51,39 @@ def test_each_case_loses_only_its_own_functions_points(results, name):
     function, _ = CHARGES[name]
     graded = results[name]
     for result in graded:
-        if result.score < result.max_score and function not in result.functions:
+        if result["score"] < result["max_score"] and function not in result["functions"]:
             # Only a charge capped at the dependency's own points leaves any with a dependent test.
-            assert result.charge.get("to") == function and result.charge["points"] > 0, summary(graded)
-    assert sum(r.score for r in graded) < 100, summary(graded)
+            assert result["charge"].get("to") == function and result["charge"]["points"] > 0, summary(graded)
+    assert sum(r["score"] for r in graded) < 100, summary(graded)
 
 
 @pytest.mark.parametrize("name", list(CHARGES))
 def test_the_total_deduction_is_unchanged_and_moved_to_the_dependencys_part(results, name):
     function, _ = CHARGES[name]
     graded = results[name]
-    assert sum(r.score for r in graded) == BEFORE[name], summary(graded)
-    given = sum(r.charge["points"] for r in graded if "to" in r.charge)
-    taken = sum(r.charge["points"] for r in graded if "from" in r.charge)
+    assert sum(r["score"] for r in graded) == BEFORE[name], summary(graded)
+    given = sum(r["charge"]["points"] for r in graded if "to" in r["charge"])
+    taken = sum(r["charge"]["points"] for r in graded if "from" in r["charge"])
     assert given == taken > 0, summary(graded)
-    assert {r.charge["part"] for r in graded if "to" in r.charge} == {CHARGED_PART[function]}
-    payers = [r for r in graded if "from" in r.charge]
-    assert all(r.grade_id == CHARGED_PART[function] and function in r.functions and r.score >= 0 for r in payers), summary(graded)
+    assert {r["charge"]["part"] for r in graded if "to" in r["charge"]} == {CHARGED_PART[function]}
+    payers = [r for r in graded if "from" in r["charge"]]
+    assert all(r["grade_id"] == CHARGED_PART[function] and function in r["functions"] and r["score"] >= 0 for r in payers), summary(graded)
 
 
 @pytest.mark.parametrize("name", [name for name, (function, _) in CHARGES.items() if function == "merge_heads"])
 def test_a_charge_is_capped_at_the_dependencys_own_points(results, name):
     """merge_heads holds 4 points of its part: of the future test's 5, one stays with multi-head."""
     graded = results[name]
-    own = [r for r in graded if "merge_heads" in r.functions]
-    assert sum(r.score for r in own) == 0, summary(graded)
-    kept = [r for r in graded if "to" in r.charge and r.score < r.max_score]
-    assert len(kept) == 1 and kept[0].max_score - kept[0].score == 1, summary(graded)
-    assert "仍扣 1 分" in kept[0].output
+    own = [r for r in graded if "merge_heads" in r["functions"]]
+    assert sum(r["score"] for r in own) == 0, summary(graded)
+    kept = [r for r in graded if "to" in r["charge"] and r["score"] < r["max_score"]]
+    assert len(kept) == 1 and kept[0]["max_score"] - kept[0]["score"] == 1, summary(graded)
+    assert "仍扣 1 分" in kept[0]["output"]
 
 
 @pytest.mark.parametrize("name", list(CHARGES))
 def test_no_case_gets_a_wrong_id(results, name):
-    assert not {d for r in results[name] for d in r.diagnoses}, summary(results[name])
+    assert not {d for r in results[name] for d in r["diagnoses"]}, summary(results[name])
 
 
 @pytest.mark.parametrize("name", list(CHARGES))
@@ -87,17 +91,17 @@ def test_both_sides_of_a_charge_say_so_without_test_source(results, name):
     function, _ = CHARGES[name]
     graded = results[name]
     for result in graded:
-        if "to" in result.charge:
-            assert result.output.startswith(f"这一项的问题出在你的 {function} 里"), summary(graded)
-        if "from" in result.charge:
-            assert f"你的 {function} 通过了这一项的检查" in result.output, summary(graded)
-        assert "student." not in result.output and "def test_" not in result.output and "assert " not in result.output
+        if "to" in result["charge"]:
+            assert result["output"].startswith(f"这一项的问题出在你的 {function} 里"), summary(graded)
+        if "from" in result["charge"]:
+            assert f"你的 {function} 通过了这一项的检查" in result["output"], summary(graded)
+        assert "student." not in result["output"] and "def test_" not in result["output"] and "assert " not in result["output"]
 
 
 def test_the_reference_and_alternative_styles_keep_every_point_uncharged(results):
     for name in ["reference", *[key for key in results if key.startswith("style_")]]:
         graded = results[name]
-        assert sum(r.score for r in graded) == 100 and not any(r.charge for r in graded), (name, summary(graded))
+        assert sum(r["score"] for r in graded) == 100 and not any(r["charge"] for r in graded), (name, summary(graded))
 
 
 @pytest.mark.e2e

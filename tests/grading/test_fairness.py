@@ -28,11 +28,11 @@ def results() -> dict:
 
 
 def score(graded: list) -> float:
-    return sum(result.score for result in graded)
+    return sum(result["score"] for result in graded)
 
 
 def summary(graded: list) -> str:
-    return "\n".join(f"{r.nodeid}: {r.status} {r.diagnoses} {r.output[:200]}" for r in graded if r.status != "passed")
+    return "\n".join(f"{r['nodeid']}: {r['status']} {r['diagnoses']} {r['output'][:200]}" for r in graded if r["status"] != "passed")
 
 
 def test_there_are_at_least_ten_new_cases():
@@ -46,15 +46,15 @@ def test_each_case_loses_only_its_own_functions_points(results, name):
     graded = results[name]
     assert score(graded) < 100, summary(graded)
     for result in graded:
-        if result.status != "passed":
-            assert function in result.functions, f"{result.nodeid} grades {result.functions}, not {function}:\n" + summary(graded)
+        if result["status"] != "passed":
+            assert function in result["functions"], f"{result['nodeid']} grades {result['functions']}, not {function}:\n" + summary(graded)
 
 
 @pytest.mark.parametrize("name", list(FAIRNESS))
 def test_no_case_is_told_another_functions_mistake(results, name):
     """A diagnosis names a mistake of one function; never on a submission whose that function is right."""
     function, _ = FAIRNESS[name]
-    named = {d for r in results[name] for d in r.diagnoses}
+    named = {d for r in results[name] for d in r["diagnoses"]}
     wrong = {d for d in named if FUNCTION_OF_MISTAKE.get(d) != function}
     assert not wrong, summary(results[name])
 
@@ -66,24 +66,24 @@ EXACT_IDS = {"scale_by_dim1": "scale_by_dim1", "empty_check_on_keys": "empty_che
 
 @pytest.mark.parametrize("name", list(EXACT_IDS))
 def test_a_catalogued_case_is_named_by_its_exact_id(results, name):
-    failed = [r for r in results[name] if r.status != "passed"]
+    failed = [r for r in results[name] if r["status"] != "passed"]
     assert failed, summary(results[name])
-    assert all(r.diagnoses == [EXACT_IDS[name]] for r in failed), summary(results[name])
+    assert all(r["diagnoses"] == [EXACT_IDS[name]] for r in failed), summary(results[name])
 
 
 @pytest.mark.parametrize("name", list(FAIRNESS))
 def test_no_case_gets_a_wrong_id(results, name):
     """A wrong name is worse than none, even one of the right function's (a fixed √2 for a scale by
     dim 1's size): each case is named by its own id or not at all."""
-    named = {d for r in results[name] for d in r.diagnoses}
+    named = {d for r in results[name] for d in r["diagnoses"]}
     assert named == ({EXACT_IDS[name]} if name in EXACT_IDS else set()), summary(results[name])
 
 
 def test_a_split_heads_that_always_raises_earns_no_property_point(results):
-    graded = {r.nodeid.rsplit("::", 1)[-1]: r for r in results["split_always_raises"]}
-    assert graded["test_split_heads_rejects_indivisible_width"].score == 0, summary(results["split_always_raises"])
+    graded = {r["nodeid"].rsplit("::", 1)[-1]: r for r in results["split_always_raises"]}
+    assert graded["test_split_heads_rejects_indivisible_width"]["score"] == 0, summary(results["split_always_raises"])
     # The reference still earns it.
-    assert all(r.status == "passed" for r in results["reference"])
+    assert all(r["status"] == "passed" for r in results["reference"])
 
 
 def test_a_missing_module_says_what_grading_has_installed():
@@ -128,14 +128,14 @@ PROPERTY_FILES = ("test_ch19_3_empty_row.py", "test_ch19_5_future.py")
 @pytest.mark.parametrize("name", ["numpy_float64", "float32_scale"])
 def test_precision_never_costs_the_property_tests(results, name):
     """The empty-row and future tests of scaled_attention are judged at concept level."""
-    own = [r for r in results[name] if r.nodeid.split("::")[0].endswith(PROPERTY_FILES) and r.functions == ["scaled_attention"]]
-    assert own and all(r.status == "passed" for r in own), summary(results[name])
+    own = [r for r in results[name] if r["nodeid"].split("::")[0].endswith(PROPERTY_FILES) and r["functions"] == ["scaled_attention"]]
+    assert own and all(r["status"] == "passed" for r in own), summary(results[name])
 
 
 def test_a_precision_failure_says_so_instead_of_printing_equal_rows(results):
-    failed = [r for r in results["float32_scale"] if r.status != "passed"]
+    failed = [r for r in results["float32_scale"] if r["status"] != "passed"]
     assert failed, summary(results["float32_scale"])
-    assert all("精度问题：检查 float32 的中间结果" in r.output and "这一行应为" not in r.output for r in failed), summary(results["float32_scale"])
+    assert all("精度问题：检查 float32 的中间结果" in r["output"] and "这一行应为" not in r["output"] for r in failed), summary(results["float32_scale"])
 
 
 def test_an_answer_more_precise_than_the_expectation_is_judged_at_the_expectations_precision():
@@ -153,7 +153,7 @@ def page(graded: list) -> str:
     from attnkit.report.pages import feedback_html
     from attnkit.report.results_json import results_json
 
-    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [result.to_dict() for result in graded]}
+    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [dict(result) for result in graded]}
     return feedback_html(results_json(record, CH19), CH19)
 
 
@@ -167,14 +167,14 @@ def test_the_page_shows_a_diagnosis_once_per_page(results):
     once, at the top (issue 41 replaced "once per part, under its first test": the same paragraph
     four times on one page), and each of its tests refers to it."""
     graded = results["scale_by_dim1"]
-    parts = {r.grade_id for r in graded if r.diagnoses}
+    parts = {r["grade_id"] for r in graded if r["diagnoses"]}
     assert parts
     text = page(graded)
     explanation = CH19.mistakes["scale_by_dim1"]["text"]
     summary_part, parts_part = text.split("各部分得分", 1)
     assert summary_part.count(explanation) == 1, "once in the diagnosis summary at the top"
     assert parts_part.count(explanation) == 0, "the parts refer to it instead of repeating it"
-    assert parts_part.count('data-refers="scale_by_dim1"') == sum("scale_by_dim1" in r.diagnoses for r in graded)
+    assert parts_part.count('data-refers="scale_by_dim1"') == sum("scale_by_dim1" in r["diagnoses"] for r in graded)
 
 
 def grade_notebooks(tmp_path: Path, notebooks: dict[str, dict]) -> Path:

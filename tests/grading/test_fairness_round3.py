@@ -58,27 +58,29 @@ def results() -> dict:
 @pytest.mark.parametrize("name", list(GATED))
 def test_no_point_is_given_back_to_a_function_that_computes_no_attention(results, name):
     graded = results[name]
-    assert not [r.nodeid for r in graded if r.charge.get("judged_by_own")], summary(graded)
-    lost = {r.grade_id for r in graded if r.status != "passed"}
+    assert not [r["nodeid"] for r in graded if r["charge"].get("judged_by_own")], summary(graded)
+    lost = {r["grade_id"] for r in graded if r["status"] != "passed"}
     assert {"check_scaled_attention", "check_masking", "check_empty_row", "check_future"} <= lost, summary(graded)
 
 
 @pytest.mark.parametrize("name", ["scale_by_sqrt_dv", "scale_by_dk_matmul"])
 def test_a_test_judged_against_the_students_own_attention_says_so(results, name):
     graded = results[name]
-    judged = [r for r in graded if r.charge.get("judged_by_own")]
-    assert judged and all(r.status == "passed" and r.score == r.max_score for r in judged), summary(graded)
-    assert {r.grade_id for r in judged} <= {"check_masking", "check_empty_row", "check_future"}
-    assert all("这一项按你自己的注意力结果评判" in r.output for r in judged)
+    judged = [r for r in graded if r["charge"].get("judged_by_own")]
+    assert judged and all(r["status"] == "passed" and r["score"] == r["max_score"] for r in judged), summary(graded)
+    assert {r["grade_id"] for r in judged} <= {"check_masking", "check_empty_row", "check_future"}
+    assert all("这一项按你自己的注意力结果评判" in r["output"] for r in judged)
     assert "这一项按你自己的注意力结果评判" in page(graded)
 
 
 def score(graded: list) -> float:
-    return round(sum(result.score for result in graded), 4)
+    return round(sum(result["score"] for result in graded), 4)
 
 
 def summary(graded: list) -> str:
-    return "\n".join(f"{r.nodeid}: {r.status} {r.score}/{r.max_score} {r.diagnoses} {r.output[:300]}" for r in graded if r.status != "passed")
+    return "\n".join(
+        f"{r['nodeid']}: {r['status']} {r['score']}/{r['max_score']} {r['diagnoses']} {r['output'][:300]}" for r in graded if r["status"] != "passed"
+    )
 
 
 def page(graded: list) -> str:
@@ -86,7 +88,7 @@ def page(graded: list) -> str:
     from attnkit.report.pages import feedback_html
     from attnkit.report.results_json import results_json
 
-    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [result.to_dict() for result in graded]}
+    record = {"student_id": "s", "assignment": CH19.name, "fingerprint": "", "tests": [dict(result) for result in graded]}
     return feedback_html(results_json(record, CH19), CH19)
 
 
@@ -122,7 +124,7 @@ def test_each_case_scores_its_fair_grade(results, name):
 
 @pytest.mark.parametrize("name", list(ROUND3))
 def test_no_case_gets_a_wrong_id(results, name):
-    named = {d for r in results[name] for d in r.diagnoses}
+    named = {d for r in results[name] for d in r["diagnoses"]}
     assert named <= ROUND3[name].ids, summary(results[name])
 
 
@@ -130,14 +132,14 @@ def test_no_case_gets_a_wrong_id(results, name):
 def test_a_subclass_raise_is_never_called_wrong(results, name):
     """No message, on the tests or the page, says that a subclass of ValueError is the wrong exception."""
     text = page(results[name])
-    assert "实际抛出了" not in text and all("实际抛出了" not in r.output for r in results[name]), summary(results[name])
+    assert "实际抛出了" not in text and all("实际抛出了" not in r["output"] for r in results[name]), summary(results[name])
 
 
 @pytest.mark.parametrize("name", [name for name, case in ROUND3.items() if case.ids])
 def test_a_catalogued_mistake_written_another_way_is_still_named(results, name):
     """Agreement with every test takes a name back only when it contradicts one: a catalogued
     mistake written in another style keeps its name."""
-    assert {d for r in results[name] for d in r.diagnoses} == ROUND3[name].ids, summary(results[name])
+    assert {d for r in results[name] for d in r["diagnoses"]} == ROUND3[name].ids, summary(results[name])
 
 
 def test_the_empty_row_probes_tell_the_catalogued_checks_apart():
@@ -163,7 +165,7 @@ def test_the_empty_row_probes_tell_the_catalogued_checks_apart():
 def causes_of(graded: list) -> list[dict]:
     from attnkit.report.pages import causes
 
-    return causes([result.to_dict() for result in graded])  # type: ignore[misc]
+    return causes([dict(result) for result in graded])  # type: ignore[misc]
 
 
 # (case, the explanation kind its cause must get): what really happened, not the first pattern near it.
@@ -197,7 +199,7 @@ def test_each_runtime_error_is_explained_by_what_happened(results, name):
 def test_a_cause_shared_by_tests_is_folded_once_for_all_of_them(results):
     """Every multi-head test fails from the one wrong keyword: one cause, counting all of them."""
     graded = results["mha_mask_keyword"]
-    failed = [r for r in graded if r.status != "passed"]
+    failed = [r for r in graded if r["status"] != "passed"]
     found = causes_of(graded)
     assert len(found) == 1 and len(found[0]["tests"]) == len(failed) == 5, [(c["type"], c["tests"]) for c in found]
 
@@ -224,10 +226,10 @@ def test_a_diagnosis_is_shown_once_per_page_with_the_parts_it_cost(results, name
     text = page(graded)
     assert text.count(explanation) == 1, text.count(explanation)
     box = text.split(f'data-diagnosis="{mistake}"', 1)[1].split("</div>", 1)[0]
-    cost = {r.grade_id for r in graded if mistake in r.diagnoses}
+    cost = {r["grade_id"] for r in graded if mistake in r["diagnoses"]}
     assert cost and all(CH19.part_title(grade_id) in box for grade_id in cost), box
     referring = text.count(f'data-refers="{mistake}"')
-    assert referring == sum(mistake in r.diagnoses for r in graded)
+    assert referring == sum(mistake in r["diagnoses"] for r in graded)
 
 
 def test_through_real_sandboxes_the_scores_are_the_same(tmp_path, results):
@@ -249,6 +251,6 @@ def test_through_real_sandboxes_the_scores_are_the_same(tmp_path, results):
     for name in chosen:
         graded = json.loads((folder / name.replace("_", "") / CH19.name / "results.json").read_text(encoding="utf-8"))
         assert graded["score"] == score(results[name]), (name, [(t["name"], t["output"][:200]) for t in graded["tests"] if t["status"] != "passed"])
-        assert set(graded["diagnoses"]) == {d for r in results[name] for d in r.diagnoses}, name
+        assert set(graded["diagnoses"]) == {d for r in results[name] for d in r["diagnoses"]}, name
     page_text = (folder / "scalebydkmatmul" / CH19.name / "feedback.html").read_text(encoding="utf-8")
     assert "这一项按你自己的注意力结果评判" in page_text

@@ -82,7 +82,7 @@ def test_relative_paths_are_taken_from_where_the_grader_was_started(course: Path
 
 # -- issue 37: the grader's own code, checked before any submission is graded ---------------------
 WARMUP, WARMUP_FOLDER = "warmup-softmax", "warmup_softmax"
-COURSE_FIXTURE = ROOT / "tests" / "course"
+COURSE_FIXTURE = ROOT / "tests" / "support" / "course"
 
 
 def _break_catalogue_entry(suite: Path) -> tuple[str, int]:

@@ -69,7 +69,7 @@ def grade(folder: Path, notebook: Path) -> list[tuple]:
         code = pytest.main([str(folder), "-q", "-p", "no:cacheprovider", "--rootdir", str(folder), "-c", "/dev/null"], plugins=[plugin_module, grading])
     assert code in (0, 1), code
     results = grading.results[notebook.stem]
-    return [(r.nodeid, r.status, r.score, r.output, r.error.get("type")) for r in results]
+    return [(r["nodeid"], r["status"], r["score"], r["output"], r["error"].get("type")) for r in results]
 
 
 def test_the_plugins_loop_records_what_pytests_loop_records(suite, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,7 +159,9 @@ def test_a_suite_seen_plain_is_collected_once_in_later_sessions(suite, tmp_path:
             )
         assert code in (0, 1), code
         assert gc.isenabled()
-        return collected.count, {key: [(r.nodeid, r.status, r.score, r.output, r.diagnoses) for r in results] for key, results in grading.results.items()}
+        return collected.count, {
+            key: [(r["nodeid"], r["status"], r["score"], r["output"], r["diagnoses"]) for r in results] for key, results in grading.results.items()
+        }
 
     def touch() -> None:  # a state of the suite's files no session has seen yet
         stamp = time.time_ns() + 1_000_000_000 * len(plugin_module._PLAIN_SUITES)

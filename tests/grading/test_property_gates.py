@@ -172,11 +172,11 @@ def results() -> dict:
 
 
 def summary(graded: list) -> str:
-    return "\n".join(f"{r.nodeid}: {r.status} {r.score} {r.output[:300]}" for r in graded if r.status != "passed" or r.score)
+    return "\n".join(f"{r['nodeid']}: {r['status']} {r['score']} {r['output'][:300]}" for r in graded if r["status"] != "passed" or r["score"])
 
 
 def by_test(graded: list) -> dict:
-    return {r.nodeid.rsplit("::", 1)[-1]: r for r in graded}
+    return {r["nodeid"].rsplit("::", 1)[-1]: r for r in graded}
 
 
 @pytest.mark.parametrize("name", list(STUBS))
@@ -185,28 +185,28 @@ def test_a_function_that_does_no_work_earns_none_of_its_points(results, name):
     while every test of the other functions still pays in full?"""
     function, _ = STUBS[name]
     graded = results[name]
-    own = [r for r in graded if function in r.functions]
-    assert own and sum(r.score for r in own) == 0, summary(own)
-    others = [r for r in graded if function not in r.functions]
-    assert all(r.status == "passed" and r.score == r.max_score for r in others), summary(others)
+    own = [r for r in graded if function in r["functions"]]
+    assert own and sum(r["score"] for r in own) == 0, summary(own)
+    others = [r for r in graded if function not in r["functions"]]
+    assert all(r["status"] == "passed" and r["score"] == r["max_score"] for r in others), summary(others)
 
 
 def test_a_padding_mask_that_does_the_causal_masks_work_earns_no_combined_point(results):
     """padding_allowed that also blocks the future: is the combined test's failure the gate's,
     saying why (the combination alone is right)?"""
     combined = by_test(results["padding_carries_causal"])["test_causal_and_padding_combined"]
-    assert combined.score == 0 and GATE_TEXT in combined.output, combined.output
-    assert "padding_allowed(长度 [4, 2], 4)" in combined.output, combined.output
+    assert combined["score"] == 0 and GATE_TEXT in combined["output"], combined["output"]
+    assert "padding_allowed(长度 [4, 2], 4)" in combined["output"], combined["output"]
 
 
 def test_a_mask_of_an_equivalent_layout_keeps_the_combined_point(results):
     """The gate judges what a mask means where attention uses it, not its layout: a (1, 1, T, T)
     causal mask loses its own test only; the reference loses nothing."""
     graded = by_test(results["equivalent_layout"])
-    failed = {name for name, r in graded.items() if r.status != "passed"}
+    failed = {name for name, r in graded.items() if r["status"] != "passed"}
     assert failed == {"test_causal_allowed"}, summary(results["equivalent_layout"])
-    assert graded["test_causal_and_padding_combined"].score == graded["test_causal_and_padding_combined"].max_score
-    assert all(r.status == "passed" and r.score == r.max_score for r in results["reference"]), summary(results["reference"])
+    assert graded["test_causal_and_padding_combined"]["score"] == graded["test_causal_and_padding_combined"]["max_score"]
+    assert all(r["status"] == "passed" and r["score"] == r["max_score"] for r in results["reference"]), summary(results["reference"])
 
 
 def test_a_mask_wrong_only_where_a_dependent_uses_it_is_charged_to_the_mask(results):
@@ -215,10 +215,10 @@ def test_a_mask_wrong_only_where_a_dependent_uses_it_is_charged_to_the_mask(resu
     the reference mask)?"""
     graded = results["wrong_at_five"]
     own = by_test(graded)["test_causal_allowed"]
-    assert own.status == "failed" and own.score == 0, (own.status, own.output[:300])
-    assert "causal_allowed(5)" in own.output, own.output[:300]
-    heads = [r for r in graded if "multi_head_attention" in r.functions]
-    assert heads and all(r.score == r.max_score for r in heads), summary(heads)
+    assert own["status"] == "failed" and own["score"] == 0, (own["status"], own["output"][:300])
+    assert "causal_allowed(5)" in own["output"], own["output"][:300]
+    heads = [r for r in graded if "multi_head_attention" in r["functions"]]
+    assert heads and all(r["score"] == r["max_score"] for r in heads), summary(heads)
 
 
 def with_stub(notebook: dict, name: str) -> dict:

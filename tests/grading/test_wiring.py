@@ -12,7 +12,7 @@ from typing import Any
 from attnkit.engine import fan_out as engine
 from attnkit.intake import jobs as intake
 from attnkit.engine import messages as worker_messages
-from attnkit.grading.plugin import GradingPlugin, LocalProvider, Provider, TestResult
+from attnkit.grading.plugin import GradingPlugin, LocalProvider, Provider, test_result
 from attnkit.boundary.policy import Limits
 from attnkit.grading.student import LocalBackend, Student
 from attnkit.records import Job
@@ -128,6 +128,6 @@ def test_records_read_the_plugins_own_results() -> None:
     """The plugin fills the very dict ``SubmissionRecords`` takes a submission's results from."""
     records = SubmissionRecords(CH19, lambda message: None)
     plugin = GradingPlugin(Three(), records.results)
-    plugin.results.setdefault("one", []).append(TestResult("t", "t", "ch19-1", 1.0, 1.0, "passed"))
-    assert records.results is plugin.results and [r.status for r in records.results["one"]] == ["passed"]
+    plugin.results.setdefault("one", []).append(test_result("t", "t", "ch19-1", 1.0, 1.0, "passed"))
+    assert records.results is plugin.results and [r["status"] for r in records.results["one"]] == ["passed"]
     assert GradingPlugin(Three()).results == {}

@@ -17,7 +17,7 @@ from attnkit import records
 from attnkit.engine import fan_out
 from attnkit.report import results_json as scoring
 from attnkit.intake.jobs import find_jobs
-from attnkit.grading.outcomes import TestResult
+from attnkit.grading import outcomes
 from attnkit.boundary.policy import Limits
 from attnkit.records import (
     ADDED_LATER,
@@ -94,8 +94,10 @@ def check_results(results: Mapping[str, Any]) -> list[str]:
 
 
 def test_the_record_types_are_the_dataclasses_they_copy() -> None:
-    """A test's record is every field of ``TestResult``, a cell's every field of ``CellRun`` and its section."""
-    assert [f.name for f in fields(TestResult)] == list(get_type_hints(HiddenTestRecord))
+    """A test's record is every field of ``TestResult`` (one definition: ``HiddenTestRecord`` itself, as
+    ``test_result`` makes it), a cell's every field of ``CellRun`` and its section."""
+    assert outcomes.TestResult is HiddenTestRecord
+    assert list(outcomes.test_result("t", "t", "g", 1.0, 1.0, "passed")) == list(get_type_hints(HiddenTestRecord))
     assert [f.name for f in fields(CellRun)] + ["section"] == list(get_type_hints(CellRecord))
     assert ADDED_LATER == ResultsJson.__optional_keys__
     assert GRADED_ONLY | NOT_GRADED_ONLY | SENT_BY_WORKER == SubmissionRecord.__optional_keys__

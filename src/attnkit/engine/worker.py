@@ -84,7 +84,7 @@ class SubmissionRecords:
         self.emit(worker_messages.started(key))
 
     def finished(self, opened: Opened) -> None:
-        tests: list[HiddenTestRecord] = [result.to_dict() for result in self.results.pop(opened.job.key, [])]
+        tests: list[HiddenTestRecord] = [result for result in self.results.pop(opened.job.key, [])]
         # Before the sandbox's description: the heatmaps' calls may still replace it.
         panels = evidence(self.assignment, opened.student, tests, opened.early_evidence) if opened.session else {}
         record: SubmissionRecord = {

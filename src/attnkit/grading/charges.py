@@ -99,13 +99,13 @@ def apply(results: list[TestResult], pending: Sequence[tuple[TestResult, str]], 
     results are changed in place (scores, statuses, the notes in their outputs, ``charge``)."""
     made: list[Charge] = []
     for dependent, function in pending:
-        own = [result for result in results if function in result.functions and result is not dependent]
+        own = [result for result in results if function in result["functions"] and result is not dependent]
         if not own:
             continue
-        part = own[0].grade_id
-        payers = [result for result in own if result.grade_id == part]
-        owed = round(dependent.max_score - dependent.score, 4)
-        amount = round(min(owed, sum(result.score for result in payers)), 4)
+        part = own[0]["grade_id"]
+        payers = [result for result in own if result["grade_id"] == part]
+        owed = round(dependent["max_score"] - dependent["score"], 4)
+        amount = round(min(owed, sum(result["score"] for result in payers)), 4)
         where = part
         if part in assignment.parts:
             where = _("第 {number} 部分「{title}」").format(number=assignment.part_number(part), title=assignment.part_title(part))
@@ -115,28 +115,28 @@ def apply(results: list[TestResult], pending: Sequence[tuple[TestResult, str]], 
         ).format(function=function, where=where)
         if amount < owed:
             note += _("{where}中 {function} 的分数已经扣完，这一项仍扣 {left} 分。").format(where=where, function=function, left=_points(owed - amount))
-        dependent.output = note + ("\n" + dependent.output if dependent.output else "")
-        dependent.charge = {"to": function, "part": part, "points": amount}
+        dependent["output"] = note + ("\n" + dependent["output"] if dependent["output"] else "")
+        dependent["charge"] = {"to": function, "part": part, "points": amount}
         if amount <= 0:
             continue
-        dependent.score = round(dependent.score + amount, 4)
-        if dependent.score >= dependent.max_score:
-            dependent.status = "passed"
+        dependent["score"] = round(dependent["score"] + amount, 4)
+        if dependent["score"] >= dependent["max_score"]:
+            dependent["status"] = "passed"
         left = amount
         for payer in payers:
-            take = round(min(payer.score, left), 4)
+            take = round(min(payer["score"], left), 4)
             if take <= 0:
                 continue
-            payer.score = round(payer.score - take, 4)
-            payer.status = "failed"
+            payer["score"] = round(payer["score"] - take, 4)
+            payer["status"] = "failed"
             spent = _("这一项扣 {points} 分：你的 {function} 通过了这一项的检查，但在「{test}」中出错（见那一项）。").format(
-                points=_points(take), function=function, test=dependent.name
+                points=_points(take), function=function, test=dependent["name"]
             )
-            payer.output = payer.output + "\n" + spent if payer.output else spent
-            payer.charge.setdefault("from", []).append(dependent.nodeid)
-            payer.charge["points"] = round(payer.charge.get("points", 0.0) + take, 4)
+            payer["output"] = payer["output"] + "\n" + spent if payer["output"] else spent
+            payer["charge"].setdefault("from", []).append(dependent["nodeid"])
+            payer["charge"]["points"] = round(payer["charge"].get("points", 0.0) + take, 4)
             left = round(left - take, 4)
             if left <= 0:
                 break
-        made.append(Charge(dependent.nodeid, function, part, amount))
+        made.append(Charge(dependent["nodeid"], function, part, amount))
     return made

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from attnkit import i18n
@@ -21,46 +20,41 @@ from attnkit.records import HiddenTestRecord
 from attnkit.boundary.outcome import SandboxCrashed, StudentMissing, StudentRaised, StudentTimeout
 
 
-@dataclass
-class TestResult:
-    """One hidden test's result for one submission."""
+# A hidden test's result has one definition, ``records.HiddenTestRecord``: the plugin makes it
+# (``test_result``), charges and diagnosis adjust it in place, the worker sends it as it is.
+TestResult = HiddenTestRecord
 
-    __test__ = False  # not a pytest test class, despite its name
 
-    name: str
-    nodeid: str
-    grade_id: str
-    max_score: float
-    score: float
-    status: str  # "passed" | "failed"
-    output: str = ""
-    diagnoses: list[str] = field(default_factory=list)
-    # Student functions replaced by the reference for this test (a dependency that failed its own tests).
-    substituted: list[str] = field(default_factory=list)
-    # The student functions this test grades (its ``function`` markers).
-    functions: list[str] = field(default_factory=list)
-    # The student's exception, structured (``error_info``), when one made the test fail.
-    error: dict[str, Any] = field(default_factory=dict)
-    # Points moved where the failure starts (``attnkit.grading.charges``): on a dependent test, the
-    # dependency charged ({to, part, points}); on a test of that dependency, {from: [tests], points}.
-    charge: dict[str, Any] = field(default_factory=dict)
+def test_result(
+    name: str,
+    nodeid: str,
+    grade_id: str,
+    max_score: float,
+    score: float,
+    status: str,
+    output: str = "",
+    substituted: list[str] | None = None,
+    functions: list[str] | None = None,
+    error: dict[str, Any] | None = None,
+) -> TestResult:
+    """A new result; ``diagnoses`` and ``charge`` are filled in later, when there are any."""
+    return HiddenTestRecord(
+        name=name,
+        nodeid=nodeid,
+        grade_id=grade_id,
+        max_score=max_score,
+        score=score,
+        status=status,
+        output=output,
+        diagnoses=[],
+        substituted=list(substituted or []),
+        functions=list(functions or []),
+        error=dict(error or {}),
+        charge={},
+    )
 
-    def to_dict(self) -> HiddenTestRecord:
-        """Every field, in order (shallow: a result is not changed once recorded)."""
-        return HiddenTestRecord(
-            name=self.name,
-            nodeid=self.nodeid,
-            grade_id=self.grade_id,
-            max_score=self.max_score,
-            score=self.score,
-            status=self.status,
-            output=self.output,
-            diagnoses=self.diagnoses,
-            substituted=self.substituted,
-            functions=self.functions,
-            error=self.error,
-            charge=self.charge,
-        )
+
+test_result.__test__ = False  # type: ignore[attr-defined]  # not a pytest test, despite its name
 
 
 def substitution_note(functions: dict[str, str], passed: bool, assignment: Assignment) -> str:

@@ -220,11 +220,11 @@ class OwnLoop:
         where = part
         if part in assignment.parts:
             where = _("第 {number} 部分「{title}」").format(number=assignment.part_number(part), title=assignment.part_title(part))
-        result.output = _(
+        result["output"] = _(
             "这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。"
             "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
         ).format(concept=assignment._(concept), where=where)
-        result.charge = {"judged_by_own": part}
+        result["charge"] = {"judged_by_own": part}
         return True
 
     @staticmethod
@@ -280,7 +280,7 @@ class OwnLoop:
             if (swap or waiting.suspects) and not swapped_yet:
                 # The provider's own plain calls (a feedback page's evidence) go before the first
                 # swapped one too: for the parts that failed or may yet fail.
-                failing = {result.grade_id for result in self.results.get(submission_id, []) if result.status != "passed"}
+                failing = {result["grade_id"] for result in self.results.get(submission_id, []) if result["status"] != "passed"}
                 self.provider.before_swaps(submission_id, failing | {grade_id_of(later.item) for later in deferred})
                 swapped_yet = True
             charged = self._charge_trials(item, waiting.suspects, opened) if waiting.suspects and not swap else ""
@@ -302,7 +302,7 @@ class OwnLoop:
         recorded_at, self._recorded_at = self._recorded_at, {}
         self.results.get(submission_id, []).sort(key=lambda result: recorded_at[id(result)])
         for position, result, diagnoses, assignment in unnarrowed:
-            result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
+            result["diagnoses"] = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
         if pending:
             charges.apply(self.results[submission_id], pending, assignment_of(deferred[0].item))
 

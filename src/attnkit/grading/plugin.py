@@ -57,6 +57,7 @@ from attnkit.grading.markers import (
 )
 from attnkit.grading.outcomes import (
     TestResult,
+    test_result,
     error_info,
     fail_out_of_scope,
     failure_message,
@@ -301,7 +302,7 @@ class GradingPlugin(OwnLoop):
                 output += "\n" + _("你的代码运行时发出了警告：{warnings}").format(warnings=_("；").join(warned))
         if swapped:
             output = substitution_note(swapped, message is None, assignment) + output
-        result = TestResult(
+        result = test_result(
             name=title_of(item),
             nodeid=base_nodeid(item),
             grade_id=grade_id_of(item),
@@ -315,15 +316,15 @@ class GradingPlugin(OwnLoop):
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
         if message is not None and not charged:
-            self._failed_parts.setdefault(submission_id, set()).add(result.grade_id)
+            self._failed_parts.setdefault(submission_id, set()).add(result["grade_id"])
             failed = self.failed_functions.setdefault(submission_id, {})
             failed_at = self._failed_at.setdefault(submission_id, {})
             for name in functions_of(item):
                 if position < failed_at.get(name, position + 1):
-                    failed[name], failed_at[name] = result.grade_id, position
+                    failed[name], failed_at[name] = result["grade_id"], position
         if message is not None and diagnose and isinstance(proxy, Student):
             diagnoses = self.diagnose(proxy, assignment)
-            result.diagnoses = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
+            result["diagnoses"] = only_failed_functions(diagnoses, assignment, self._failed_by(submission_id, position))
             if self._deferred and diagnoses:  # a test before it may yet fail: narrowed again then
                 self._unnarrowed.append((position, result, diagnoses, assignment))
         if self._positions:  # the plugin's own loop, which may record out of order
@@ -340,7 +341,7 @@ class GradingPlugin(OwnLoop):
         tests that ran the reference in that function's place left out. Once per submission,
         when all its tests are recorded; nothing to do (no replay) when nothing was named."""
         assignment, evidence = self._evidence.pop(submission_id, (None, []))
-        named = list(dict.fromkeys(d for result, _calls in evidence for d in result.diagnoses))
+        named = list(dict.fromkeys(d for result, _calls in evidence for d in result["diagnoses"]))
         if not named or assignment is None:
             return
         from attnkit.grading.diagnosis import agreeing
@@ -354,13 +355,13 @@ class GradingPlugin(OwnLoop):
             calls = [
                 call
                 for result, recorded in evidence
-                if mistake_id not in result.diagnoses
+                if mistake_id not in result["diagnoses"]
                 for call in recorded
-                if call.name == function_of.get(mistake_id) and call.name not in result.substituted
+                if call.name == function_of.get(mistake_id) and call.name not in result["substituted"]
             ]
             kept.update(agreeing([mistake_id], calls, namespaces, function_of))
         for result, _calls in evidence:
-            result.diagnoses = [d for d in result.diagnoses if d in kept]
+            result["diagnoses"] = [d for d in result["diagnoses"] if d in kept]
 
     def _failed_by(self, submission_id: str, position: int) -> dict[str, str]:
         """The submission's failed functions whose first failed test is at ``position`` or before."""

@@ -1,0 +1,114 @@
+"""The gradebook records of the on-submit service: a process of its own, in batches.
+
+Recording one submission the way ``attnkit grade --gradebook`` does costs most of a second
+(nbgrader's registration of the assignment, the sanitised copy in autograded/, the ORM); a
+student's feedback never waits for it. This process (``python -m attnkit.service.recorder``,
+started and stopped by the service) reads the delivered submissions not yet recorded from the
+service's database, keeps for each student and assignment the one that counts (``latest``,
+nbgrader's rule, or ``best``), places it in the course's ``submitted/<student>/<assignment>/``
+(as ``nbgrader collect`` would: so ``make grade`` on that folder gives the same gradebook) and
+records the whole batch with ``course.gradebook.record_grades`` (one registration per batch),
+then marks the batch recorded in one transaction. Killed half-way, the batch is recorded again
+at the next start: nbgrader's ``update_or_create`` makes that the same single record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from attnkit.service import queue as queue_module
+from attnkit.service.policies import DEFAULT, Policy
+
+BATCH = 500
+IDLE_SECONDS = 0.5
+
+
+def counted(db: object, student: str, assignment: str, policy: Policy) -> int | None:
+    """The id of the delivered submission that counts for ``student`` on ``assignment``."""
+    order = "id DESC" if policy.counts == "latest" else "score DESC, id DESC"
+    row = db.execute(  # type: ignore[attr-defined]
+        f"SELECT id FROM submissions WHERE student = ? AND assignment = ? AND state = ? AND score IS NOT NULL ORDER BY {order} LIMIT 1",
+        (student, assignment, queue_module.DELIVERED),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def place_submitted(course_root: Path, staged: Path, student: str, assignment: str) -> None:
+    """The counted attempt's files (``staged``) as ``submitted/<student>/<assignment>/`` (replaced whole)."""
+    target = course_root / "submitted" / student / assignment
+    fresh = target.with_name(f".{assignment}.{os.getpid()}.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    shutil.copytree(staged, fresh)
+    old = target.with_name(f".{assignment}.{os.getpid()}.old")
+    if target.exists():
+        os.replace(target, old)
+    os.replace(fresh, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def record_batch(course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy]) -> int:
+    """Record one batch; how many submissions it settled (0: nothing was waiting)."""
+    from attnkit.course.gradebook import record_grades
+
+    queue = queue_module.Queue(database)
+    try:
+        rows = queue.db.execute(
+            "SELECT id, student, assignment FROM submissions WHERE state = ? AND recorded = 0 ORDER BY id LIMIT ?", (queue_module.DELIVERED, BATCH)
+        ).fetchall()
+        if not rows:
+            return 0
+        attempts = database.parent / "attempts"
+        chosen: dict[tuple[str, str], int] = {}
+        for row in rows:
+            key = (row["student"], row["assignment"])
+            if key not in chosen:
+                found = counted(queue.db, key[0], key[1], policies.get(key[1], DEFAULT))
+                if found is not None:
+                    chosen[key] = found
+        results = []
+        for (student, assignment), id in sorted(chosen.items()):
+            inbound, text = queue.db.execute("SELECT inbound, results FROM submissions WHERE id = ?", (id,)).fetchone()
+            place_submitted(course_root, attempts / inbound / student / assignment, student, assignment)
+            results.append(json.loads(text))
+        for notice in record_grades(gradebook, results, course_root / "submitted"):
+            print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
+        ids = [row["id"] for row in rows]
+        with queue.transaction() as db:
+            db.executemany("UPDATE submissions SET recorded = 1 WHERE id = ?", [(id,) for id in ids])
+        return len(ids)
+    finally:
+        queue.close()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON``: record until SIGTERM."""
+    course_root, database, gradebook = Path(argv[0]), Path(argv[1]), Path(argv[2])
+    policies = {name: Policy(**entry) for name, entry in json.loads(argv[3]).items()}
+    stopping = False
+
+    def stop(_signal: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the service's: it stops us after
+    while not stopping:
+        started = time.perf_counter()
+        done = record_batch(course_root, database, gradebook, policies)
+        if done:
+            print(json.dumps({"event": "recorded", "count": done, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
+        else:
+            time.sleep(IDLE_SECONDS)
+    # A last batch for what was delivered before the stop.
+    record_batch(course_root, database, gradebook, policies)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

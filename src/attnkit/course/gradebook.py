@@ -233,14 +233,17 @@ def save_submission(db_url: str, results: ResultsJson, name: str, data: bytes | 
         gradebook.db.commit()
 
 
-def record_grades(database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None) -> list[str]:
+def record_grades(
+    database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None, registered: set[str] | None = None
+) -> list[str]:
     """Register the assignments, then save every student's submission, timestamp and scores.
 
     With ``submitted``, each notebook is also sanitised into ``autograded/`` beside the database,
     where formgrader and ``nbgrader generate_feedback`` read it. ``source`` is accepted for
     compatibility; the course root (``course_root``) decides which ``solutions/`` is registered.
     What autograded/ receives is exactly the bytes that were graded, or nothing (with a warning
-    returned for the TA).
+    returned for the TA). ``registered``: assignments a long-running caller (``attnkit serve``'s
+    recorder) registered already and need not register again; those registered here are added.
     """
     notices: list[str] = []
     os.environ["PATH"] = tool_environment()["PATH"]
@@ -253,8 +256,10 @@ def record_grades(database: Path, all_results: list[ResultsJson], submitted: Pat
     db_url = f"sqlite:///{database.resolve()}"
     config = course_config(root)
     with locked(database):
-        for assignment in sorted({r["assignment"] for r in all_results}):
+        for assignment in sorted({r["assignment"] for r in all_results} - (registered or set())):
             register_assignment(database, assignment, root)
+            if registered is not None:
+                registered.add(assignment)
         for results in all_results:
             student, assignment = results["student_id"], results["assignment"]
             folder = submitted / student / assignment if submitted is not None else None

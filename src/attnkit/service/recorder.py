@@ -14,6 +14,7 @@ at the next start: nbgrader's ``update_or_create`` makes that the same single re
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from attnkit.service import queue as queue_module
 from attnkit.service.policies import DEFAULT, Policy
 
 BATCH = 500
+PR_SET_PDEATHSIG = 1
 IDLE_SECONDS = 0.5
 
 
@@ -52,8 +54,10 @@ def place_submitted(course_root: Path, staged: Path, student: str, assignment: s
     shutil.rmtree(old, ignore_errors=True)
 
 
-def record_batch(course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy]) -> int:
-    """Record one batch; how many submissions it settled (0: nothing was waiting)."""
+def record_batch(course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy], registered: set[str]) -> int:
+    """Record one batch; how many submissions it settled (0: nothing was waiting). ``registered``:
+    the assignments this process registered already (nbgrader generate_assignment, seconds each:
+    once per assignment per start of the service, not once per batch)."""
     from attnkit.course.gradebook import record_grades
 
     queue = queue_module.Queue(database)
@@ -76,7 +80,7 @@ def record_batch(course_root: Path, database: Path, gradebook: Path, policies: d
             inbound, text = queue.db.execute("SELECT inbound, results FROM submissions WHERE id = ?", (id,)).fetchone()
             place_submitted(course_root, attempts / inbound / student / assignment, student, assignment)
             results.append(json.loads(text))
-        for notice in record_grades(gradebook, results, course_root / "submitted"):
+        for notice in record_grades(gradebook, results, course_root / "submitted", registered=registered):
             print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
         ids = [row["id"] for row in rows]
         with queue.transaction() as db:
@@ -87,8 +91,8 @@ def record_batch(course_root: Path, database: Path, gradebook: Path, policies: d
 
 
 def main(argv: list[str]) -> int:
-    """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON``: record until SIGTERM."""
-    course_root, database, gradebook = Path(argv[0]), Path(argv[1]), Path(argv[2])
+    """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON PARENT``: record until SIGTERM."""
+    course_root, database, gradebook, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), int(argv[4])
     policies = {name: Policy(**entry) for name, entry in json.loads(argv[3]).items()}
     stopping = False
 
@@ -98,15 +102,21 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the service's: it stops us after
+    # The service killed (-9): we stop too (SIGTERM when our parent dies), else its restart
+    # would find a second recorder at work.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return 0
+    registered: set[str] = set()
     while not stopping:
         started = time.perf_counter()
-        done = record_batch(course_root, database, gradebook, policies)
+        done = record_batch(course_root, database, gradebook, policies, registered)
         if done:
             print(json.dumps({"event": "recorded", "count": done, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
         else:
             time.sleep(IDLE_SECONDS)
     # A last batch for what was delivered before the stop.
-    record_batch(course_root, database, gradebook, policies)
+    record_batch(course_root, database, gradebook, policies, registered)
     return 0
 
 

@@ -175,6 +175,17 @@ class Service:
 
         self.inotify = INotify()
         self.inotify.add_watch(str(course.inbound), flags.CREATE | flags.ATTRIB | flags.MOVED_TO | flags.CLOSE_WRITE)
+        # A worker is forked from this process: it must not keep the /metrics port (a restart
+        # after a kill -9 could not listen again while an orphan holds it) nor the inotify watch.
+        os.register_at_fork(after_in_child=self.close_in_child)
+
+    def close_in_child(self) -> None:
+        for handle in (self.listener, self.inotify):
+            try:
+                if handle is not None:
+                    handle.close()
+            except OSError:
+                pass
 
     # -- intake ------------------------------------------------------------------------------
     def emit(self, event: str, **fields: Any) -> None:
@@ -342,7 +353,7 @@ class Service:
             return
         policies = json.dumps({name: asdict(policy) for name, policy in self.policies.items()})
         self.recorder = subprocess.Popen(
-            [sys.executable, "-m", "attnkit.service.recorder", str(self.course.root), str(self.queue.path), str(self.gradebook), policies],
+            [sys.executable, "-m", "attnkit.service.recorder", str(self.course.root), str(self.queue.path), str(self.gradebook), policies, str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=self.log,

@@ -71,11 +71,12 @@ def scores_page(results: ResultsJson) -> str:
         for name, part in results["parts"].items()
     )
     title = _("{assignment} 的评分结果").format(assignment=results["assignment"])
+    withheld = _("本作业只公布各部分得分；详细诊断在截止后由助教公布。")
     body = (
         f"<h1>{html.escape(title)}</h1>"
         f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>'
         f'<table id="parts">{rows}</table>'
-        f"<p>{html.escape(_('本作业只公布各部分得分；详细诊断在截止后由助教公布。'))}</p>"
+        f"<p>{html.escape(withheld)}</p>"
     )
     return _page(title, body)
 

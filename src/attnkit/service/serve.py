@@ -41,7 +41,7 @@ from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Queue, Row
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
-DUE_SECONDS = 30.0  # how often the due dates are read again from the gradebook
+DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
 BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 

@@ -11,6 +11,7 @@ at a fork (the engine's rule).
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import math
@@ -42,6 +43,7 @@ from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Queue, Row
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
+PR_SET_PDEATHSIG = 1
 BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -129,6 +131,7 @@ class InFlight:
     row: Row
     job: Job
     staged: Path  # the copy graded: attempts/<inbound>/<student>/<assignment>
+    sent: float = field(default_factory=time.time)  # when a worker was given it
 
 
 class Service:
@@ -180,6 +183,12 @@ class Service:
         os.register_at_fork(after_in_child=self.close_in_child)
 
     def close_in_child(self) -> None:
+        # And it ends with the service: killed -9, the service leaves no worker behind (a forked
+        # worker holds its own pipe's other end, so it would never see the service gone).
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
         for handle in (self.listener, self.inotify):
             try:
                 if handle is not None:
@@ -252,6 +261,7 @@ class Service:
         if flight is None:
             return
         row = flight.row
+        received = time.time()
         results = write_record(self.graded, record, self.suites)
         page_path = self.graded / "students" / row.student / row.assignment / "feedback.html"
         policy = self.policies.get(row.assignment, DEFAULT)
@@ -282,6 +292,10 @@ class Service:
             max_score=results["max_score"],
             shown=shown,
             latency=round(latency, 4),
+            # Where the time went: waiting for a worker, grading, the page written and delivered.
+            waited=round(flight.sent - row.noticed, 4),
+            grading=round(received - flight.sent, 4),
+            delivering=round(time.time() - received, 4),
             layer=results.get("isolation", ""),
             not_graded=results.get("not_graded", ""),
         )

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +191,11 @@ def test_submit_then_fetch_feedback_brings_the_kits_page_of_that_submission(cour
     # nbgrader list finds the page where it looks (its own hash), the same as the one fetched.
     listed = as_user(correct, course.home(correct), str(BIN / "nbgrader"), "list", "--cached")
     assert "feedback already fetched" in listed.stdout + listed.stderr, listed.stderr
+    # Prometheus' text format on the local port.
+    with urllib.request.urlopen(f"http://127.0.0.1:{course.port}/metrics", timeout=30) as response:
+        metrics = response.read().decode()
+    assert "attnkit_serve_graded_total 2" in metrics and "attnkit_serve_queue_length 0" in metrics
+    assert 'attnkit_serve_latency_seconds_bucket{le="+Inf"} 2' in metrics
     # One structured log line per submission.
     delivered = course.events("delivered")
     assert {e["student"] for e in delivered} >= {correct, mistake} and all({"attempt", "score", "latency", "layer"} <= set(e) for e in delivered)

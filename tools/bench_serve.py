@@ -11,7 +11,7 @@ The submissions are what ``nbgrader submit`` leaves in ``inbound/`` (the noteboo
 submission_secret.txt, owned by the student's uid, the folder made 0777 last), written by this
 process as root and given to the student's uid: the same bytes and owners without a Python start
 per submission, which on two cores would itself be the load. Notebooks: the demo class's six
-(correct, mistaken, broken), each made unique by its metadata.
+(correct, mistaken, one not even JSON), in turn.
 
 1. Idle: ``--idle`` single submissions, one at a time, on a warm and otherwise idle service.
 2. Burst: ``--burst`` submissions from ``--students`` students at random moments over
@@ -63,7 +63,7 @@ class Bench:
         self.course = base / "course"
         self.users = [f"ak39b{n:04d}" for n in range(students)]
         self.created: list[str] = []
-        self.notebooks = [json.loads((DEMO / name / ASSIGNMENT / "attention.ipynb").read_text(encoding="utf-8")) for name in sorted(os.listdir(DEMO))]
+        self.notebooks = [(DEMO / name / ASSIGNMENT / "attention.ipynb").read_bytes() for name in sorted(os.listdir(DEMO))]
         self.service: subprocess.Popen | None = None
         self.log = base / "serve.log"
         self.counter = 0
@@ -104,10 +104,8 @@ class Bench:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + f".{self.counter:06d} UTC"
         secret = os.urandom(64).hex()
         folder = self.exchange / "ch19" / "inbound" / f"{user}+{ASSIGNMENT}+{stamp}+b{self.counter}"
-        notebook = dict(self.notebooks[self.counter % len(self.notebooks)])
-        notebook["metadata"] = {**notebook.get("metadata", {}), "bench": self.counter}
         folder.mkdir()
-        (folder / "attention.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
+        (folder / "attention.ipynb").write_bytes(self.notebooks[self.counter % len(self.notebooks)])
         (folder / "timestamp.txt").write_text(stamp)
         (folder / "submission_secret.txt").write_text(secret)
         if user not in self.uids:

@@ -30,6 +30,7 @@ from attnkit.assignment.folder import Assignment, discover
 from attnkit.boundary.policy import Limits
 from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
+from attnkit.files import atomic_write
 from attnkit.driver.seed import Seed
 from attnkit.i18n import _
 from attnkit.intake.jobs import find_jobs
@@ -266,7 +267,10 @@ class Service:
         page_path = self.graded / "students" / row.student / row.assignment / "feedback.html"
         policy = self.policies.get(row.assignment, DEFAULT)
         now = time.time()
-        shown, page = self.page_for(row, results, policy, page_path.read_bytes(), now)
+        full = page_path.read_bytes()
+        shown, page = self.page_for(row, results, policy, full, now)
+        if shown != "full":  # kept with the submission's copy: released in place after the due date
+            atomic_write(self.attempts / row.inbound / "feedback.html", full)
         names = [
             ex.feedback_name(flight.staged, self.course.course_id, row.student, row.assignment, Path(notebook).stem, row.timestamp)
             for notebook in sorted(p.name for p in flight.staged.glob("*.ipynb"))
@@ -321,26 +325,22 @@ class Service:
         return self.dues.get(assignment)
 
     def release_after_due(self) -> None:
-        """Pages withheld until the due date, once it has passed: the full page, in place."""
+        """Pages withheld until the due date, once it has passed: each submission's full page, in
+        place of its own withheld one (every submission has its own page: no other is touched)."""
         for assignment, policy in self.policies.items():
             due = self.due(assignment) if policy.visibility == "after-due" else None
             if due is None or time.time() < due:
                 continue
             rows = self.queue.db.execute(
-                "SELECT id, student, feedback FROM submissions WHERE assignment = ? AND shown = 'after-due' AND state = ?", (assignment, DELIVERED)
+                "SELECT id, inbound, feedback FROM submissions WHERE assignment = ? AND shown = 'after-due' AND state = ?", (assignment, DELIVERED)
             ).fetchall()
             for row in rows:
-                page = self.graded / "students" / row["student"] / assignment / "feedback.html"
-                if (
-                    page.is_file()
-                    and self.queue.db.execute(
-                        "SELECT MAX(id) FROM submissions WHERE student = ? AND assignment = ? AND state = ?", (row["student"], assignment, DELIVERED)
-                    ).fetchone()[0]
-                    == row["id"]
-                ):
-                    ex.place_feedback(self.course, row["feedback"], page.read_bytes())
+                kept = self.attempts / row["inbound"] / "feedback.html"
+                if kept.is_file():
+                    ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
                 with self.queue.transaction() as db:
                     db.execute("UPDATE submissions SET shown = 'released' WHERE id = ?", (row["id"],))
+                self.emit("released", id=row["id"], assignment=assignment)
 
     # -- metrics -----------------------------------------------------------------------------
     def answer_metrics(self) -> None:

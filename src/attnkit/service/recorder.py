@@ -107,6 +107,9 @@ def main(argv: list[str]) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         return 0
+    # Below grading in the CPU's queue: under a deadline's burst the feedback goes first and the
+    # records catch up in the gaps (they are batched, so a longer wait makes bigger batches).
+    os.nice(10)
     registered: set[str] = set()
     while not stopping:
         started = time.perf_counter()

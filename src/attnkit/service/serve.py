@@ -30,12 +30,12 @@ from attnkit.assignment.folder import Assignment, discover
 from attnkit.boundary.policy import Limits
 from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
-from attnkit.files import atomic_write
 from attnkit.driver.seed import Seed
 from attnkit.i18n import _
 from attnkit.intake.jobs import find_jobs
 from attnkit.records import Job, ResultsJson, SubmissionRecord
-from attnkit.report.store import write_record
+from attnkit.report.results_json import results_json
+from attnkit.report.store import bounded_feedback
 from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
 from attnkit.service.pool import WarmPool
@@ -154,7 +154,6 @@ class Service:
         self.state.chmod(0o700)  # the copies hold students' secrets
         self.attempts = self.state / "attempts"
         self.attempts.mkdir(exist_ok=True)
-        self.graded = self.state / "graded"
         self.queue = Queue(self.state / "service.db")
         self.suites: dict[str, Assignment] = discover(autograder)
         self.policies: dict[str, Policy] = policies_from(course_config(course.root))
@@ -247,6 +246,14 @@ class Service:
                 self.emit("failed", id=row.id, student=row.student, assignment=row.assignment, cause="no hidden suite")
                 continue
             root = self.attempts / row.inbound
+            if not (root / row.student / row.assignment).is_dir():  # lost with a power cut: copied again, checked again
+                folder = self.course.inbound / row.inbound
+                problem = ex.owner_problem(folder, row.student, self.uid) if folder.is_dir() else _("提交文件夹已不在交换目录里")
+                if problem:
+                    self.queue.fail(row.id, problem)
+                    self.metrics.failed += 1
+                    continue
+                ex.stage(folder, root / row.student / row.assignment)
             intake = find_jobs(root, self.suites, row.assignment, self.digests)
             job = next((job for job in intake.jobs if job.student_id == row.student), None)
             if job is None:
@@ -263,14 +270,16 @@ class Service:
             return
         row = flight.row
         received = time.time()
-        results = write_record(self.graded, record, self.suites)
-        page_path = self.graded / "students" / row.student / row.assignment / "feedback.html"
+        # The results and the page as `attnkit grade` writes them (report.store), kept in the
+        # database and the exchange only: no graded/ folder, no fsync on the feedback's way.
+        suite = self.suites[row.assignment]
+        results = results_json(record, suite)
+        full = bounded_feedback(results, suite).encode()
         policy = self.policies.get(row.assignment, DEFAULT)
         now = time.time()
-        full = page_path.read_bytes()
         shown, page = self.page_for(row, results, policy, full, now)
         if shown != "full":  # kept with the submission's copy: released in place after the due date
-            atomic_write(self.attempts / row.inbound / "feedback.html", full)
+            (self.attempts / row.inbound / "feedback.html").write_bytes(full)
         names = [
             ex.feedback_name(flight.staged, self.course.course_id, row.student, row.assignment, Path(notebook).stem, row.timestamp)
             for notebook in sorted(p.name for p in flight.staged.glob("*.ipynb"))

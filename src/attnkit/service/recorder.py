@@ -4,10 +4,11 @@ Recording one submission the way ``attnkit grade --gradebook`` does costs most o
 (nbgrader's registration of the assignment, the sanitised copy in autograded/, the ORM); a
 student's feedback never waits for it. This process (``python -m attnkit.service.recorder``,
 started and stopped by the service) reads the delivered submissions not yet recorded from the
-service's database, keeps for each student and assignment the one that counts (``latest``,
-nbgrader's rule, or ``best``), places it in the course's ``submitted/<student>/<assignment>/``
+service's database, up to BATCH students at a time, keeps for each student and assignment the
+one submission that counts (``latest``, nbgrader's rule, or ``best``: a burst of resubmissions is
+one record), places it in the course's ``submitted/<student>/<assignment>/``
 (as ``nbgrader collect`` would: so ``make grade`` on that folder gives the same gradebook) and
-records the whole batch with ``course.gradebook.record_grades`` (one registration per batch),
+records the whole batch with ``course.gradebook.record_grades`` (one registration per start),
 then marks the batch recorded in one transaction. Killed half-way, the batch is recorded again
 at the next start: nbgrader's ``update_or_create`` makes that the same single record.
 """
@@ -26,7 +27,9 @@ from pathlib import Path
 from attnkit.service import queue as queue_module
 from attnkit.service.policies import DEFAULT, Policy
 
-BATCH = 500
+# Submissions per batch: one transaction of marks and one pass of record_grades each. Small enough
+# that a stop (which waits for the batch under way) is prompt: most of a second per student.
+BATCH = 50
 PR_SET_PDEATHSIG = 1
 IDLE_SECONDS = 0.5
 
@@ -54,38 +57,49 @@ def place_submitted(course_root: Path, staged: Path, student: str, assignment: s
     shutil.rmtree(old, ignore_errors=True)
 
 
-def record_batch(course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy], registered: set[str]) -> int:
-    """Record one batch; how many submissions it settled (0: nothing was waiting). ``registered``:
-    the assignments this process registered already (nbgrader generate_assignment, seconds each:
-    once per assignment per start of the service, not once per batch)."""
+def record_batch(
+    course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy], registered: set[str], done: dict[tuple[str, str], int]
+) -> int:
+    """Record one batch: up to BATCH students (with an assignment) who have deliveries not yet
+    recorded, each with the one submission that counts; how many deliveries it settled (0:
+    nothing was waiting). ``registered``: the assignments this process registered already
+    (nbgrader generate_assignment, seconds each: once per assignment per start of the service).
+    ``done``: the submission recorded last per student and assignment by this process (a newer
+    delivery of another attempt that does not count is settled without writing again)."""
     from attnkit.course.gradebook import record_grades
 
     queue = queue_module.Queue(database)
     try:
-        rows = queue.db.execute(
-            "SELECT id, student, assignment FROM submissions WHERE state = ? AND recorded = 0 ORDER BY id LIMIT ?", (queue_module.DELIVERED, BATCH)
+        pairs = queue.db.execute(
+            "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = ? AND recorded = 0"
+            " GROUP BY student, assignment ORDER BY MIN(id) LIMIT ?",
+            (queue_module.DELIVERED, BATCH),
         ).fetchall()
-        if not rows:
+        if not pairs:
             return 0
         attempts = database.parent / "attempts"
-        chosen: dict[tuple[str, str], int] = {}
-        for row in rows:
-            key = (row["student"], row["assignment"])
-            if key not in chosen:
-                found = counted(queue.db, key[0], key[1], policies.get(key[1], DEFAULT))
-                if found is not None:
-                    chosen[key] = found
         results = []
-        for (student, assignment), id in sorted(chosen.items()):
-            inbound, text = queue.db.execute("SELECT inbound, results FROM submissions WHERE id = ?", (id,)).fetchone()
-            place_submitted(course_root, attempts / inbound / student / assignment, student, assignment)
+        chosen: dict[tuple[str, str], int] = {}
+        for pair in pairs:
+            key = (pair["student"], pair["assignment"])
+            found = counted(queue.db, key[0], key[1], policies.get(key[1], DEFAULT))
+            if found is None or done.get(key) == found:
+                continue  # nothing that counts (not graded), or what counts is in the gradebook already
+            inbound, text = queue.db.execute("SELECT inbound, results FROM submissions WHERE id = ?", (found,)).fetchone()
+            place_submitted(course_root, attempts / inbound / key[0] / key[1], key[0], key[1])
             results.append(json.loads(text))
-        for notice in record_grades(gradebook, results, course_root / "submitted", registered=registered):
-            print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
-        ids = [row["id"] for row in rows]
+            chosen[key] = found
+        if results:
+            for notice in record_grades(gradebook, results, course_root / "submitted", registered=registered):
+                print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
+        done.update(chosen)
         with queue.transaction() as db:
-            db.executemany("UPDATE submissions SET recorded = 1 WHERE id = ?", [(id,) for id in ids])
-        return len(ids)
+            for pair in pairs:
+                db.execute(
+                    "UPDATE submissions SET recorded = 1 WHERE student = ? AND assignment = ? AND state = ? AND id <= ?",
+                    (pair["student"], pair["assignment"], queue_module.DELIVERED, pair["newest"]),
+                )
+        return sum(pair["waiting"] for pair in pairs)
     finally:
         queue.close()
 
@@ -111,16 +125,15 @@ def main(argv: list[str]) -> int:
     # records catch up in the gaps (they are batched, so a longer wait makes bigger batches).
     os.nice(10)
     registered: set[str] = set()
+    recorded: dict[tuple[str, str], int] = {}
     while not stopping:
         started = time.perf_counter()
-        done = record_batch(course_root, database, gradebook, policies, registered)
-        if done:
-            print(json.dumps({"event": "recorded", "count": done, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
+        settled = record_batch(course_root, database, gradebook, policies, registered, recorded)
+        if settled:
+            print(json.dumps({"event": "recorded", "count": settled, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
         else:
             time.sleep(IDLE_SECONDS)
-    # A last batch for what was delivered before the stop.
-    record_batch(course_root, database, gradebook, policies, registered)
-    return 0
+    return 0  # what is not recorded yet is recorded after the next start
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ CORRECT = ROOT / "solutions" / ASSIGNMENT / "attention.ipynb"
 MISTAKE = ROOT / "examples" / "submitted" / "wangfang" / ASSIGNMENT / "attention.ipynb"  # masks by multiplying
 WAIT = 300.0  # seconds a page may take to appear (a shared, loaded machine; no timing is asserted)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
 
 def free_port() -> int:

@@ -68,6 +68,8 @@ class Course:
         config.write_text(text + f"\n# attnkit serve policy\nc.AttnkitServe.policies = {{{ASSIGNMENT!r}: {entry!r}}}\n")
 
     def start(self) -> None:
+        """Start the service and wait until it says it has started (its workers warming up)."""
+        before = len(self.events("started")) if self.log.is_file() else 0
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
         self.service = subprocess.Popen(
             [str(BIN / "attnkit"), "serve", "--jobs", "1", "--metrics-port", str(self.port)],
@@ -77,6 +79,10 @@ class Course:
             stdout=open(self.log, "a"),
             stderr=subprocess.STDOUT,
         )
+        deadline = time.monotonic() + WAIT
+        while len(self.events("started")) == before:
+            assert self.service.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
+            time.sleep(0.1)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.service is not None
@@ -261,6 +267,10 @@ def test_visibility_scores_and_after_due(course: Course) -> None:
             break
         time.sleep(1)
     assert 'data-diagnosis="mask_by_multiplying"' in page, "the full page once the due date passed"
+    assert 'id="late"' not in page, "submitted before the due date"
+    # Submitted after it: the page says so, with nbgrader's late rule (this course: none, 0 points off).
+    late = course.fetch(mistake, course.submit(mistake, MISTAKE))
+    assert 'id="late"' in late and "迟交扣分：0 分" in late and 'data-diagnosis="mask_by_multiplying"' in late
 
 
 def forge_submission(course: Course, user: str, notebook: Path, n: int) -> tuple[str, str]:

@@ -156,7 +156,8 @@ class Service:
         self.attempts.mkdir(exist_ok=True)
         self.queue = Queue(self.state / "service.db")
         self.suites: dict[str, Assignment] = discover(autograder)
-        self.policies: dict[str, Policy] = policies_from(course_config(course.root))
+        self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
+        self.policies: dict[str, Policy] = policies_from(self.config)
         self.gradebook = gradebook
         self.log = log
         self.metrics = Metrics()
@@ -274,6 +275,9 @@ class Service:
         # database and the exchange only: no graded/ folder, no fsync on the feedback's way.
         suite = self.suites[row.assignment]
         results = results_json(record, suite)
+        late = self.lateness(row, results)
+        if late is not None:
+            results["late"] = late
         full = bounded_feedback(results, suite).encode()
         policy = self.policies.get(row.assignment, DEFAULT)
         now = time.time()
@@ -312,6 +316,37 @@ class Service:
             layer=results.get("isolation", ""),
             not_graded=results.get("not_graded", ""),
         )
+
+    def lateness(self, row: Row, results: ResultsJson) -> dict[str, Any] | None:
+        """How late the submission is by the gradebook's due date, and what nbgrader's late rule
+        (the course's ``LateSubmissionPlugin``) takes for it: the fields ``gradebook_totals.lateness``
+        reads back once the recorder has saved it, so the page says now what ``nbgrader export``
+        will say (the total before any manual points). None when it is not late or there is no due date."""
+        import datetime
+
+        from nbgrader.plugins import LateSubmissionPlugin
+        from nbgrader.utils import parse_utc
+
+        due = self.due(row.assignment)
+        try:
+            submitted = parse_utc(row.timestamp)
+        except (ValueError, OverflowError):
+            return None
+        if due is None or submitted is None:
+            return None
+        seconds_late = submitted.replace(tzinfo=datetime.UTC).timestamp() - due
+        if seconds_late <= 0:
+            return None
+        score = 0.0 if results.get("not_graded") else float(results["score"])
+        penalty = float(LateSubmissionPlugin(config=self.config).late_submission_penalty(row.student, score, seconds_late) or 0.0)
+        return {
+            "seconds_late": seconds_late,
+            "penalty": penalty,
+            "total": max(0.0, score - penalty),
+            "max": float(results["max_score"]),
+            "timestamp": submitted.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "duedate": datetime.datetime.fromtimestamp(due, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        }
 
     def page_for(self, row: Row, results: ResultsJson, policy: Policy, full: bytes, now: float) -> tuple[str, bytes]:
         """What the student sees of this graded submission, as the assignment's policy says."""

@@ -22,7 +22,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab collect lock browser slurm grade test test-fast test-second-assignment lint release check student-zip bench gradescope clean
+.PHONY: help install lab collect lock browser slurm grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -38,6 +38,8 @@ help:
 	@echo "make venv-rebuild PYTHON=python3.12         remove .venv (saying what it removes) and install again with PYTHON"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
 	@echo "make bench                                  benchmark against nbgrader autograde"
+	@echo "make serve [METRICS_PORT=9339]              grade each nbgrader submit as it arrives (docs/service.md)"
+	@echo "make bench-serve                            time attnkit serve: one submission, then a deadline burst (root)"
 	@echo "make lock                                   regenerate requirements.lock (uv, one lock for Python 3.11-3.13)"
 	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder; one per assignment, dist/gradescope-NAME.zip, when there are several)"
 
@@ -179,6 +181,15 @@ student-zip: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py
+
+# The on-submit service, from this course root (docs/service.md); Ctrl-C stops it cleanly.
+METRICS_PORT ?=
+serve: $(STAMP)
+	$(BIN)/attnkit serve --jobs $(JOBS) $(if $(METRICS_PORT),--metrics-port $(METRICS_PORT))
+
+# Makes unix users (root): one submission on an idle service, then 1,000 from 400 students in 60 s.
+bench-serve: $(STAMP)
+	$(BIN)/python tools/bench_serve.py
 
 gradescope: $(STAMP)
 	$(BIN)/python -m attnkit.course.gradescope --out dist/gradescope.zip

@@ -49,6 +49,7 @@ COMMAND_MODULES = {
     "merge": ("assignment.folder", "console", "report.store", "report.shard_set"),
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
+    "serve": ("service.serve",),
 }
 
 
@@ -129,6 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     feedback.add_argument("--submitted", type=Path, required=True, help="the submitted/ folder `attnkit collect` filled")
     feedback.add_argument("--out", type=Path, required=True, help="the graded output (of `attnkit grade` or `attnkit merge`)")
+
+    serve = commands.add_parser("serve", parents=[language], help="grade each nbgrader submit as it arrives (docs/service.md); run from the course root")
+    serve.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py; default: here)")
+    serve.add_argument("--jobs", type=int, default=None, help="warm workers (default: number of cores)")
+    serve.add_argument("--gradebook", type=Path, default=None, help="the course's gradebook.db (default: COURSE/gradebook.db)")
+    serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on 127.0.0.1:PORT")
+    serve.add_argument("--status", action="store_true", help="print the queue, what is in flight and the last hour, then exit")
+    serve.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
+    serve.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
+    serve.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
+    serve.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -544,6 +556,27 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_serve(args: argparse.Namespace) -> int:
+    """The on-submit service (attnkit.service.serve); ``--status`` only reads its database."""
+    from attnkit.service import serve
+
+    if args.status:
+        print(serve.status(args.course))
+        return 0
+    import torch
+
+    from attnkit.assignment.folder import solutions_beside
+    from attnkit.driver.seed import take as take_seed
+
+    torch.set_num_threads(1)  # workers are forked from here, as in grade
+    course = serve.load_course(args.course)
+    gradebook = args.gradebook or args.course / "gradebook.db"
+    limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
+    hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
+    service = serve.Service(course, args.autograder, args.jobs or len(os.sched_getaffinity(0)), limits, hide, gradebook, args.metrics_port, take_seed())
+    return serve.serve(service)
+
+
 def leave_working_directory(args: argparse.Namespace) -> None:
     """The grader must not depend on the folder it was started in: a TA's shell may sit in one
     the grader's user cannot even enter (a checkout under a root-only ``mktemp -d``), where
@@ -565,9 +598,14 @@ def main(argv: list[str] | None = None) -> int:
     import_commands(args.command)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
-    command = {"grade": command_grade, "check": command_check, "merge": command_merge, "collect": command_collect, "lms-feedback": command_lms_feedback}[
-        args.command
-    ]
+    command = {
+        "grade": command_grade,
+        "check": command_check,
+        "merge": command_merge,
+        "collect": command_collect,
+        "lms-feedback": command_lms_feedback,
+        "serve": command_serve,
+    }[args.command]
     from attnkit.console import console, print_error
     from attnkit.report.store import output_lock
 

@@ -244,16 +244,18 @@ def register_assignments(database: Path, assignments: list[str]) -> None:
 
 
 def record_grades(
-    database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None, registered: bool = False
+    database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None, registered: bool | set[str] = False
 ) -> list[str]:
     """Register the assignments, then save every student's submission, timestamp and scores.
 
     With ``submitted``, each notebook is also sanitised into ``autograded/`` beside the database,
     where formgrader and ``nbgrader generate_feedback`` read it. ``source`` is accepted for
     compatibility; the course root (``course_root``) decides which ``solutions/`` is registered
-    (unless ``registered``: ``register_assignments`` did it already).
+    (unless ``registered``: True when ``register_assignments`` did it already; a set, the
+    assignments registered so far, which this call adds to).
     What autograded/ receives is exactly the bytes that were graded, or nothing (with a warning
-    returned for the TA).
+    returned for the TA). ``registered``: assignments a long-running caller (``attnkit serve``'s
+    recorder) registered already and need not register again; those registered here are added.
     """
     notices: list[str] = []
     os.environ["PATH"] = tool_environment()["PATH"]
@@ -266,9 +268,12 @@ def record_grades(
     db_url = f"sqlite:///{database.resolve()}"
     config = course_config(root)
     with locked(database):
-        if not registered:  # (``register_assignments`` did it before grading)
-            for assignment in sorted({r["assignment"] for r in all_results}):
+        if registered is not True:  # (True: ``register_assignments`` did it before grading)
+            done = registered if isinstance(registered, set) else set()
+            for assignment in sorted({r["assignment"] for r in all_results} - done):
                 register_assignment(database, assignment, root)
+                if isinstance(registered, set):  # the service's: registered once per start
+                    registered.add(assignment)
         for results in all_results:
             student, assignment = results["student_id"], results["assignment"]
             folder = submitted / student / assignment if submitted is not None else None

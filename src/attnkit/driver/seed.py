@@ -79,10 +79,10 @@ _seed: Seed | None = None
 
 
 def start_for(argv: list[str]) -> None:
-    """Start the seed if ``argv`` (the command line after the program) is a ``grade`` command.
+    """Start the seed if ``argv`` (the command line after the program) is a ``grade`` or ``serve`` command.
     Any other command, or a seed that cannot start, just leaves workers to start their own."""
     global _seed
-    if _seed is not None or "grade" not in argv or {"-h", "--help", "--version"} & set(argv):
+    if _seed is not None or not {"grade", "serve"} & set(argv) or {"-h", "--help", "--version", "--status"} & set(argv):
         return
     try:
         _seed = Seed()

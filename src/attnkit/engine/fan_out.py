@@ -204,6 +204,7 @@ class FanOut:
         self.stall_seconds = (limits.notebook_seconds + limits.submission_seconds) * (limits.restarts + 1) + 120
         self.pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
         self.lanes = worker_cpus(workers)
+        self.keep: set[int] = set()  # other children of ours that end_orphans must spare (attnkit serve's recorder)
 
     def run(self) -> list[str]:
         """Grade every job; the keys of those not graded. GraderError when grading cannot run."""
@@ -321,7 +322,7 @@ class FanOut:
             end.close()
         # The seed and the zygotes of live workers (its children) go on; the dead worker's zygote
         # ends by itself when the worker's end of it closes.
-        end_orphans({w.process.pid for w in self.pool.values()} | ({self.seed.pid} if self.seed else set()))
+        end_orphans({w.process.pid for w in self.pool.values()} | ({self.seed.pid} if self.seed else set()) | self.keep)
         if worker.chunk is not None:
             self.chunk_failed(worker, reason)
         if self.remaining and self.work and len(self.pool) < self.workers:
@@ -341,5 +342,5 @@ class FanOut:
                 worker.process.join(timeout=5)
         if self.seed is not None:
             self.seed.close()
-        end_orphans(set())
+        end_orphans(set(self.keep))
         _adopt_orphans(False)

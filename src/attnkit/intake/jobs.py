@@ -96,17 +96,19 @@ def _open_folder(name: str, parent_fd: int) -> int:
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
 
 
-def find_jobs(submitted: Path, suites: dict[str, Assignment], only: str | None = None) -> Intake:
+def find_jobs(submitted: Path, suites: dict[str, Assignment], only: str | None = None, digests: dict[tuple[Path, str], str] | None = None) -> Intake:
     """``submitted/<student_id>/<assignment>/<notebook>.ipynb``: a job per student and assignment
     graded in this run; everything else is listed in ``skipped`` with its reason.
 
     The run grades ``only`` when given, else every assignment with a hidden suite that at least
-    one student has a folder for (a class of one assignment is not told about the others)."""
+    one student has a folder for (a class of one assignment is not told about the others).
+    ``digests``: the grader digests to use and fill (``Intake.digests``), for a caller that keeps
+    them across intakes knowingly (``attnkit serve``, whose suites do not change while it runs)."""
     if not submitted.is_dir():
         raise GraderError(_("找不到提交文件夹：{folder}").format(folder=submitted))
     if only is not None and only not in suites:
         raise GraderError(_("作业 {assignment} 没有隐藏测试（只有 {known}）").format(assignment=only, known=i18n.join(suites)))
-    intake = Intake()
+    intake = Intake() if digests is None else Intake(digests=digests)
     root_fd = os.open(submitted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the TA's folder
     try:
         students: list[tuple[str, int]] = []

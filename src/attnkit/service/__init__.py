@@ -1,0 +1,18 @@
+"""``attnkit serve``: grade each submission as it arrives in nbgrader's exchange (docs/service.md).
+
+The on-submit service, the top layer below the command line: it may use every layer under it
+(intake's caps, the engine's warm workers, the report's pages, the course's gradebook) and
+nothing below imports it.
+
+- ``queue``: the service's own SQLite database (WAL) in the course, each submission's state
+  (queued -> grading -> delivered | failed; refused), one in flight per student, first come
+  first served between students, and what a restart finds after a crash.
+- ``exchange``: nbgrader's exchange: a finished folder in ``inbound/``, whose it is (the uid
+  owning it, never its name), the copy graded, and the feedback placed where ``nbgrader
+  fetch_feedback`` looks (nbgrader's own ``notebook_hash`` of the submission's secret).
+- ``pool``: the engine's warm workers fed one submission at a time.
+- ``policies``: attempts per window, visibility, which attempt counts.
+- ``recorder``: the gradebook records, in batches, in a process of their own (off the path of
+  the feedback).
+- ``serve``: the loop, ``--status``, ``/metrics`` and the log line per submission.
+"""

@@ -1,0 +1,103 @@
+"""Per-assignment policies of the on-submit service, and the page each one lets a student see.
+
+Configured in the course's ``nbgrader_config.py`` (where the course's exchange, course id and late
+rule already are, and which the TA edits anyway; the assignment folders are the kit's, shared by
+every course that uses them, so a course's limits do not belong there)::
+
+    c.AttnkitServe.policies = {"ch19-attention": {"attempts": 3, "window_hours": 1, "visibility": "full", "counts": "latest"}}
+
+Defaults (``DEFAULT``): 5 graded feedbacks per student per hour, ``full`` pages, the ``latest``
+submission counts (nbgrader's own rule). Past the limit a submission is still graded and
+recorded for the TA; the student's page says when the next feedback comes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+from dataclasses import dataclass, replace
+from typing import Any
+
+from attnkit.i18n import _
+from attnkit.records import ResultsJson
+
+VISIBILITIES = ("full", "scores", "after-due")
+COUNTS = ("latest", "best")
+
+
+@dataclass(frozen=True)
+class Policy:
+    attempts: int = 5  # graded feedbacks per student per window (0: no limit)
+    window_hours: float = 1.0
+    visibility: str = "full"
+    counts: str = "latest"
+
+    @property
+    def window_seconds(self) -> float:
+        return self.window_hours * 3600
+
+
+DEFAULT = Policy()
+
+
+def policies_from(config: Any) -> dict[str, Policy]:
+    """``c.AttnkitServe.policies`` of a loaded nbgrader config; ValueError names a bad entry."""
+    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
+    given = section.get("policies", {}) if hasattr(section, "get") else {}
+    found: dict[str, Policy] = {}
+    for assignment, entry in dict(given).items():
+        unknown = set(entry) - set(Policy.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"AttnkitServe.policies[{assignment!r}]: unknown keys {sorted(unknown)}")
+        policy = replace(DEFAULT, **entry)
+        if policy.visibility not in VISIBILITIES or policy.counts not in COUNTS or policy.attempts < 0 or policy.window_hours <= 0:
+            raise ValueError(f"AttnkitServe.policies[{assignment!r}]: {policy}")
+        found[assignment] = policy
+    return found
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
+    )
+
+
+def scores_page(results: ResultsJson) -> str:
+    """``scores``: the total and each part's score, nothing of the diagnosis, tests or heatmaps."""
+    rows = "".join(
+        f'<tr data-part="{html.escape(name)}"><td>{html.escape(name)}</td><td>{part["score"]:g} / {part["max_score"]:g}</td></tr>'
+        for name, part in results["parts"].items()
+    )
+    title = _("{assignment} 的评分结果").format(assignment=results["assignment"])
+    withheld = _("本作业只公布各部分得分；详细诊断在截止后由助教公布。")
+    body = (
+        f"<h1>{html.escape(title)}</h1>"
+        f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>'
+        f'<table id="parts">{rows}</table>'
+        f"<p>{html.escape(withheld)}</p>"
+    )
+    return _page(title, body)
+
+
+def withheld_page(assignment: str, why: str) -> str:
+    """A page with no result: why, and when the next one comes."""
+    title = _("{assignment} 已收到").format(assignment=assignment)
+    return _page(title, f'<h1>{html.escape(title)}</h1><p id="withheld">{html.escape(why)}</p>')
+
+
+def when(moment: float) -> str:
+    return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def limit_reason(policy: Policy, next_at: float) -> str:
+    return _("你在 {hours:g} 小时内已获得 {count} 次评分反馈（上限）。这次提交已评分并记录，助教可见；下一次反馈最早在 {moment} 之后的提交。").format(
+        hours=policy.window_hours, count=policy.attempts, moment=when(next_at)
+    )
+
+
+def after_due_reason(due: float | None) -> str:
+    if due is None:
+        return _("本作业的反馈在截止之后公布（尚未设定截止时间）。这次提交已评分并记录。")
+    return _("本作业的反馈在截止时间 {moment} 之后公布。这次提交已评分并记录；截止后再次提交或运行 Fetch Feedback 即可看到完整反馈。").format(moment=when(due))

@@ -1,0 +1,171 @@
+"""The gradebook records of the on-submit service: a process of its own, in batches.
+
+Recording one submission the way ``attnkit grade --gradebook`` does costs most of a second
+(nbgrader's registration of the assignment, the sanitised copy in autograded/, the ORM); a
+student's feedback never waits for it. This process (``python -m attnkit.service.recorder``,
+started and stopped by the service) reads the delivered submissions not yet recorded from the
+service's database, up to BATCH students at a time, keeps for each student and assignment the
+one submission that counts (``latest``, nbgrader's rule, or ``best``: a burst of resubmissions is
+one record), places it in the course's ``submitted/<student>/<assignment>/``
+(as ``nbgrader collect`` would: so ``make grade`` on that folder gives the same gradebook) and
+records the whole batch with ``course.gradebook.record_grades`` (one registration per start),
+then marks the batch recorded in one transaction. Killed half-way, the batch is recorded again
+at the next start: nbgrader's ``update_or_create`` makes that the same single record.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+from attnkit.service import queue as queue_module
+from attnkit.service.policies import DEFAULT, Policy
+
+# Submissions per batch: one transaction of marks and one pass of record_grades each. Small enough
+# that a stop (which waits for the batch under way) is prompt: most of a second per student.
+BATCH = 50
+PR_SET_PDEATHSIG = 1
+IDLE_SECONDS = 0.5
+
+
+def counted(db: object, student: str, assignment: str, policy: Policy) -> int | None:
+    """The id of the delivered submission that counts for ``student`` on ``assignment``."""
+    order = "id DESC" if policy.counts == "latest" else "score DESC, id DESC"
+    row = db.execute(  # type: ignore[attr-defined]
+        f"SELECT id FROM submissions WHERE student = ? AND assignment = ? AND state = ? AND score IS NOT NULL ORDER BY {order} LIMIT 1",
+        (student, assignment, queue_module.DELIVERED),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def place_submitted(course_root: Path, staged: Path, student: str, assignment: str) -> None:
+    """The counted attempt's files (``staged``) as ``submitted/<student>/<assignment>/`` (replaced whole)."""
+    target = course_root / "submitted" / student / assignment
+    fresh = target.with_name(f".{assignment}.{os.getpid()}.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    shutil.copytree(staged, fresh)
+    old = target.with_name(f".{assignment}.{os.getpid()}.old")
+    if target.exists():
+        os.replace(target, old)
+    os.replace(fresh, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def commit_without_fsync(gradebook: Path) -> bool:
+    """The gradebook in SQLite's WAL mode, and this process's connections to it (nbgrader's
+    SQLAlchemy engines) at ``synchronous = NORMAL``: nbgrader's SaveAutoGrades commits once per
+    graded cell, and each commit was an fsync of the rollback journal (a quarter of a second per
+    student on the project's machine). In WAL mode a commit survives a crash of any process; a
+    power cut can lose the last ones, which the next start records again (nothing is marked
+    recorded before its batch is in). WAL is the file's own setting from then on: nbgrader,
+    formgrader and ``attnkit grade`` read and write it as before (on a local file system, as
+    SQLite's WAL needs). False while the gradebook does not exist yet."""
+    import sqlite3
+
+    if not gradebook.is_file():
+        return False
+    connection = sqlite3.connect(gradebook, timeout=60)
+    try:
+        if connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] != "wal":
+            return False
+    finally:
+        connection.close()
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def no_fsync(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+    event.listen(Engine, "connect", no_fsync)
+    return True
+
+
+def record_batch(
+    course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy], registered: set[str], done: dict[tuple[str, str], int]
+) -> int:
+    """Record one batch: up to BATCH students (with an assignment) who have deliveries not yet
+    recorded, each with the one submission that counts; how many deliveries it settled (0:
+    nothing was waiting). ``registered``: the assignments this process registered already
+    (nbgrader generate_assignment, seconds each: once per assignment per start of the service).
+    ``done``: the submission recorded last per student and assignment by this process (a newer
+    delivery of another attempt that does not count is settled without writing again)."""
+    from attnkit.course.gradebook import record_grades
+
+    queue = queue_module.Queue(database)
+    try:
+        pairs = queue.db.execute(
+            "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = ? AND recorded = 0"
+            " GROUP BY student, assignment ORDER BY MIN(id) LIMIT ?",
+            (queue_module.DELIVERED, BATCH),
+        ).fetchall()
+        if not pairs:
+            return 0
+        attempts = database.parent / "attempts"
+        results = []
+        chosen: dict[tuple[str, str], int] = {}
+        for pair in pairs:
+            key = (pair["student"], pair["assignment"])
+            found = counted(queue.db, key[0], key[1], policies.get(key[1], DEFAULT))
+            if found is None or done.get(key) == found:
+                continue  # nothing that counts (not graded), or what counts is in the gradebook already
+            inbound, text = queue.db.execute("SELECT inbound, results FROM submissions WHERE id = ?", (found,)).fetchone()
+            place_submitted(course_root, attempts / inbound / key[0] / key[1], key[0], key[1])
+            results.append(json.loads(text))
+            chosen[key] = found
+        if results:
+            for notice in record_grades(gradebook, results, course_root / "submitted", registered=registered):
+                print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
+        done.update(chosen)
+        with queue.transaction() as db:
+            for pair in pairs:
+                db.execute(
+                    "UPDATE submissions SET recorded = 1 WHERE student = ? AND assignment = ? AND state = ? AND id <= ?",
+                    (pair["student"], pair["assignment"], queue_module.DELIVERED, pair["newest"]),
+                )
+        return sum(pair["waiting"] for pair in pairs)
+    finally:
+        queue.close()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON PARENT``: record until SIGTERM."""
+    course_root, database, gradebook, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), int(argv[4])
+    policies = {name: Policy(**entry) for name, entry in json.loads(argv[3]).items()}
+    stopping = False
+
+    def stop(_signal: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the service's: it stops us after
+    # The service killed (-9): we stop too (SIGTERM when our parent dies), else its restart
+    # would find a second recorder at work.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return 0
+    # Below grading in the CPU's queue: under a deadline's burst the feedback goes first and the
+    # records catch up in the gaps (they are batched, so a longer wait makes bigger batches).
+    os.nice(10)
+    registered: set[str] = set()
+    recorded: dict[tuple[str, str], int] = {}
+    fast = False
+    while not stopping:
+        fast = fast or commit_without_fsync(gradebook)
+        started = time.perf_counter()
+        settled = record_batch(course_root, database, gradebook, policies, registered, recorded)
+        if settled:
+            print(json.dumps({"event": "recorded", "count": settled, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
+        else:
+            time.sleep(IDLE_SECONDS)
+    return 0  # what is not recorded yet is recorded after the next start
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,519 @@
+"""``attnkit serve``: the loop of the on-submit service (docs/service.md).
+
+One thread, one loop: it waits (``multiprocessing.connection.wait``) on the warm workers' pipes,
+the inotify descriptor of the exchange's ``inbound/`` and the ``/metrics`` socket at once; a
+finished folder is checked (whose it is), copied and queued in the database before anything
+grades it; idle workers get the next fair job; a record becomes the student's page in the
+exchange at once, and its gradebook record is left to the recorder process. No thread: the
+workers that replace a dead one are forked from this process, which must hold no other thread
+at a fork (the engine's rule).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import math
+import multiprocessing.connection
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from attnkit.assignment.folder import Assignment, discover
+from attnkit.boundary.policy import Limits
+from attnkit.constants import GraderError
+from attnkit.course.gradebook import course_config
+from attnkit.driver.seed import Seed
+from attnkit.i18n import _
+from attnkit.intake.jobs import find_jobs
+from attnkit.records import Job, ResultsJson, SubmissionRecord
+from attnkit.report.results_json import results_json
+from attnkit.report.store import bounded_feedback
+from attnkit.service import exchange as ex
+from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
+from attnkit.service.pool import WarmPool
+from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Queue, Row
+
+STATE_FOLDER = ".attnkit-serve"
+RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
+DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
+PR_SET_PDEATHSIG = 1
+BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def load_course(root: Path) -> ex.Course:
+    """The course at ``root``: its nbgrader_config.py must name the exchange's course id, and
+    the exchange's inbound/ must exist (``nbgrader release_assignment`` makes it)."""
+    config = course_config(root)
+    exchange = Path(str(config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")))
+    course_id = str(config.get("CourseDirectory", {}).get("course_id", ""))
+    if not (root / "nbgrader_config.py").is_file():
+        raise GraderError(_("{root} 里没有 nbgrader_config.py：请在课程根目录启动 attnkit serve").format(root=root))
+    if not course_id:
+        raise GraderError(_("nbgrader_config.py 没有设置 CourseDirectory.course_id：无法找到交换目录里的课程"))
+    course = ex.Course(root, exchange, course_id)
+    if not course.inbound.is_dir():
+        raise GraderError(_("交换目录里没有 {inbound}（先运行 nbgrader release_assignment）").format(inbound=course.inbound))
+    return course
+
+
+def due_dates(gradebook: Path) -> dict[str, float]:
+    """Each assignment's due date in the gradebook (epoch seconds), as nbgrader's late rule reads it."""
+    if not gradebook.is_file():
+        return {}
+    import datetime
+    import sqlite3
+
+    found: dict[str, float] = {}
+    with sqlite3.connect(f"file:{gradebook}?mode=ro", uri=True) as db:
+        try:
+            rows = db.execute("SELECT name, duedate FROM assignment").fetchall()
+        except sqlite3.Error:
+            return {}
+    for name, due in rows:
+        if due:
+            found[name] = datetime.datetime.fromisoformat(str(due)).replace(tzinfo=datetime.UTC).timestamp()
+    return found
+
+
+@dataclass
+class Metrics:
+    """What /metrics serves (Prometheus' text format) and --status prints of this run."""
+
+    graded: int = 0
+    refused: int = 0
+    failed: int = 0
+    latency_counts: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    latency_sum: float = 0.0
+    latency_count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        for index, bound in enumerate(BUCKETS):
+            if seconds <= bound:
+                self.latency_counts[index] += 1
+        self.latency_sum += seconds
+        self.latency_count += 1
+
+    def text(self, queued: int, in_flight: int) -> str:
+        lines = [
+            "# HELP attnkit_serve_queue_length Submissions waiting to be graded.",
+            "# TYPE attnkit_serve_queue_length gauge",
+            f"attnkit_serve_queue_length {queued}",
+            "# HELP attnkit_serve_in_flight Submissions being graded.",
+            "# TYPE attnkit_serve_in_flight gauge",
+            f"attnkit_serve_in_flight {in_flight}",
+            "# TYPE attnkit_serve_graded_total counter",
+            f"attnkit_serve_graded_total {self.graded}",
+            "# TYPE attnkit_serve_refused_total counter",
+            f"attnkit_serve_refused_total {self.refused}",
+            "# TYPE attnkit_serve_failed_total counter",
+            f"attnkit_serve_failed_total {self.failed}",
+            "# HELP attnkit_serve_latency_seconds From the folder noticed complete to the page fetchable.",
+            "# TYPE attnkit_serve_latency_seconds histogram",
+        ]
+        lines += [f'attnkit_serve_latency_seconds_bucket{{le="{bound:g}"}} {count}' for bound, count in zip(BUCKETS, self.latency_counts, strict=True)]
+        lines += [
+            f'attnkit_serve_latency_seconds_bucket{{le="+Inf"}} {self.latency_count}',
+            f"attnkit_serve_latency_seconds_sum {self.latency_sum:.6f}",
+            f"attnkit_serve_latency_seconds_count {self.latency_count}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class InFlight:
+    row: Row
+    job: Job
+    staged: Path  # the copy graded: attempts/<inbound>/<student>/<assignment>
+    sent: float = field(default_factory=time.time)  # when a worker was given it
+
+
+class Service:
+    def __init__(
+        self,
+        course: ex.Course,
+        autograder: Path,
+        workers: int,
+        limits: Limits,
+        hide: list[str],
+        gradebook: Path | None,
+        metrics_port: int | None,
+        seed: Seed | None,
+        log: TextIO = sys.stderr,
+    ) -> None:
+        self.course = course
+        self.state = course.root / STATE_FOLDER
+        self.state.mkdir(mode=0o700, exist_ok=True)
+        self.state.chmod(0o700)  # the copies hold students' secrets
+        self.attempts = self.state / "attempts"
+        self.attempts.mkdir(exist_ok=True)
+        self.queue = Queue(self.state / "service.db")
+        self.suites: dict[str, Assignment] = discover(autograder)
+        self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
+        self.policies: dict[str, Policy] = policies_from(self.config)
+        self.gradebook = gradebook
+        self.log = log
+        self.metrics = Metrics()
+        self.digests: dict[tuple[Path, str], str] = {}
+        self.in_flight: dict[str, InFlight] = {}  # by the job's key, student/assignment
+        self.known = self.queue.known()
+        self.pending: set[str] = set()  # folders seen unfinished: looked at again on every event
+        self.uid = os.geteuid()
+        self.stopping = False
+        self.dues: dict[str, float] = {}
+        self.dues_read = 0.0
+        self.pool = WarmPool(autograder, workers, limits, hide, self.on_record, seed)
+        self.recorder: subprocess.Popen | None = None
+        self.listener: socket.socket | None = None
+        if metrics_port is not None:
+            self.listener = socket.create_server(("127.0.0.1", metrics_port))
+            self.listener.setblocking(False)
+        from inotify_simple import INotify, flags
+
+        self.inotify = INotify()
+        self.inotify.add_watch(str(course.inbound), flags.CREATE | flags.ATTRIB | flags.MOVED_TO | flags.CLOSE_WRITE)
+        # A worker is forked from this process: it must not keep the /metrics port (a restart
+        # after a kill -9 could not listen again while an orphan holds it) nor the inotify watch.
+        os.register_at_fork(after_in_child=self.close_in_child)
+
+    def close_in_child(self) -> None:
+        # And it ends with the service: killed -9, the service leaves no worker behind (a forked
+        # worker holds its own pipe's other end, so it would never see the service gone).
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        for handle in (self.listener, self.inotify):
+            try:
+                if handle is not None:
+                    handle.close()
+            except OSError:
+                pass
+
+    # -- intake ------------------------------------------------------------------------------
+    def emit(self, event: str, **fields: Any) -> None:
+        print(json.dumps({"time": round(time.time(), 3), "event": event, **fields}, ensure_ascii=False), file=self.log, flush=True)
+
+    def look(self, names: list[str] | None = None) -> None:
+        """Check ``names`` in inbound/ (every folder there when None) and the unfinished ones."""
+        if names is None:
+            try:
+                names = os.listdir(self.course.inbound)
+            except OSError:
+                return
+        for name in set(names) | set(self.pending):
+            if name in self.known:
+                self.pending.discard(name)
+                continue
+            self.consider(name)
+
+    def consider(self, name: str) -> None:
+        claimed = ex.parse_name(name)
+        if claimed is None:
+            return
+        folder = self.course.inbound / name
+        timestamp = ex.finished(folder)
+        if timestamp is None:
+            self.pending.add(name)
+            return
+        self.pending.discard(name)
+        self.known.add(name)
+        noticed = time.time()
+        problem = ex.owner_problem(folder, claimed.student, self.uid)
+        if problem:
+            self.queue.refuse(name, claimed.student, claimed.assignment, timestamp, problem, noticed)
+            self.metrics.refused += 1
+            self.emit("refused", inbound=name, student=claimed.student, assignment=claimed.assignment, cause=problem)
+            return
+        # The copy first, then the row: a row in the queue always has its copy.
+        ex.stage(folder, self.attempts / name / claimed.student / claimed.assignment)
+        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed) is not None:
+            self.emit("queued", inbound=name, student=claimed.student, assignment=claimed.assignment)
+
+    # -- grading -----------------------------------------------------------------------------
+    def dispatch(self) -> None:
+        """Fair jobs to idle workers (``Queue.claim``)."""
+        for row in self.queue.claim(self.pool.free()):
+            if row.assignment not in self.suites:
+                self.queue.fail(row.id, _("作业 {assignment} 没有隐藏测试").format(assignment=row.assignment))
+                self.metrics.failed += 1
+                self.emit("failed", id=row.id, student=row.student, assignment=row.assignment, cause="no hidden suite")
+                continue
+            root = self.attempts / row.inbound
+            if not (root / row.student / row.assignment).is_dir():  # lost with a power cut: copied again, checked again
+                folder = self.course.inbound / row.inbound
+                problem = ex.owner_problem(folder, row.student, self.uid) if folder.is_dir() else _("提交文件夹已不在交换目录里")
+                if problem:
+                    self.queue.fail(row.id, problem)
+                    self.metrics.failed += 1
+                    continue
+                ex.stage(folder, root / row.student / row.assignment)
+            intake = find_jobs(root, self.suites, row.assignment, self.digests)
+            job = next((job for job in intake.jobs if job.student_id == row.student), None)
+            if job is None:
+                self.queue.fail(row.id, _("提交里没有可评分的内容"))
+                self.metrics.failed += 1
+                continue
+            self.in_flight[job.key] = InFlight(row, job, root / row.student / row.assignment)
+            self.pool.submit(job)
+
+    def on_record(self, record: SubmissionRecord) -> None:
+        key = f"{record['student_id']}/{record['assignment']}"
+        flight = self.in_flight.pop(key, None)
+        if flight is None:
+            return
+        row = flight.row
+        received = time.time()
+        # The results and the page as `attnkit grade` writes them (report.store), kept in the
+        # database and the exchange only: no graded/ folder, no fsync on the feedback's way.
+        suite = self.suites[row.assignment]
+        results = results_json(record, suite)
+        late = self.lateness(row, results)
+        if late is not None:
+            results["late"] = late
+        full = bounded_feedback(results, suite).encode()
+        policy = self.policies.get(row.assignment, DEFAULT)
+        now = time.time()
+        shown, page = self.page_for(row, results, policy, full, now)
+        if shown != "full":  # kept with the submission's copy: released in place after the due date
+            (self.attempts / row.inbound / "feedback.html").write_bytes(full)
+        names = [
+            ex.feedback_name(flight.staged, self.course.course_id, row.student, row.assignment, Path(notebook).stem, row.timestamp)
+            for notebook in sorted(p.name for p in flight.staged.glob("*.ipynb"))
+        ] or [
+            ex.feedback_name(flight.staged, self.course.course_id, row.student, row.assignment, Path(self.suites[row.assignment].notebook).stem, row.timestamp)
+        ]
+        for name in names:
+            ex.place_feedback(self.course, name, page)
+        graded = not results.get("not_graded")
+        score = results["score"] if graded else None
+        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now):  # type: ignore[arg-type]
+            return
+        latency = time.time() - row.noticed
+        self.metrics.graded += 1
+        self.metrics.observe(latency)
+        self.emit(
+            "delivered",
+            id=row.id,
+            student=row.student,
+            assignment=row.assignment,
+            attempt=self.queue.row(row.id).attempt,
+            score=score,
+            max_score=results["max_score"],
+            shown=shown,
+            latency=round(latency, 4),
+            # Where the time went: waiting for a worker, grading, the page written and delivered.
+            waited=round(flight.sent - row.noticed, 4),
+            grading=round(received - flight.sent, 4),
+            delivering=round(time.time() - received, 4),
+            layer=results.get("isolation", ""),
+            not_graded=results.get("not_graded", ""),
+        )
+
+    def lateness(self, row: Row, results: ResultsJson) -> dict[str, Any] | None:
+        """How late the submission is by the gradebook's due date, and what nbgrader's late rule
+        (the course's ``LateSubmissionPlugin``) takes for it: the fields ``gradebook_totals.lateness``
+        reads back once the recorder has saved it, so the page says now what ``nbgrader export``
+        will say (the total before any manual points). None when it is not late or there is no due date."""
+        import datetime
+
+        from nbgrader.plugins import LateSubmissionPlugin
+        from nbgrader.utils import parse_utc
+
+        due = self.due(row.assignment)
+        try:
+            submitted = parse_utc(row.timestamp)
+        except (ValueError, OverflowError):
+            return None
+        if due is None or submitted is None:
+            return None
+        seconds_late = submitted.replace(tzinfo=datetime.UTC).timestamp() - due
+        if seconds_late <= 0:
+            return None
+        score = 0.0 if results.get("not_graded") else float(results["score"])
+        penalty = float(LateSubmissionPlugin(config=self.config).late_submission_penalty(row.student, score, seconds_late) or 0.0)
+        return {
+            "seconds_late": seconds_late,
+            "penalty": penalty,
+            "total": max(0.0, score - penalty),
+            "max": float(results["max_score"]),
+            "timestamp": submitted.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "duedate": datetime.datetime.fromtimestamp(due, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        }
+
+    def page_for(self, row: Row, results: ResultsJson, policy: Policy, full: bytes, now: float) -> tuple[str, bytes]:
+        """What the student sees of this graded submission, as the assignment's policy says."""
+        if policy.visibility == "after-due":
+            due = self.due(row.assignment)
+            if due is None or now < due:
+                return "after-due", withheld_page(row.assignment, after_due_reason(due)).encode()
+        if policy.attempts:
+            shown = self.queue.shown_times(row.student, row.assignment, now - policy.window_seconds)
+            if len(shown) >= policy.attempts:
+                next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
+                return "withheld", withheld_page(row.assignment, limit_reason(policy, next_at)).encode()
+        if policy.visibility == "scores":
+            return "scores", scores_page(results).encode()
+        return "full", full
+
+    def due(self, assignment: str) -> float | None:
+        if self.gradebook is not None and time.monotonic() - self.dues_read > DUE_SECONDS:
+            self.dues, self.dues_read = due_dates(self.gradebook), time.monotonic()
+        return self.dues.get(assignment)
+
+    def release_after_due(self) -> None:
+        """Pages withheld until the due date, once it has passed: each submission's full page, in
+        place of its own withheld one (every submission has its own page: no other is touched)."""
+        for assignment, policy in self.policies.items():
+            due = self.due(assignment) if policy.visibility == "after-due" else None
+            if due is None or time.time() < due:
+                continue
+            rows = self.queue.db.execute(
+                "SELECT id, inbound, feedback FROM submissions WHERE assignment = ? AND shown = 'after-due' AND state = ?", (assignment, DELIVERED)
+            ).fetchall()
+            for row in rows:
+                kept = self.attempts / row["inbound"] / "feedback.html"
+                if kept.is_file():
+                    ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
+                with self.queue.transaction() as db:
+                    db.execute("UPDATE submissions SET shown = 'released' WHERE id = ?", (row["id"],))
+                self.emit("released", id=row["id"], assignment=assignment)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def answer_metrics(self) -> None:
+        assert self.listener is not None
+        try:
+            connection, _address = self.listener.accept()
+        except OSError:
+            return
+        with connection:
+            connection.settimeout(1.0)
+            try:
+                connection.recv(4096)
+                counts = self.queue.counts()
+                body = self.metrics.text(counts[QUEUED], counts[GRADING]).encode()
+                connection.sendall(
+                    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
+            except OSError:
+                pass
+
+    # -- the loop ----------------------------------------------------------------------------
+    def start_recorder(self) -> None:
+        if self.gradebook is None:
+            return
+        policies = json.dumps({name: asdict(policy) for name, policy in self.policies.items()})
+        self.recorder = subprocess.Popen(
+            [sys.executable, "-m", "attnkit.service.recorder", str(self.course.root), str(self.queue.path), str(self.gradebook), policies, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+        )
+        self.pool.keep.add(self.recorder.pid)
+
+    def run(self) -> int:
+        recovered = self.queue.recover()
+        self.start_recorder()
+        self.pool.start()
+        self.emit("started", course=self.course.course_id, inbound=str(self.course.inbound), workers=self.pool.workers, requeued=recovered)
+        gc.collect()
+        gc.freeze()
+        last_scan = 0.0
+        try:
+            while not self.stopping:
+                waiting: list[Any] = [*self.pool.connections(), self.inotify.fileno()]
+                if self.listener is not None:
+                    waiting.append(self.listener)
+                ready = multiprocessing.connection.wait(waiting, timeout=0.25)
+                if self.inotify.fileno() in ready:
+                    self.look([event.name for event in self.inotify.read(timeout=0) if event.name])
+                if self.listener is not None and self.listener in ready:
+                    self.answer_metrics()
+                self.pool.pump([r for r in ready if r in self.pool.pool])
+                if time.monotonic() - last_scan > RESCAN_SECONDS:
+                    self.look()
+                    self.release_after_due()
+                    last_scan = time.monotonic()
+                if self.recorder is not None and self.recorder.poll() is not None:
+                    raise GraderError(_("成绩册记录进程意外退出（退出码 {code}）").format(code=self.recorder.returncode))
+                self.dispatch()
+        except GraderError as error:
+            self.emit("stopped", reason=str(error))
+            return 2
+        finally:
+            self.shut_down()
+        self.emit("stopped", reason="signal")
+        return 0
+
+    def shut_down(self) -> None:
+        if self.recorder is not None and self.recorder.poll() is None:
+            self.recorder.terminate()
+            try:
+                self.recorder.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.recorder.kill()
+        self.pool.stop()
+        requeued = self.queue.recover()  # what was in flight waits for the next start
+        if requeued:
+            self.emit("requeued", count=requeued)
+        self.queue.close()
+        self.inotify.close()
+        if self.listener is not None:
+            self.listener.close()
+
+
+def serve(service: Service) -> int:
+    """Run until SIGTERM or Ctrl-C (a clean stop), or a grader-side failure (exit 2)."""
+
+    def stop(_signal: int, _frame: object) -> None:
+        service.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return service.run()
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))] if ordered else float("nan")
+
+
+def status(root: Path) -> str:
+    """``attnkit serve --status``: the queue, what is in flight, the last hour."""
+    database = root / STATE_FOLDER / "service.db"
+    if not database.is_file():
+        return _("{root} 还没有运行过 attnkit serve").format(root=root)
+    queue = Queue(database)
+    try:
+        db = queue.db
+        counts = queue.counts()
+        lines = [" ".join(f"{state}={count}" for state, count in counts.items())]
+        for state in (GRADING, QUEUED):
+            for row in db.execute("SELECT id, student, assignment, noticed FROM submissions WHERE state = ? ORDER BY id LIMIT 20", (state,)):
+                lines.append(f"{state:9} #{row['id']} {row['student']} {row['assignment']} {time.time() - row['noticed']:.1f}s")
+        hour = time.time() - 3600
+        latencies = [r[0] for r in db.execute("SELECT finished - noticed FROM submissions WHERE state = ? AND finished >= ?", (DELIVERED, hour))]
+        hourly = dict.fromkeys(("delivered", "failed", "refused"), 0)
+        for state, count in db.execute("SELECT state, COUNT(*) FROM submissions WHERE finished >= ? GROUP BY state", (hour,)):
+            hourly[state] = count
+        lines.append(
+            "last hour: "
+            + " ".join(f"{state}={count}" for state, count in hourly.items())
+            + (f" latency p50={percentile(latencies, 0.5):.3f}s p99={percentile(latencies, 0.99):.3f}s" if latencies else "")
+        )
+        unrecorded = db.execute("SELECT COUNT(*) FROM submissions WHERE state = ? AND recorded = 0", (DELIVERED,)).fetchone()[0]
+        lines.append(f"not yet in the gradebook: {unrecorded}")
+        for row in db.execute("SELECT id, inbound, cause FROM submissions WHERE state = 'refused' ORDER BY id DESC LIMIT 20"):
+            lines.append(f"refused   #{row['id']} {row['inbound']}: {row['cause']}")
+        for row in db.execute("SELECT id, inbound, cause FROM submissions WHERE state = 'failed' ORDER BY id DESC LIMIT 20"):
+            lines.append(f"failed    #{row['id']} {row['inbound']}: {row['cause']}")
+        return "\n".join(lines)
+    finally:
+        queue.close()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from test_nbgrader_exchange import SPARE, as_user, instructor, nbgrader_utc
+from test_nbgrader_exchange import as_user, instructor, nbgrader_utc
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -136,7 +136,6 @@ def course() -> Iterator[Course]:
         pytest.fail("this test creates unix users: run it as root (useradd)")
     base = Path(tempfile.mkdtemp(prefix="attnkit-serve-"))
     base.chmod(0o755)
-    SPARE.mkdir(mode=0o700, exist_ok=True)
     setup = Course(base)
     suffix = f"{os.getpid() % 100000}"
     users = {"correct": f"ak39c{suffix}", "mistake": f"ak39m{suffix}", "intruder": f"ak39x{suffix}"}

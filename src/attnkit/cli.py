@@ -302,7 +302,8 @@ def command_grade(args: argparse.Namespace) -> int:
     finish_shard(args.out, args.shard)
     # A shard that graded all it owns exits 0: what intake skipped is the whole class's news, told
     # once by the merge (an exit 1 from every shard would fail a Slurm array or an Indexed Job).
-    if not_graded or (skipped and args.shard is None):
+    incomplete = bool(not_graded or (skipped and args.shard is None))
+    if incomplete:
         console.print(
             _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
         )
@@ -310,7 +311,7 @@ def command_grade(args: argparse.Namespace) -> int:
         for line in broken:
             print(line, file=sys.stderr)
         return 2
-    return 1 if not_graded or skipped else 0
+    return 1 if incomplete else 0
 
 
 def set_aside_broken_assignments(intake: Intake, suites: dict[str, Assignment], unloadable: list[tuple[Path, str]]) -> list[str]:

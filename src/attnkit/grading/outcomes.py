@@ -171,7 +171,10 @@ def swapped_failure(message: str, error: BaseException | None) -> tuple[str, Bas
     text would miss other encodings. Only the grader's own texts stay (timeouts, crashes, an
     out-of-scope call); anything else becomes one fixed sentence, and the error its class only."""
     if isinstance(error, (StudentTimeout, SandboxCrashed)) or (isinstance(error, AssertionError) and _is_scope_failure(message)):
-        return message, error
+        # The grader's own text, and its error without the chain it was raised in: an out-of-scope
+        # call's failure is raised while the student's exception is handled, and ``error_info``
+        # reads a chain for the student's exception (its message and line would reach the page).
+        return message, type(error)(*error.args)
     if isinstance(error, StudentRaised):
         return _("代入参考实现重新运行时，你的代码抛出了异常（其内容不显示）。"), None
     return _("代入参考实现重新运行时，这一项仍未通过（具体数值不显示）。"), None

@@ -229,16 +229,6 @@ def with_skipped_definitions(cells: list[CodeCell], api: tuple[str, ...]) -> tup
     skipped = [cell for cell in cells if cell.skip and not cell.is_check]
     if not skipped:
         return cells, []
-    used: set[str] = set()
-    bound: set[str] = set()
-    for cell in cells:
-        if cell.skip or cell.is_check:
-            continue
-        tree = _tree(cell.source)
-        if tree is not None:
-            used |= _loaded(tree)
-            bound |= _bound_at_top(tree)
-    known = bound | set(api) | set(dir(builtins))
     offered: list[tuple[CodeCell, ast.stmt, set[str]]] = []
     for cell in skipped:
         tree = _tree(cell.source)
@@ -247,6 +237,20 @@ def with_skipped_definitions(cells: list[CodeCell], api: tuple[str, ...]) -> tup
                 names = _bound_at_top(ast.Module(body=[node], type_ignores=[]))
                 if names and not names & set(api):
                     offered.append((cell, node, names))
+    graded = [cell for cell in cells if not (cell.skip or cell.is_check)]
+    # A definition is taken only for a name a graded cell loads, and a loaded name is in its text:
+    # where no offered name is, nothing is taken, and the graded cells need not be parsed (this
+    # runs for every submission; the release's demo cells import what no answer uses).
+    if not any(name in cell.source for _cell, _node, names in offered for name in names for cell in graded):
+        return cells, []
+    used: set[str] = set()
+    bound: set[str] = set()
+    for cell in graded:
+        tree = _tree(cell.source)
+        if tree is not None:
+            used |= _loaded(tree)
+            bound |= _bound_at_top(tree)
+    known = bound | set(api) | set(dir(builtins))
     needed = used - known
     chosen: set[int] = set()
     while True:  # helpers of helpers: until nothing more is needed

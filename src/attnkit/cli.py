@@ -364,7 +364,7 @@ def record_class(
     function of the score and the time) is written again with the gradebook's: it is the truth."""
     from attnkit.console import console
     from attnkit.course.gradebook import record_grades
-    from attnkit.course.gradebook_totals import class_lateness, class_totals
+    from attnkit.course.gradebook_totals import class_lateness, totals_of
     from attnkit.report.store import write_results
 
     graded = [r for r in all_results if not r.get("not_graded")]
@@ -374,8 +374,8 @@ def record_class(
     for warning in record_grades(database, graded, submitted, registered=True):
         console.print(warning, markup=False)
     keys = [(r["student_id"], r["assignment"]) for r in graded]
-    totals = class_totals(database, keys)
     recorded = class_lateness(database, keys)
+    totals = totals_of(recorded)
     for results in graded:
         if set_fact(results, "late", recorded.get((results["student_id"], results["assignment"]))):
             write_results(out, results, suites)

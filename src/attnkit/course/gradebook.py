@@ -19,7 +19,7 @@ So that every nbgrader command of the course keeps working after ``attnkit grade
    The notebook carries attnkit's results (``metadata.attnkit.results``, always ours: a
    student's value is replaced), from which ``nbgrader generate_feedback`` renders the kit's
    page (``nbgrader_commands.KitFeedbackExporter``).
-3. ``class_totals`` reads back what ``nbgrader export`` will report (manual points and late
+3. ``totals_of(class_lateness(...))`` reads back what ``nbgrader export`` will report (manual points and late
    penalties included), so ``grades.csv`` can carry the same total; ``lateness`` is the same
    reading for one submission, shown on the student's page, report.html and the console. Both
    live in ``gradebook_totals``, which ``nbgrader_commands`` reads too: it

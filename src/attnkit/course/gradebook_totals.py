@@ -1,5 +1,5 @@
 """What the course's nbgrader gradebook reports back: a submission's lateness (``lateness``,
-``class_lateness``) and the class's totals as ``nbgrader export`` computes them (``class_totals``).
+``class_lateness``) and the class's totals as ``nbgrader export`` computes them (``totals_of``).
 
 Apart from ``gradebook`` (which records into the gradebook, with ``nbgrader_commands``'s
 preprocessors) so that ``nbgrader_commands`` can read lateness without importing ``gradebook``:
@@ -34,6 +34,8 @@ def class_lateness(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[st
     from nbgrader.api import Gradebook, MissingEntry
 
     found: dict[tuple[str, str], dict[str, Any]] = {}
+    if not database.is_file():
+        return found
     with Gradebook(f"sqlite:///{database.resolve()}") as gradebook:
         for student, assignment in keys:
             try:
@@ -58,27 +60,8 @@ def _lateness_of(submission: Any) -> dict[str, Any]:
     }
 
 
-def class_totals(database: Path, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
-    """What ``nbgrader export`` reports per (student, assignment): the total after late penalty,
-    its maximum, the manual points a TA entered (None if none) and the penalty."""
-    os.environ["PATH"] = tool_environment()["PATH"]
-    from nbgrader.api import Gradebook, MissingEntry
-
-    totals: dict[tuple[str, str], dict[str, float | None]] = {}
-    if not database.is_file():
-        return totals
-    with Gradebook(f"sqlite:///{database.resolve()}") as gradebook:
-        for student, assignment in keys:
-            try:
-                submission = gradebook.find_submission(assignment, student)
-            except MissingEntry:
-                continue
-            manual = [g.manual_score for nb in submission.notebooks for g in nb.grades if g.manual_score is not None]
-            penalty = float(submission.late_submission_penalty or 0.0)
-            totals[(student, assignment)] = {
-                "total": max(0.0, float(submission.score) - penalty),  # as nbgrader export computes it
-                "max": float(submission.max_score),
-                "manual": float(sum(manual)) if manual else None,
-                "penalty": penalty,
-            }
-    return totals
+def totals_of(lateness: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """What ``nbgrader export`` reports per (student, assignment), from ``class_lateness``'s records
+    (one gradebook session serves both): the total after late penalty, its maximum, the manual
+    points a TA entered (None if none) and the penalty."""
+    return {key: {name: found[name] for name in ("total", "max", "manual", "penalty")} for key, found in lateness.items()}

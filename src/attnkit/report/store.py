@@ -253,13 +253,7 @@ def gather_shards(folders: list[Path], out: Path) -> tuple[list[ResultsJson], li
         for results in collect(shard):
             key = (results["student_id"], results["assignment"])
             all_results[key] = results
-            source = results_path(shard, results).parent
-            target = results_path(out, results).parent
-            if source.resolve() != target.resolve():
-                target.mkdir(parents=True, exist_ok=True)
-                for name in ("results.json", "feedback.html"):
-                    if (source / name).is_file():
-                        atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
+            copy_pages(results_path(shard, results).parent, results_path(out, results).parent)
     return list(all_results.values()), skipped
 
 
@@ -275,9 +269,17 @@ def copy_results(
     results: ResultsJson = json.loads((source / "results.json").read_text(encoding="utf-8"))
     if add_facts is not None and suites is not None and results["assignment"] in suites and add_facts(results):
         write_results(out, results, suites)
-    elif source.resolve() != target.resolve():
-        target.mkdir(parents=True, exist_ok=True)
-        for name in ("results.json", "feedback.html"):
-            if (source / name).is_file():
-                atomic_write(target / name, (source / name).read_text(encoding="utf-8"))
+    else:
+        copy_pages(source, target)
     return results
+
+
+def copy_pages(source: Path, target: Path) -> None:
+    """A submission's results.json and feedback.html from one output folder's ``source`` into
+    another's ``target`` (nothing when they are the same folder)."""
+    if source.resolve() == target.resolve():
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("results.json", "feedback.html"):
+        if (source / name).is_file():
+            atomic_write(target / name, (source / name).read_text(encoding="utf-8"))

@@ -29,6 +29,7 @@ import cProfile
 import gc
 import os
 import pstats
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +70,21 @@ def timed(spent: collections.Counter, label: str, function: Callable[..., Any]) 
     return wrapper
 
 
+def asker() -> str:
+    """Where a single request was asked: the innermost function of a hidden suite on the stack
+    (``module.function``), or of the grading plugin when no suite's code is (a diagnosis probe)."""
+    frame = sys._getframe(2)
+    grading = ""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if "/autograder/" in filename:
+            return f"{Path(filename).stem}.{frame.f_code.co_name}"
+        if not grading and "/attnkit/grading/" in filename and not filename.endswith("/student.py"):
+            grading = f"{Path(filename).stem}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return grading or "?"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("submitted", type=Path)
@@ -84,12 +100,14 @@ def main() -> None:
 
     spent: collections.Counter = collections.Counter()
     requests: collections.Counter = collections.Counter()
+    asked_from: collections.Counter = collections.Counter()
     for owner, name, label in PHASES:
         setattr(owner, name, timed(spent, label, getattr(owner, name)))
     single = sandbox.Submission._request
 
     def counted(self: sandbox.Submission, message: dict, *rest: Any, **kwargs: Any) -> dict:
         requests[f"{message.get(operations.OP)}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
+        asked_from[asker()] += 1
         return single(self, message, *rest, **kwargs)
 
     sandbox.Submission._request = counted  # type: ignore[method-assign]
@@ -112,6 +130,7 @@ def main() -> None:
         worker.run_chunk(warm, suites, Limits(), zygote, lambda message: None)
         spent.clear()
         requests.clear()
+        asked_from.clear()
         profile = cProfile.Profile(time.process_time) if args.profile else None
         before, started = os.times(), time.perf_counter()
         gc.callbacks.append(collector)
@@ -142,6 +161,9 @@ def main() -> None:
     print("single requests besides the batches (per submission):")
     for kind, count in requests.most_common():
         print(f"  {kind}: {count / n:.2f}")
+    print("  asked from (innermost suite function, else the grading module), per submission:")
+    for where, count in asked_from.most_common(12):
+        print(f"    {where}: {count / n:.2f}")
     if args.profile and profile is not None:
         stats = pstats.Stats(profile)
         if os.environ.get("PROFILE_DUMP"):

@@ -87,25 +87,31 @@ def own_attention(student: Any, query: torch.Tensor, key: torch.Tensor, value: t
     output = torch.zeros(*lead, t_q, value.shape[-1], dtype=plain_output.dtype)  # (*lead, T_q, d_v)
     weights = torch.zeros(*lead, t_q, t_k, dtype=plain_weights.dtype)  # (*lead, T_q, T_k)
     shared = not lead or bool((mask == mask[(0,) * len(lead)]).all())
+    # Each sub-problem: where in the leading dimensions, the rows (queries) of one pattern of
+    # allowed keys, those keys; one call each, on the allowed keys only.
+    problems: list[tuple[tuple, torch.Tensor, torch.Tensor]] = []
     for index in [()] if shared else list(torch.cartesian_prod(*[torch.arange(n) for n in lead]).reshape(-1, len(lead)).tolist()):
         where = (Ellipsis,) if shared else tuple(index)
         rows_mask = mask[(0,) * len(lead)] if shared else mask[tuple(index)]  # (T_q, T_k)
         for pattern in torch.unique(rows_mask, dim=0):
             keys = pattern.nonzero().flatten()
-            rows = (rows_mask == pattern).all(dim=-1).nonzero().flatten()
             if keys.numel() == 0:
                 fail(_("这一项按你自己的注意力结果评判时，某个查询一个键也不能访问：无法评判。"))
-            got_output, got_weights = unpack_pair(
-                student.scaled_attention(q[where][..., rows, :], k[where][..., keys, :], v[where][..., keys, :]), "scaled_attention"
-            )
-            sub = output[where]
-            expected_shape = (*sub.shape[:-2], rows.numel())
-            if tuple(got_output.shape) != (*expected_shape, value.shape[-1]) or tuple(got_weights.shape) != (*expected_shape, keys.numel()):
-                fail(_("这一项按你自己的注意力结果评判时，你的函数只用允许访问的键计算，返回的形状不对，无法评判。"))
-            output[where][..., rows, :] = got_output.to(output.dtype)
-            block = weights[where][..., rows, :]
-            block[..., keys] = got_weights.to(weights.dtype)
-            weights[where][..., rows, :] = block
+            problems.append((where, (rows_mask == pattern).all(dim=-1).nonzero().flatten(), keys))
+    calls = [(q[where][..., rows, :], k[where][..., keys, :], v[where][..., keys, :]) for where, rows, keys in problems]
+    # Their inputs are fixed now: the sandbox answers them all in one round trip.
+    if hasattr(student, "ask_ahead"):
+        student.ask_ahead([("scaled_attention", args, {}) for args in calls])
+    for (where, rows, keys), args in zip(problems, calls, strict=True):
+        got_output, got_weights = unpack_pair(student.scaled_attention(*args), "scaled_attention")
+        sub = output[where]
+        expected_shape = (*sub.shape[:-2], rows.numel())
+        if tuple(got_output.shape) != (*expected_shape, value.shape[-1]) or tuple(got_weights.shape) != (*expected_shape, keys.numel()):
+            fail(_("这一项按你自己的注意力结果评判时，你的函数只用允许访问的键计算，返回的形状不对，无法评判。"))
+        output[where][..., rows, :] = got_output.to(output.dtype)
+        block = weights[where][..., rows, :]
+        block[..., keys] = got_weights.to(weights.dtype)
+        weights[where][..., rows, :] = block
     return output, weights
 
 

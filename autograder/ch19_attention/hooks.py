@@ -39,7 +39,11 @@ def evidence(student: Any, reference: dict) -> dict[str, Any]:
     value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]  # (1, 1, 3, 2)
     causal = torch.ones(3, 3, dtype=torch.bool).tril()  # (3, 3)
     panels = []
-    for label, title, allowed in (("full", _("未加掩码"), None), ("causal", _("因果掩码"), causal)):
+    shown = (("full", _("未加掩码"), None), ("causal", _("因果掩码"), causal))
+    # Both inputs are fixed: the sandbox answers them in one round trip (``Student.ask_ahead``).
+    if hasattr(student, "ask_ahead"):
+        student.ask_ahead([("scaled_attention", (query, query.clone(), value, allowed), {}) for _label, _title, allowed in shown])
+    for label, title, allowed in shown:
         _output, expected = reference["scaled_attention"](query, query.clone(), value, allowed)  # (1, 1, 3, 3)
         panel: dict[str, Any] = {"label": label, "title": title, "expected": expected[0, 0].tolist(), "student": None}
         try:

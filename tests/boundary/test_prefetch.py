@@ -126,7 +126,8 @@ def test_sandboxes_forked_holding_the_plan_grade_the_same(tmp_path: Path, monkey
     original = Submission.prefetch
 
     def recording(self: Submission, requests: list[dict], frame: bytes | None = None) -> list:
-        frames.append(len(frame or b""))
+        if frame is not None:  # the plan's batch (calls a check asks ahead come without a frame)
+            frames.append(len(frame))
         return original(self, requests, frame)
 
     monkeypatch.setattr(Submission, "prefetch", recording)
@@ -242,3 +243,59 @@ def test_a_plan_from_a_notebook_of_stubs_changes_no_grade(tmp_path: Path, monkey
     single, _ = grade(submitted, Limits(), False, monkeypatch, assignment=release)
     assert {s: comparable(r) for s, r in planned.items()} == {s: comparable(r) for s, r in single.items()}
     assert all(t["status"] == "passed" for t in planned["correct"]["tests"])
+
+
+# A wrong scale (judged against its own attention in the masking, empty-row and future tests:
+# one call per pattern of allowed keys) that, called on exactly two keys without a mask, hangs:
+# a sub-problem of the section 7 causal case, asked ahead in a batch.
+HANGS_ON_TWO_KEYS = CATALOGUE.by_id("no_scale").source.replace(
+    "def scaled_attention(query, key, value, allowed=None):\n",
+    "def scaled_attention(query, key, value, allowed=None):\n    while allowed is None and key.shape[-2] == 2:\n        pass\n",
+    1,
+)
+ASKED_AHEAD = {
+    "no_scale": CATALOGUE.by_id("no_scale").source,
+    "scale_by_dk": CATALOGUE.by_id("scale_by_dk").source,
+    "mask_after_softmax": CATALOGUE.by_id("mask_after_softmax").source,
+    "hangs_on_two_keys": HANGS_ON_TWO_KEYS,
+}
+
+
+def one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call asked alone: nothing asked ahead, every diagnosis probe on its own."""
+    from attnkit.grading.student import Student
+
+    monkeypatch.setattr(Student, "ask_ahead", lambda self, calls: None)
+    monkeypatch.setattr(Student, "probe_many", lambda self, calls: [self.probe(name, args, kwargs) for name, args, kwargs in calls])
+
+
+@pytest.mark.e2e
+def test_calls_asked_ahead_grade_exactly_like_calls_asked_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that calls the student's function once per sub-problem (a wrong scale judged against
+    its own attention), the catalogue's diagnosis probes and the page's heatmaps ask their calls
+    ahead in one batch (``Student.ask_ahead``, ``Student.probe_many``): is every result, the
+    heatmaps and a hang in the middle of such a batch included, what asking each alone gives, with
+    fewer round trips?"""
+    assert "while allowed is None" in HANGS_ON_TWO_KEYS
+    submitted = tmp_path / "submitted"
+    for student, override in ASKED_AHEAD.items():
+        write_submission(submitted, student, override)
+    limits = Limits(call_seconds=1.0, cell_seconds=5.0)
+    ahead, ahead_requests = grade(submitted, limits, True, monkeypatch)
+    with monkeypatch.context() as patch:
+        one_by_one(patch)
+        alone, alone_requests = grade(submitted, limits, True, patch)
+    assert set(ahead) == set(alone) == set(ASKED_AHEAD)
+    for student in ASKED_AHEAD:
+        assert comparable(ahead[student]) == comparable(alone[student]), student
+        assert ahead[student].get("evidence") == alone[student].get("evidence"), student
+    # The judged-by-own path ran (a wrong scale is not charged again for masking) ...
+    judged = [t for t in ahead["no_scale"]["tests"] if "按你自己的" in (t.get("output") or "")]
+    assert judged and all(t["status"] == "passed" for t in judged), ahead["no_scale"]["tests"]
+    # ... and the hang, met on a call asked ahead (the section 7 causal case's row with two keys),
+    # cost that judgement only: the other tests judged against its own attention still pass.
+    status = {student: {t["nodeid"].split("::")[-1]: t["status"] for t in ahead[student]["tests"]} for student in ("no_scale", "hangs_on_two_keys")}
+    assert status["no_scale"]["test_section7_causal"] == "passed" and status["hangs_on_two_keys"]["test_section7_causal"] == "failed", status
+    assert status["hangs_on_two_keys"]["test_padding_mask_broadcast"] == "passed", status
+    for student in ("no_scale", "scale_by_dk"):
+        assert ahead_requests[student] < alone_requests[student] - 3, (ahead_requests, alone_requests)

@@ -5,7 +5,6 @@ Slow (a whole virtualenv with torch is built), so it is marked ``slow``; `make t
 
 from __future__ import annotations
 
-import csv
 import glob
 import os
 import shutil
@@ -18,35 +17,18 @@ import pytest
 from commands import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
-SYSTEM_PYTHON = Path("/usr/bin/python3")
-OLD_PYTHON = next(iter(sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.10.*/bin/python")))), None) or shutil.which("python3.10")
+from fresh_clone import OLD_PYTHON, SYSTEM_PYTHON, FreshClone, python_version
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_make_grade_with_the_system_python_on_a_fresh_clone(tmp_path: Path) -> None:
-    if not SYSTEM_PYTHON.exists():
-        pytest.skip("no /usr/bin/python3 on this machine")
-    clone = tmp_path / "attnkit"
-    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
-    # Nothing of this test run's environment may leak into the clone's own venv.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST"))}
-    # The trap of issue 24: an install refused for another Python (here 3.10, below requires-python)
-    # leaves a .venv made by it, which the next `make` must not reuse.
+def test_make_grade_with_the_system_python_on_a_fresh_clone(system_python_clone: FreshClone) -> None:
+    """The fresh clone's `make grade PYTHON=/usr/bin/python3` (``conftest.system_python_clone``)."""
+    clone, stdout = system_python_clone.clone, system_python_clone.stdout
     if OLD_PYTHON is not None:
-        refused = run_command(["make", "install", f"PYTHON={OLD_PYTHON}"], cwd=clone, env=env)
-        assert refused.returncode != 0 and (clone / ".venv" / "pyvenv.cfg").is_file()
-    run = run_command(["make", "grade", f"PYTHON={SYSTEM_PYTHON}", "JOBS=2"], cwd=clone, env=env, timeout=2400)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-    if OLD_PYTHON is not None:
-        assert "rebuilding .venv" in run.stdout, run.stdout[-3000:]
-    version = run_command(
-        [clone / ".venv" / "bin" / "python", "-c", "import platform; print(platform.python_version())"], env=os.environ, check=True
-    ).stdout.strip()
-    system = run_command([SYSTEM_PYTHON, "-c", "import platform; print(platform.python_version())"], env=os.environ, check=True).stdout.strip()
-    assert version == system
-    with open(clone / "graded" / "grades.csv", encoding="utf-8", newline="") as handle:
-        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+        assert "rebuilding .venv" in stdout, stdout[-3000:]
+    assert system_python_clone.python == python_version(SYSTEM_PYTHON)
+    rows = {row["student_id"]: row for row in system_python_clone.grades}
     assert set(rows) == {"chenjing", "lilei", "sunmei", "wangfang", "xiaolin", "zhaoqiang"}
     assert float(rows["xiaolin"]["score"]) == 100 and float(rows["sunmei"]["score"]) == 0
     assert rows["xiaolin"]["total_source"] == "gradebook", "make grade records the demo class in a gradebook"

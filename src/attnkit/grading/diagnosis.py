@@ -231,15 +231,17 @@ def _diagnosable(calls: Iterable[Call]) -> list[Call]:
 Probe = Callable[[str, tuple, dict], Outcome]
 
 
-def probe_calls(calls: Iterable[Call], probes: Mapping[str, list[tuple[tuple, dict]]], run: Probe) -> list[Call]:
+# Runs many probes at once (in one batch to the sandbox), their outcomes in order.
+ProbeMany = Callable[[list[tuple[str, tuple, dict]]], list[Outcome]]
+
+
+def probe_calls(calls: Iterable[Call], probes: Mapping[str, list[tuple[tuple, dict]]], run: Probe, run_many: ProbeMany | None = None) -> list[Call]:
     """The catalogue's probe inputs for every function the failed test called, run on the
-    student's function by ``run`` (through the sandbox)."""
+    student's function by ``run`` (through the sandbox), or all at once by ``run_many``."""
     names = list(dict.fromkeys(call.name for call in calls if not call.is_variable))
-    extra = []
-    for name in names:
-        for args, kwargs in probes.get(name, []):
-            extra.append(Call(name, args, kwargs, run(name, args, kwargs)))
-    return extra
+    asked = [(name, args, kwargs) for name in names for args, kwargs in probes.get(name, [])]
+    outcomes = run_many(asked) if run_many is not None else [run(name, args, kwargs) for name, args, kwargs in asked]
+    return [Call(name, args, kwargs, outcome) for (name, args, kwargs), outcome in zip(asked, outcomes, strict=True)]
 
 
 def diagnose(
@@ -248,14 +250,16 @@ def diagnose(
     mistakes: Mapping[str, dict],
     probes: Mapping[str, list[tuple[tuple, dict]]] | None = None,
     run: Probe | None = None,
+    run_many: ProbeMany | None = None,
 ) -> list[str]:
     """Ids of the mistakes whose implementations reproduce all of ``calls``' outcomes (and the
-    student's outcomes on the probe inputs, when ``probes`` and ``run`` are given)."""
+    student's outcomes on the probe inputs, when ``probes`` and ``run`` are given; ``run_many``:
+    all of them at once)."""
     relevant = _diagnosable(calls)
     if not relevant:
         return []
     if probes and run is not None:
-        relevant = _diagnosable(relevant + probe_calls(relevant, probes, run))
+        relevant = _diagnosable(relevant + probe_calls(relevant, probes, run, run_many))
         if not relevant:
             return []
 

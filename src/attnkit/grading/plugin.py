@@ -409,7 +409,9 @@ class GradingPlugin(OwnLoop):
 
         catalogue = assignment.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy))
+        return diagnose(
+            proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy), self._probes_once(proxy)
+        )
 
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:
@@ -427,6 +429,24 @@ class GradingPlugin(OwnLoop):
             return cache[key]
 
         return run
+
+    @staticmethod
+    def _probes_once(proxy: Student) -> Callable[[list[tuple[str, tuple, dict]]], list[Outcome]]:
+        """``_probe_once`` for many probes: those not yet run for this submission (and
+        substitution mode) asked in one batch (``Student.probe_many``), in the order given."""
+        from attnkit.boundary import wire as protocol
+
+        cache: dict[tuple, Outcome] = proxy.__dict__.setdefault("_probe_outcomes", {})
+
+        def run_many(asked: list[tuple[str, tuple, dict]]) -> list[Outcome]:
+            swapped = tuple(sorted(proxy.substitutes))
+            keys = [(swapped, name, protocol.encode((args, kwargs))) for name, args, kwargs in asked]
+            missing = {key: call for key, call in zip(keys, asked, strict=True) if key not in cache}
+            for key, outcome in zip(missing, proxy.probe_many(list(missing.values())), strict=True):
+                cache[key] = outcome
+            return [cache[key] for key in keys]
+
+        return run_many
 
 
 @pytest.fixture(scope="session")

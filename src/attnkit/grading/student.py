@@ -12,7 +12,7 @@ from __future__ import annotations
 import linecache
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from attnkit.constants import CRASHED, MISSING, TIMEOUT
 from attnkit.boundary import operations
@@ -68,10 +68,47 @@ class Student:
     # ``rests_on`` concept failed its own tests): the test's checks read it and take their
     # expectations from the student's own results instead of the reference's.
     judged_by_own: str = ""
+    # Answers a test's checks asked for ahead, in one round trip (``ask_ahead``), until the
+    # test ends: a later call with the very same inputs takes its answer from here.
+    asked_ahead: list[tuple[bytes, Outcome]] = field(default_factory=list)
 
     def begin_test(self, key: str | None) -> None:
         """The test ``key`` starts (None: no test is running): its prefetched answers apply."""
         self.ahead = list(self.prefetched.get(key, ())) if key is not None else []
+        self.asked_ahead.clear()
+
+    def ask_ahead(self, calls: Sequence[tuple[str, tuple, dict]]) -> None:
+        """Ask the sandbox now, in one batch, for ``calls`` (name, args, kwargs) that the caller
+        is about to make one by one, with inputs that do not depend on any of their answers (a
+        check that calls the student's function once per sub-problem, the page's panels): each
+        later call with the very same inputs takes its answer from this batch instead of a round
+        trip of its own. The sandbox answers in the order given, each call under the call limit
+        and the submission's time budget, as if asked alone (``Submission.prefetch``); a call the
+        batch did not reach is asked as usual. Nothing is asked ahead in a swapped run, or of a
+        backend without batches (the in-process one), or for fewer than two calls."""
+        prefetch = getattr(self.backend, "prefetch", None)
+        if prefetch is None or self.substitutes or len(calls) < 2:
+            return
+        requests = [operations.call(name, snapshot(args), snapshot(kwargs)) for name, args, kwargs in calls]
+        outcomes = prefetch(requests)
+        self.asked_ahead.extend((protocol.encode(request), outcome) for request, outcome in zip(requests, outcomes, strict=False))
+
+    def _asked(self, request: operations.Asked) -> Outcome | None:
+        wire = protocol.encode(request)
+        for position, (asked, outcome) in enumerate(self.asked_ahead):
+            if asked == wire:
+                del self.asked_ahead[position]
+                return outcome
+        return None
+
+    def probe_many(self, calls: Sequence[tuple[str, tuple, dict]]) -> list[Outcome]:
+        """``probe`` for each of ``calls``, in order; in one batch where the backend has them and
+        no substitution is in force (diagnosis probes: inputs fixed by the catalogue)."""
+        prefetch = getattr(self.backend, "prefetch", None)
+        outcomes: list[Outcome] = []
+        if prefetch is not None and not self.substitutes and len(calls) > 1:
+            outcomes = list(prefetch([operations.call(name, snapshot(args), snapshot(kwargs)) for name, args, kwargs in calls]))
+        return outcomes + [self.probe(name, args, kwargs) for name, args, kwargs in calls[len(outcomes) :]]
 
     def _prefetched(self, request: operations.Asked) -> Outcome | None:
         if not self.ahead or self.substitutes:
@@ -97,6 +134,8 @@ class Student:
             # is no evidence about the student (not recorded for diagnosis).
             return self._result(name, run_in_namespace(self.substitutes, name, args, kwargs))
         outcome = self._prefetched(operations.call(name, args, kwargs)) if self.ahead else None
+        if outcome is None and self.asked_ahead and not self.substitutes:
+            outcome = self._asked(operations.call(name, args, kwargs))
         if outcome is None:
             outcome = self._run(name, args, kwargs)
         self.calls.append(Call(name, args, kwargs, outcome))

@@ -65,7 +65,7 @@ from attnkit.grading.outcomes import (
     substitution_note,
     swapped_failure,
 )
-from attnkit.grading.own_loop import OwnLoop, _Deferred
+from attnkit.grading.own_loop import OwnLoop, _BySlip, _Deferred
 from attnkit.grading.provider import Provider
 from attnkit.boundary.outcome import Call, Outcome, StudentRaised
 from attnkit.grading.student import Student
@@ -132,6 +132,9 @@ class GradingPlugin(OwnLoop):
         # Per submission: the grade cells with a failed test (a test that ``rests_on`` one of them
         # is judged again against the student's own function when it fails).
         self._failed_parts: dict[str, set[str]] = {}
+        # Per submission, until it closes: failed tests the catalogue's named slip explains, to be
+        # judged once the names agree with every test (``own_loop.OwnLoop._judge_slips``).
+        self._by_slip: dict[str, list[_BySlip]] = {}
         # Per submission, until it closes: its assignment and each recorded test's result and calls.
         self._evidence: dict[str, tuple[Assignment, list[tuple[TestResult, list[Call]]]]] = {}
         # Whether this session collected each test once, for its first submission only, and the

@@ -63,7 +63,7 @@ def test_no_point_is_given_back_to_a_function_that_computes_no_attention(results
     assert {"check_scaled_attention", "check_masking", "check_empty_row", "check_future"} <= lost, summary(graded)
 
 
-@pytest.mark.parametrize("name", ["scale_by_sqrt_dv", "scale_by_dk_matmul"])
+@pytest.mark.parametrize("name", ["scale_by_sqrt_dv", "scale_by_dk_matmul", "softmax_dim2", "weights_transposed"])
 def test_a_test_judged_against_the_students_own_attention_says_so(results, name):
     graded = results[name]
     judged = [r for r in graded if r["charge"].get("judged_by_own")]
@@ -101,21 +101,7 @@ def test_the_reference_still_scores_100(results):
     assert score(results["reference"]) == 100, summary(results["reference"])
 
 
-# Fair grades the charge per concept does not reach (issue 41, said in the report): the
-# student's own attention cannot be the standard when it is not attention over the keys.
-NOT_REACHED = {
-    # Softmax over the queries: called one query at a time over the allowed keys it gives every
-    # key weight 1, so "your own attention over the allowed keys" is no standard for its masking.
-    "softmax_dim2": "the own-attention standard needs a softmax over the keys",
-    # Its weights come back transposed on every call: the masking, empty-row and future tests
-    # check the weights' shape before anything else, and the own standard is built of them.
-    "weights_transposed": "the own-attention standard needs the weights in the API's layout",
-}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=NOT_REACHED[name])) if name in NOT_REACHED else name for name in ROUND3]
-)
+@pytest.mark.parametrize("name", list(ROUND3))
 def test_each_case_scores_its_fair_grade(results, name):
     case = ROUND3[name]
     graded = results[name]

@@ -44,6 +44,38 @@ def scaled_attention(query, key, value, allowed=None):
     weights = torch.zeros(*query.shape[:-1], key.shape[-2], dtype=query.dtype)
     return weights @ value, weights
 """,
+    # Softmax over the queries (softmax_wrong_axis, named on the attention part) and no empty-row
+    # check: the name is taken back at the close (the empty-row calls contradict it), so the tests
+    # it explained while it stood get nothing by it, and its own attention (normalised over the
+    # queries) is no row-by-row standard.
+    "named_then_contradicted": """
+from math import sqrt
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=2)
+    return weights @ value, weights
+""",
+    # The catalogued slip (softmax over dim 2) on every input but the 3-D one of the attention
+    # part's tests, where it halves its weights: the masking and future tests it explains while
+    # the name stands are judged at the close, and the name does not survive it (that 3-D call
+    # contradicts it), so they get nothing by it.
+    "slip_but_one_input": """
+from math import sqrt
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=2)
+    if key.shape[-2] == 7:
+        weights = weights * 0.5
+    return weights @ value, weights
+""",
 }
 
 

@@ -14,12 +14,17 @@ import torch.nn.functional as F
 
 from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
 from attnkit.assignment.checks import CONCEPT_TOLERANCE
-from .attention_checks import ATTENTION, as_judged, unpack_pair
+from .attention_checks import ATTENTION, MASKING, as_judged, unpack_pair
 from .messages import _, ngettext
 
 # Masking rests on the attention itself: a student who failed check_scaled_attention (a wrong
 # scale, say) is judged here against their own attention over the allowed keys (issue 41).
-pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention"), pytest.mark.rests_on("check_scaled_attention", ATTENTION)]
+pytestmark = [
+    pytest.mark.grade_id("check_masking"),
+    pytest.mark.function("scaled_attention"),
+    pytest.mark.concept(MASKING),
+    pytest.mark.rests_on("check_scaled_attention", ATTENTION),
+]
 
 CHAPTER_ATOL = 5e-5 + 2e-6
 

@@ -272,3 +272,42 @@ def test_through_real_sandboxes_the_scores_are_the_same(tmp_path, results):
         assert set(graded["diagnoses"]) == {d for r in results[name] for d in r["diagnoses"]}, name
     page_text = (folder / "scalebydkmatmul" / CH19.name / "feedback.html").read_text(encoding="utf-8")
     assert "这一项按你自己的注意力结果评判" in page_text
+
+
+# The concepts issue 41 names (scaling and the softmax axis are the attention part's one concept,
+# the one the masking, empty-row and future tests rest on), as the tests state them.
+NAMED_CONCEPTS = {"注意力", "用掩码屏蔽", "空行报错", "不泄漏未来", "拆分多头", "合并多头", "多头注意力的投影"}
+
+
+def test_every_hidden_test_states_the_concept_it_checks(results):
+    """Each hidden test states its concept (``concept`` marker), carried on its result; the
+    concept a dependent test rests on (``rests_on``) is the one its part's tests state."""
+    graded = results["reference"]
+    assert graded and all(r["concept"] for r in graded), [r["nodeid"] for r in graded if not r["concept"]]
+    assert NAMED_CONCEPTS <= {r["concept"] for r in graded}
+    assert {r["concept"] for r in graded if r["grade_id"] == "check_scaled_attention"} == {"注意力"}
+    one_per_test = {r["grade_id"]: {s["concept"] for s in graded if s["grade_id"] == r["grade_id"]} for r in graded}
+    assert one_per_test["check_heads"] == {"拆分多头", "合并多头"}, one_per_test
+
+
+@pytest.mark.parametrize("name", ["scale_by_dk_matmul", "softmax_dim2", "weights_transposed", "causal_float_mask", "mha_mask_keyword", "split_heads_subclass"])
+def test_each_charge_on_the_page_names_one_concept(results, name):
+    """Where a part loses points the page says on which concept, one charge per concept its
+    failed tests state, adding up to what the part lost; a part that lost nothing is charged
+    nothing."""
+    import re
+
+    graded = results[name]
+    text = page(graded)
+    for grade_id in CH19.parts:
+        tests = [r for r in graded if r["grade_id"] == grade_id]
+        lost = round(sum(r["max_score"] - r["score"] for r in tests), 4)
+        section = text.split(f'<h3 id="{grade_id}">', 1)[1].split("<table>", 1)[0]
+        charges = re.findall(r'data-charge-concept="([^"]*)">按概念扣分：「([^」]*)」扣 ([0-9.]+) 分', section)
+        if not lost:
+            assert not charges, (grade_id, charges)
+            continue
+        assert charges, (grade_id, section)
+        assert all(attribute == concept for attribute, concept, _points in charges)
+        assert {concept for _a, concept, _p in charges} == {r["concept"] for r in tests if r["score"] < r["max_score"]}
+        assert round(sum(float(points) for _a, _c, points in charges), 4) == lost, (grade_id, charges)

@@ -48,6 +48,7 @@ from attnkit.grading.local_provider import LocalProvider
 from attnkit.grading.markers import (
     assignment_of,
     base_nodeid,
+    concept_of,
     dependencies_of,
     functions_of,
     grade_id_of,
@@ -167,6 +168,7 @@ class GradingPlugin(OwnLoop):
         config.addinivalue_line("markers", "function(*names): the student functions this test grades")
         config.addinivalue_line("markers", "depends_on(*names): student functions the graded ones rely on")
         config.addinivalue_line("markers", "rests_on(grade_id, concept): the part whose concept this test's concept rests on, and its name")
+        config.addinivalue_line("markers", "concept(name): the concept this test checks, as the page names it where a part loses points")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -316,6 +318,7 @@ class GradingPlugin(OwnLoop):
             substituted=list(swapped),
             functions=list(functions_of(item)),
             error=error_info(error) if error is not None else {},
+            concept=assignment._(concept_of(item)) if concept_of(item) else "",
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
         if message is not None and not charged:

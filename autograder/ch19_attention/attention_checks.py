@@ -122,6 +122,7 @@ def own_attention(student: Any, query: torch.Tensor, key: torch.Tensor, value: t
     if layouts[0] is not None or allowed is None:  # the layout is known already: the gate first, before any more calls
         _assert_is_attention(plain_output, OwnAttention(plain_output, plain_weights, bool(layouts[0])).read(plain_weights), query, key, value)
     blocks: list[tuple[tuple, torch.Tensor, torch.Tensor, Any, Any]] = []
+    lead: tuple[int, ...] = ()
     if allowed is not None:
         lead = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2], allowed.shape[:-2])
         q = query.expand(*lead, t_q, query.shape[-1])  # (*lead, T_q, d_k)

@@ -71,6 +71,15 @@ class _BySlip:
     concept: str
 
 
+def _passed(result: TestResult) -> None:
+    """A failure recorded while its judgement waited, now judged passed: full points, and no
+    diagnosis or error of its own on the page (the slip's box names only the parts it cost)."""
+    result["status"] = "passed"
+    result["score"] = result["max_score"]
+    result["diagnoses"] = []
+    result["error"] = {}
+
+
 class OwnLoop:
     """The test loop of :class:`attnkit.grading.plugin.GradingPlugin` (its state is set up there)."""
 
@@ -103,6 +112,7 @@ class OwnLoop:
         def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None: ...
         def _failed_by(self, submission_id: str, position: int) -> dict[str, str]: ...
         def agree(self, submission_id: str) -> None: ...
+        def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]: ...
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -286,7 +296,7 @@ class OwnLoop:
             named = self._slips_named_in(submission_id, pending.part)
             if result["diagnoses"] and set(result["diagnoses"]) <= named:
                 self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
-                result.update(status="passed", score=result["max_score"], diagnoses=[], error={})
+                _passed(result)
                 continue
             if not isinstance(opened, Student):
                 continue
@@ -296,7 +306,7 @@ class OwnLoop:
             opened.calls = calls
             if again is None:
                 self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
-                result.update(status="passed", score=result["max_score"], diagnoses=[], error={})
+                _passed(result)
 
     @staticmethod
     def _mark_judged_by_own(result: TestResult, item: pytest.Function, part: str, concept: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from attnkit.i18n import _
 from attnkit.grading import charges
-from attnkit.boundary.outcome import StudentRaised
+from attnkit.boundary.outcome import Call, Outcome, StudentRaised
 from attnkit.grading.markers import assignment_of, dependencies_of, functions_of, grade_id_of, rests_on_of, test_key
 from attnkit.grading.outcomes import TestResult, failure_message, only_failed_functions
 from attnkit.grading.student import Student
@@ -69,6 +69,7 @@ class _BySlip:
     result: TestResult
     part: str
     concept: str
+    calls: list[Call]  # its plain run's, diagnosed in full should the names not stand
 
 
 def _passed(result: TestResult) -> None:
@@ -113,6 +114,8 @@ class OwnLoop:
         def _failed_by(self, submission_id: str, position: int) -> dict[str, str]: ...
         def agree(self, submission_id: str) -> None: ...
         def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]: ...
+        @staticmethod
+        def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]: ...
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -262,8 +265,8 @@ class OwnLoop:
         if not named:
             return False
         assignment = assignment_of(item)
-        found = self.diagnose(proxy, assignment)
-        if not found or not set(found) <= named:
+        found = self._reproducing(proxy, assignment, named)
+        if not found:
             return False
         self.record(item, submission_id, failure_message(error), diagnose=False, error=error)
         result = self.results[submission_id][-1]
@@ -271,8 +274,21 @@ class OwnLoop:
         result["diagnoses"] = only_failed_functions(found, assignment, self._failed_by(submission_id, position))
         if self._deferred:  # a test before it may yet fail: narrowed again then
             self._unnarrowed.append((position, result, found, assignment))
-        self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept))
+        self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(proxy.calls)))
         return True
+
+    def _reproducing(self, proxy: Student, assignment: Assignment, named: set[str]) -> list[str]:
+        """The mistakes of ``named`` that reproduce the test's calls and the catalogue's probes
+        (``diagnosis.diagnose`` over those alone: the one slip of the part, not the whole
+        catalogue, is what standard 1 asks about)."""
+        from attnkit.assignment.mistakes import mistake_id_of
+        from attnkit.grading.diagnosis import diagnose
+
+        catalogue = assignment.catalogue()
+        every = catalogue.diagnosable_namespaces() if hasattr(catalogue, "diagnosable_namespaces") else catalogue.mistake_namespaces()
+        among = {key: namespace for key, namespace in every.items() if mistake_id_of(key) in named}
+        probes = catalogue.probes() if hasattr(catalogue, "probes") else None
+        return diagnose(proxy.calls, catalogue.reference_namespace(), among, probes, self._probe_once(proxy))
 
     def _by_own_function(self, item: pytest.Function, proxy: Student, submission_id: str, part: str, concept: str) -> bool:
         """Standard 2 of ``_judged_by_own``: the test again with ``Student.judged_by_own`` set."""
@@ -301,12 +317,18 @@ class OwnLoop:
             if not isinstance(opened, Student):
                 continue
             pending.item.funcargs = {"student": opened}
-            calls = list(opened.calls)
             again = self._within_test(pending.item, functools.partial(self._own_reference_call, pending.item, opened, pending.concept))
-            opened.calls = calls
             if again is None:
                 self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
                 _passed(result)
+                continue
+            # Its failure stands: diagnosed on its own calls over the whole catalogue, as any
+            # failure is, keeping only names that survived the agreement on other tests (a name
+            # that agrees with no test but this one is worse than none).
+            opened.calls = pending.calls
+            standing = {d for other in self.results.get(submission_id, []) if other is not result for d in other["diagnoses"]}
+            found = [d for d in self.diagnose(opened, assignment_of(pending.item)) if d in standing]
+            result["diagnoses"] = only_failed_functions(found, assignment_of(pending.item), self.failed_functions.get(submission_id, {}))
 
     @staticmethod
     def _mark_judged_by_own(result: TestResult, item: pytest.Function, part: str, concept: str) -> None:

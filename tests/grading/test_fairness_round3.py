@@ -311,3 +311,31 @@ def test_each_charge_on_the_page_names_one_concept(results, name):
         assert all(attribute == concept for attribute, concept, _points in charges)
         assert {concept for _a, concept, _p in charges} == {r["concept"] for r in tests if r["score"] < r["max_score"]}
         assert round(sum(float(points) for _a, _c, points in charges), 4) == lost, (grade_id, charges)
+
+
+def test_a_dependent_test_rests_on_the_concept_its_part_states():
+    """``rests_on(part, concept)`` names the concept that part's tests state, and every test of
+    the suite states one: the page's "按你自己的{concept}结果评判" and its charges speak of the
+    same concepts."""
+    from attnkit.grading import plugin as plugin_module
+    from attnkit.grading.plugin import GradingPlugin
+    from test_autograder import SourceProvider
+
+    class Items:
+        found: list = []
+
+        def pytest_collection_finish(self, session):
+            Items.found = list(session.items)
+
+    code = pytest.main(
+        ["-q", "--collect-only", "-p", "no:cacheprovider", str(CH19.folder)],
+        plugins=[plugin_module, GradingPlugin(SourceProvider({"reference": REFERENCE})), Items()],
+    )
+    assert code == pytest.ExitCode.OK and Items.found
+    stated = {}
+    for item in Items.found:
+        concept = item.get_closest_marker("concept")
+        assert concept is not None and concept.args and concept.args[0], item.nodeid
+        stated.setdefault(item.get_closest_marker("grade_id").args[0], set()).add(concept.args[0])
+    resting = [item.get_closest_marker("rests_on").args for item in Items.found if item.get_closest_marker("rests_on")]
+    assert resting and all(stated[part] == {concept} for part, concept in resting), (resting, stated)

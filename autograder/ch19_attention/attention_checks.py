@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,60 +60,122 @@ def expected_attention(
     from . import reference
 
     if judged_by_own(student):
-        return own_attention(student, query, key, value, allowed)
+        own = own_attention(student, query, key, value, allowed)
+        return own.output, own.weights
     return reference.scaled_attention(query, key, value, allowed)
 
 
-def own_attention(student: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def as_judged(
+    student: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None, weights: Any
+) -> tuple[tuple[torch.Tensor, torch.Tensor] | None, Any]:
+    """Judged against the student's own function: (their own attention's (output, weights), the
+    student's ``weights`` of this call read in the API's layout, as their own function lays them
+    out). Otherwise (None, ``weights``): the test's reference standard applies."""
+    if not judged_by_own(student):
+        return None, weights
+    own = own_attention(student, query, key, value, allowed)
+    return (own.output, own.weights), own.read(weights)
+
+
+@dataclass(frozen=True)
+class OwnAttention:
+    """The student's own attention on a test's inputs (``own_attention``), in the API's layout."""
+
+    output: torch.Tensor  # (*lead, T_q, d_v)
+    weights: torch.Tensor  # (*lead, T_q, T_k)
+    # The student's function returns its weights as (..., T_k, T_q): a slip in what it returns,
+    # charged in check_scaled_attention; judged against their own function, theirs are read back.
+    transposed: bool = False
+
+    def read(self, weights: Any) -> Any:
+        """The student's weights of another call of the same test, in the API's layout."""
+        if self.transposed and isinstance(weights, torch.Tensor) and weights.dim() >= 2:
+            return weights.transpose(-2, -1)
+        return weights
+
+
+def _layout(weights: Any, rows: int, keys: int) -> bool | None:
+    """Whether ``weights`` of a call with ``rows`` queries and ``keys`` keys come back transposed
+    (None: cannot tell, a square or another shape)."""
+    if not isinstance(weights, torch.Tensor) or weights.dim() < 2 or rows == keys:
+        return None
+    last = tuple(weights.shape[-2:])
+    return False if last == (rows, keys) else True if last == (keys, rows) else None
+
+
+def own_attention(student: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None) -> OwnAttention:
     """What the student's own ``scaled_attention`` gives each query over the keys it may see:
     called without a mask on those keys only, one call per distinct row of ``allowed`` (per
     leading index only where the rows differ between them), the weights of the blocked keys 0.
-    A masked result equal to this is masking done right on the student's own attention.
+    A masked result equal to this is masking done right on the student's own attention. Weights
+    that come back transposed on every call whose shape tells (T_q != T_k) are read back in the
+    API's layout: that slip is the attention part's.
 
     It counts only if the student's unmasked function computes attention at all (weights that
     are finite, non-negative, sum to 1 over the keys, depend on the query, and mix the values):
     a function that returns zeros, its input or uniform weights earns nothing here."""
     from attnkit.assignment.checks import broadcast_shape
 
-    plain_output, plain_weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
-    _assert_is_attention(plain_output, plain_weights, query, key, value)
-    if allowed is None:
-        return plain_output, plain_weights
-    lead = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2], allowed.shape[:-2])
     t_q, t_k = query.shape[-2], key.shape[-2]
-    q = query.expand(*lead, t_q, query.shape[-1])  # (*lead, T_q, d_k)
-    k = key.expand(*lead, t_k, key.shape[-1])  # (*lead, T_k, d_k)
-    v = value.expand(*lead, t_k, value.shape[-1])  # (*lead, T_k, d_v)
-    mask = allowed.expand(*lead, t_q, t_k)  # (*lead, T_q, T_k)
+    plain_output, plain_weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
+    layouts = [_layout(plain_weights, t_q, t_k)]
+    if layouts[0] is not None or allowed is None:  # the layout is known already: the gate first, before any more calls
+        _assert_is_attention(plain_output, OwnAttention(plain_output, plain_weights, bool(layouts[0])).read(plain_weights), query, key, value)
+    blocks: list[tuple[tuple, torch.Tensor, torch.Tensor, Any, Any]] = []
+    lead: tuple[int, ...] = ()
+    if allowed is not None:
+        lead = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2], allowed.shape[:-2])
+        q = query.expand(*lead, t_q, query.shape[-1])  # (*lead, T_q, d_k)
+        k = key.expand(*lead, t_k, key.shape[-1])  # (*lead, T_k, d_k)
+        v = value.expand(*lead, t_k, value.shape[-1])  # (*lead, T_k, d_v)
+        mask = allowed.expand(*lead, t_q, t_k)  # (*lead, T_q, T_k)
+        shared = not lead or bool((mask == mask[(0,) * len(lead)]).all())
+        # Each sub-problem: where in the leading dimensions, the rows (queries) of one pattern of
+        # allowed keys, those keys; one call each, on the allowed keys only.
+        problems: list[tuple[tuple, torch.Tensor, torch.Tensor]] = []
+        for index in [()] if shared else list(torch.cartesian_prod(*[torch.arange(n) for n in lead]).reshape(-1, len(lead)).tolist()):
+            where = (Ellipsis,) if shared else tuple(index)
+            rows_mask = mask[(0,) * len(lead)] if shared else mask[tuple(index)]  # (T_q, T_k)
+            for pattern in torch.unique(rows_mask, dim=0):
+                keys = pattern.nonzero().flatten()
+                if keys.numel() == 0:
+                    fail(_("这一项按你自己的注意力结果评判时，某个查询一个键也不能访问：无法评判。"))
+                problems.append((where, (rows_mask == pattern).all(dim=-1).nonzero().flatten(), keys))
+        calls = [(q[where][..., rows, :], k[where][..., keys, :], v[where][..., keys, :]) for where, rows, keys in problems]
+        # Their inputs are fixed now: the sandbox answers them all in one round trip.
+        if hasattr(student, "ask_ahead"):
+            student.ask_ahead([("scaled_attention", args, {}) for args in calls])
+        for (where, rows, keys), args in zip(problems, calls, strict=True):
+            got_output, got_weights = unpack_pair(student.scaled_attention(*args), "scaled_attention")
+            layouts.append(_layout(got_weights, rows.numel(), keys.numel()))
+            blocks.append((where, rows, keys, got_output, got_weights))
+    told = {layout for layout in layouts if layout is not None}
+    if len(told) > 1:
+        fail(_("这一项按你自己的注意力结果评判时，你的函数只用允许访问的键计算，返回的形状不对，无法评判。"))
+    own = OwnAttention(plain_output, plain_weights, transposed=told == {True})
+    plain_weights = own.read(plain_weights)
+    if layouts[0] is None and allowed is not None:  # square: the layout was told by the calls per row
+        _assert_is_attention(plain_output, plain_weights, query, key, value)
+    if allowed is None:
+        return OwnAttention(plain_output, plain_weights, own.transposed)
     output = torch.zeros(*lead, t_q, value.shape[-1], dtype=plain_output.dtype)  # (*lead, T_q, d_v)
     weights = torch.zeros(*lead, t_q, t_k, dtype=plain_weights.dtype)  # (*lead, T_q, T_k)
-    shared = not lead or bool((mask == mask[(0,) * len(lead)]).all())
-    # Each sub-problem: where in the leading dimensions, the rows (queries) of one pattern of
-    # allowed keys, those keys; one call each, on the allowed keys only.
-    problems: list[tuple[tuple, torch.Tensor, torch.Tensor]] = []
-    for index in [()] if shared else list(torch.cartesian_prod(*[torch.arange(n) for n in lead]).reshape(-1, len(lead)).tolist()):
-        where = (Ellipsis,) if shared else tuple(index)
-        rows_mask = mask[(0,) * len(lead)] if shared else mask[tuple(index)]  # (T_q, T_k)
-        for pattern in torch.unique(rows_mask, dim=0):
-            keys = pattern.nonzero().flatten()
-            if keys.numel() == 0:
-                fail(_("这一项按你自己的注意力结果评判时，某个查询一个键也不能访问：无法评判。"))
-            problems.append((where, (rows_mask == pattern).all(dim=-1).nonzero().flatten(), keys))
-    calls = [(q[where][..., rows, :], k[where][..., keys, :], v[where][..., keys, :]) for where, rows, keys in problems]
-    # Their inputs are fixed now: the sandbox answers them all in one round trip.
-    if hasattr(student, "ask_ahead"):
-        student.ask_ahead([("scaled_attention", args, {}) for args in calls])
-    for (where, rows, keys), args in zip(problems, calls, strict=True):
-        got_output, got_weights = unpack_pair(student.scaled_attention(*args), "scaled_attention")
+    for where, rows, keys, got_output, got_weights in blocks:
+        got_weights = own.read(got_weights)
         sub = output[where]
         expected_shape = (*sub.shape[:-2], rows.numel())
-        if tuple(got_output.shape) != (*expected_shape, value.shape[-1]) or tuple(got_weights.shape) != (*expected_shape, keys.numel()):
+        if (
+            not isinstance(got_output, torch.Tensor)
+            or not isinstance(got_weights, torch.Tensor)
+            or tuple(got_output.shape) != (*expected_shape, value.shape[-1])
+            or tuple(got_weights.shape) != (*expected_shape, keys.numel())
+        ):
             fail(_("这一项按你自己的注意力结果评判时，你的函数只用允许访问的键计算，返回的形状不对，无法评判。"))
         output[where][..., rows, :] = got_output.to(output.dtype)
         block = weights[where][..., rows, :]
         block[..., keys] = got_weights.to(weights.dtype)
         weights[where][..., rows, :] = block
-    return output, weights
+    return OwnAttention(output, weights, own.transposed)
 
 
 def _assert_is_attention(output: Any, weights: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
@@ -135,6 +198,19 @@ def _assert_is_attention(output: Any, weights: Any, query: torch.Tensor, key: to
         fail(i18n.sentences([reason, _("这一项只在你的函数本身算的是注意力时，才按你自己的注意力结果评判。")]))
 
 
-# The concept the masking, empty-row and future tests of scaled_attention rest on (their
-# ``rests_on`` marker): the attention itself, graded in check_scaled_attention.
+# The concept each hidden test checks (its ``concept`` marker; issue 41's charge per concept), as
+# the page names it where a part loses points. ATTENTION is also what the masking, empty-row and
+# future tests of scaled_attention rest on (their ``rests_on`` marker): the attention itself
+# (scaling, the softmax over the keys, what it returns), graded in check_scaled_attention.
 ATTENTION = N_("注意力")
+MASKING = N_("用掩码屏蔽")
+EMPTY_ROW = N_("空行报错")
+FUTURE = N_("不泄漏未来")
+CAUSAL_MASK = N_("因果掩码")
+PADDING_MASK = N_("填充掩码")
+COMBINED_MASKS = N_("组合掩码")
+HEAD_SPLIT = N_("拆分多头")
+HEAD_MERGE = N_("合并多头")
+PROJECTION = N_("多头注意力的投影")
+SHAPE_TRACE = N_("形状推导")
+SELF_TEST = N_("自测题")

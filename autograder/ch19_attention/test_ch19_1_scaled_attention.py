@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape
-from .attention_checks import unpack_pair
+from .attention_checks import ATTENTION, unpack_pair
 from .messages import _
 
-pytestmark = [pytest.mark.grade_id("check_scaled_attention"), pytest.mark.function("scaled_attention")]
+pytestmark = [pytest.mark.grade_id("check_scaled_attention"), pytest.mark.function("scaled_attention"), pytest.mark.concept(ATTENTION)]
 
 # The chapter prints 4 decimals: a value rounds to the printed one when it is within 5e-5 of it
 # (plus float32 rounding of values up to 10).

@@ -14,12 +14,17 @@ import torch.nn.functional as F
 
 from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
 from attnkit.assignment.checks import CONCEPT_TOLERANCE
-from .attention_checks import ATTENTION, judged_by_own, own_attention, unpack_pair
+from .attention_checks import ATTENTION, MASKING, as_judged, unpack_pair
 from .messages import _, ngettext
 
 # Masking rests on the attention itself: a student who failed check_scaled_attention (a wrong
 # scale, say) is judged here against their own attention over the allowed keys (issue 41).
-pytestmark = [pytest.mark.grade_id("check_masking"), pytest.mark.function("scaled_attention"), pytest.mark.rests_on("check_scaled_attention", ATTENTION)]
+pytestmark = [
+    pytest.mark.grade_id("check_masking"),
+    pytest.mark.function("scaled_attention"),
+    pytest.mark.concept(MASKING),
+    pytest.mark.rests_on("check_scaled_attention", ATTENTION),
+]
 
 CHAPTER_ATOL = 5e-5 + 2e-6
 
@@ -73,11 +78,13 @@ def test_section7_causal(student):
     value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]
     allowed = torch.ones(3, 3, dtype=torch.bool).tril()
     output, weights = unpack_pair(student.scaled_attention(query, query.clone(), value, allowed), "scaled_attention")
+    # Judged against the student's own attention: its standard, and their weights in its layout.
+    own, weights = as_judged(student, query, query.clone(), value, allowed, weights)
     assert_shape(output, (1, 1, 3, 2), _("第 7 节因果输出"))
     assert_shape(weights, (1, 1, 3, 3), _("第 7 节因果权重"))
     assert_dtype(output, torch.float64, _("第 7 节因果输出"))
-    if judged_by_own(student):
-        own_output, own_weights = own_attention(student, query, query.clone(), value, allowed)
+    if own is not None:
+        own_output, own_weights = own
         assert_close(weights, own_weights, _("第 7 节因果权重"), *CONCEPT_TOLERANCE)
         assert_close(output, own_output, _("第 7 节因果输出"), *CONCEPT_TOLERANCE)
         return
@@ -91,12 +98,13 @@ def assert_masked_case(student, query, key, value, allowed, output_label, weight
     """The (2, 3, 4, 6) random case under ``allowed``: shapes, dtype kept, blocked keys at
     weight 0, weights and output as the trusted implementation gives them."""
     output, weights = unpack_pair(student.scaled_attention(query, key, value, allowed), "scaled_attention")
+    own, weights = as_judged(student, query, key, value, allowed, weights)
     assert_shape(output, (2, 3, 4, 3), output_label)
     assert_shape(weights, (2, 3, 4, 6), weights_label)
     assert_dtype(output, query.dtype, output_label)
     assert_blocked_zero(weights, allowed, weights_label)
-    if judged_by_own(student):
-        expected_output, expected_weights = own_attention(student, query, key, value, allowed)
+    if own is not None:
+        expected_output, expected_weights = own
         assert_close(weights, expected_weights, weights_label, *CONCEPT_TOLERANCE)
         assert_close(output, expected_output, output_label, *CONCEPT_TOLERANCE)
         return

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnkit.assignment.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
-from .attention_checks import ATTENTION, assert_real_attention, expected_attention, unpack_pair
+from .attention_checks import ATTENTION, EMPTY_ROW, as_judged, assert_real_attention, expected_attention, unpack_pair
 from .messages import _
 
 # The empty-row error rests on the attention itself: judged against the student's own attention
@@ -13,6 +13,7 @@ from .messages import _
 pytestmark = [
     pytest.mark.grade_id("check_empty_row"),
     pytest.mark.function("scaled_attention"),
+    pytest.mark.concept(EMPTY_ROW),
     pytest.mark.rests_on("check_scaled_attention", ATTENTION),
 ]
 
@@ -33,13 +34,15 @@ def works_once_every_row_keeps_a_key(student, query, key, value, allowed, where)
             ).format(where=where, message=str(error)[:300])
         )
     output, weights = unpack_pair(result, "scaled_attention")
+    # Judged against the student's own attention: its standard, and their weights in its layout.
+    own, weights = as_judged(student, query, key, value, repaired, weights)
     batch = broadcast_shape(query.shape[:-2], repaired.shape[:-2])
     assert_shape(output, (*batch, query.shape[-2], value.shape[-1]), _("输出"))
     assert_shape(weights, (*batch, query.shape[-2], key.shape[-2]), _("权重"))
     if not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(output).all())):
         fail(_("{where}：补上可访问的键之后，每个查询都有键可用，权重和输出应是有限的数（不应有 NaN 或无穷大）。").format(where=where))
     # And real attention: a function that computes nothing but raises on empty rows earns 0 here.
-    expected_output, expected_weights = expected_attention(student, query, key, value, repaired)
+    expected_output, expected_weights = own if own is not None else expected_attention(student, query, key, value, repaired)
     assert_real_attention(weights, expected_weights, _("{where}：补上可访问的键之后的权重").format(where=where))
     assert_real_attention(output, expected_output, _("{where}：补上可访问的键之后的输出").format(where=where))
 
@@ -87,6 +90,7 @@ def test_no_error_when_every_row_keeps_a_key(student):
     except ValueError as error:
         fail(_("每个查询都还有一个可访问的键，不应报错，但你的函数抛出了 ValueError：{message}").format(message=str(error)[:300]))
     output, weights = unpack_pair(result, "scaled_attention")
+    own, weights = as_judged(student, Q, K, V, allowed, weights)
     assert_shape(output, (2, 2, 3, 2), _("输出"))
     assert_shape(weights, (2, 2, 3, 5), _("权重"))
     for name, tensor in ((_("权重"), weights), (_("输出"), output)):
@@ -97,6 +101,6 @@ def test_no_error_when_every_row_keeps_a_key(student):
                     name=name, index=fmt_index(tuple(int(i) for i in broken.nonzero()[0]))
                 )
             )
-    expected_output, expected_weights = expected_attention(student, Q, K, V, allowed)
+    expected_output, expected_weights = own if own is not None else expected_attention(student, Q, K, V, allowed)
     assert_real_attention(weights, expected_weights, _("每个查询只剩一个可访问的键时的权重"))
     assert_real_attention(output, expected_output, _("每个查询只剩一个可访问的键时的输出"))

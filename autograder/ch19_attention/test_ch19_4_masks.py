@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from . import reference
 from attnkit.assignment.checks import assert_bool_equal, assert_close, assert_tensor, broadcast_shape, fail, fmt_shape
-from .attention_checks import assert_mask_alone
+from .attention_checks import CAUSAL_MASK, COMBINED_MASKS, PADDING_MASK, assert_mask_alone
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_masks")
@@ -28,6 +28,7 @@ def expected_padding(lengths, size):
 
 @pytest.mark.weight(5)
 @pytest.mark.function("causal_allowed")
+@pytest.mark.concept(CAUSAL_MASK)
 def test_causal_allowed(student):
     """causal_allowed(size)：是否为 (size, size) 的布尔矩阵，且恰好在 j ≤ i（含对角线）处为 True？"""
     # Every size the suite's other tests ask the student's mask for (4: combined, 5: the future
@@ -40,6 +41,7 @@ def test_causal_allowed(student):
 
 @pytest.mark.weight(5)
 @pytest.mark.function("padding_allowed")
+@pytest.mark.concept(PADDING_MASK)
 def test_padding_allowed(student):
     """padding_allowed(lengths, size)：形状是否为 (B, 1, 1, size)，且只在键位置小于序列长度处为 True？"""
     lengths = torch.tensor([3, 5, 1])
@@ -52,6 +54,7 @@ def test_padding_allowed(student):
 
 @pytest.mark.weight(5)
 @pytest.mark.function("causal_allowed", "padding_allowed")
+@pytest.mark.concept(COMBINED_MASKS)
 def test_causal_and_padding_combined(student):
     """把你的因果掩码与填充掩码用 & 组合后做注意力（长度 4 与 2 的两个序列）：结果是否正确？"""
     lengths = torch.tensor([4, 2])

@@ -16,10 +16,10 @@ import torch
 from attnkit.boundary.outcome import StudentRaised
 from . import reference
 from attnkit.assignment.checks import assert_shape, fail, fmt_index, max_change
-from .attention_checks import ATTENTION, assert_real_attention, expected_attention, unpack_pair
+from .attention_checks import ATTENTION, FUTURE, assert_real_attention, expected_attention, unpack_pair
 from .messages import _
 
-pytestmark = pytest.mark.grade_id("check_future")
+pytestmark = [pytest.mark.grade_id("check_future"), pytest.mark.concept(FUTURE)]
 
 UNCHANGED = 1e-10  # float64 rounding of a correct implementation, see above
 CHANGED = 1e-6  # the changed position's own output moves by O(1)

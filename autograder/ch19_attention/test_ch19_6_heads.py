@@ -11,6 +11,7 @@ import torch
 
 from . import reference
 from attnkit.assignment.checks import assert_equal_exactly, assert_shape, expect_value_error, fail, fmt_number
+from .attention_checks import HEAD_MERGE, HEAD_SPLIT
 from .messages import _
 
 pytestmark = pytest.mark.grade_id("check_heads")
@@ -50,6 +51,7 @@ def check_split(got, x, heads):
 
 @pytest.mark.weight(4)
 @pytest.mark.function("split_heads")
+@pytest.mark.concept(HEAD_SPLIT)
 def test_split_heads(student):
     """split_heads：(2, 5, 6) 拆成 2 个头和 3 个头时，形状是否为 (B, h, T, D/h)，每个头是否拿到每个位置的对应一段特征？"""
     for heads in (2, 3):
@@ -58,6 +60,7 @@ def test_split_heads(student):
 
 @pytest.mark.weight(4)
 @pytest.mark.function("merge_heads")
+@pytest.mark.concept(HEAD_MERGE)
 def test_merge_heads(student):
     """merge_heads：(2, 3, 5, 2) 拼回后形状是否为 (2, 5, 6)、元素是否到位，拆开再拼回是否得到原输入？"""
     heads = torch.arange(2 * 3 * 5 * 2, dtype=torch.float32).reshape(2, 3, 5, 2)
@@ -87,6 +90,7 @@ def test_merge_heads(student):
 
 @pytest.mark.weight(2)
 @pytest.mark.function("split_heads")
+@pytest.mark.concept(HEAD_SPLIT)
 def test_split_heads_rejects_indivisible_width(student):
     """宽度 6 不能被 4 个头整除：split_heads 是否抛出 ValueError？"""
     # A property point needs a working function: a split_heads that refuses every width (or

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape
-from .attention_checks import unpack_pair
+from .attention_checks import PROJECTION, unpack_pair
 from .messages import _
 
 # Each test grades multi_head_attention alone: when the student's scaled_attention, split_heads or
@@ -21,6 +21,7 @@ from .messages import _
 pytestmark = [
     pytest.mark.grade_id("check_multi_head"),
     pytest.mark.function("multi_head_attention"),
+    pytest.mark.concept(PROJECTION),
     pytest.mark.depends_on("scaled_attention", "split_heads", "merge_heads"),
 ]
 

@@ -11,9 +11,10 @@ import torch
 
 from . import reference
 from attnkit.assignment.checks import answer_shape, judge_answers
+from .attention_checks import SHAPE_TRACE
 from .messages import _
 
-pytestmark = pytest.mark.grade_id("check_shape_trace")
+pytestmark = [pytest.mark.grade_id("check_shape_trace"), pytest.mark.concept(SHAPE_TRACE)]
 
 
 def traced_shapes():

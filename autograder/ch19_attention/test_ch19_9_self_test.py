@@ -12,9 +12,10 @@ import torch
 from . import reference
 from attnkit.assignment.checks import answer_bool, answer_int, answer_shape, judge_answers
 
+from .attention_checks import SELF_TEST
 from .messages import N_, _
 
-pytestmark = pytest.mark.grade_id("check_self_test")
+pytestmark = [pytest.mark.grade_id("check_self_test"), pytest.mark.concept(SELF_TEST)]
 
 HINT = N_("回到第 8 节对应的问题再想一想。")
 _g = torch.Generator().manual_seed(1909)

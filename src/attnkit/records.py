@@ -58,6 +58,7 @@ class HiddenTestRecord(TypedDict):
     functions: list[str]
     error: dict[str, Any]
     charge: dict[str, Any]  # points moved where the failure starts (attnkit.grading.charges); {} when none
+    concept: str  # the concept the test checks, as the page names it (its ``concept`` marker, translated); "" for none
 
 
 class CellRecord(TypedDict):
@@ -123,7 +124,7 @@ class PartScore(TypedDict):
 
 class ResultsTest(TypedDict):
     """A test as results.json shows it (``scoring.results_json``): Gradescope's keys, then ours;
-    ``substituted``, ``functions``, ``error`` and ``charge`` only when not empty."""
+    ``substituted``, ``functions``, ``error``, ``charge`` and ``concept`` only when not empty."""
 
     name: str
     score: float
@@ -136,6 +137,7 @@ class ResultsTest(TypedDict):
     functions: NotRequired[list[str]]
     error: NotRequired[dict[str, Any]]
     charge: NotRequired[dict[str, Any]]
+    concept: NotRequired[str]
 
 
 class ResultsJson(TypedDict):

@@ -245,16 +245,20 @@ def test_a_plan_from_a_notebook_of_stubs_changes_no_grade(tmp_path: Path, monkey
     assert all(t["status"] == "passed" for t in planned["correct"]["tests"])
 
 
-# A wrong scale (judged against its own attention in the masking, empty-row and future tests:
-# one call per pattern of allowed keys) that, called on exactly two keys without a mask, hangs:
-# a sub-problem of the section 7 causal case, asked ahead in a batch.
-HANGS_ON_TWO_KEYS = CATALOGUE.by_id("no_scale").source.replace(
+# A wrong scale no catalogue entry reproduces (so the masking, empty-row and future tests judge it
+# against its own attention: one call per pattern of allowed keys), and the same that, called on
+# exactly two keys without a mask, hangs: a sub-problem of the section 7 causal case, asked ahead
+# in a batch.
+FOURTH_ROOT_SCALE = CATALOGUE.by_id("no_scale").source.replace(
+    "scores = query @ key.transpose(-2, -1)\n", "scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.25\n", 1
+)
+HANGS_ON_TWO_KEYS = FOURTH_ROOT_SCALE.replace(
     "def scaled_attention(query, key, value, allowed=None):\n",
     "def scaled_attention(query, key, value, allowed=None):\n    while allowed is None and key.shape[-2] == 2:\n        pass\n",
     1,
 )
 ASKED_AHEAD = {
-    "no_scale": CATALOGUE.by_id("no_scale").source,
+    "fourth_root_scale": FOURTH_ROOT_SCALE,
     "scale_by_dk": CATALOGUE.by_id("scale_by_dk").source,
     "mask_after_softmax": CATALOGUE.by_id("mask_after_softmax").source,
     "hangs_on_two_keys": HANGS_ON_TWO_KEYS,
@@ -276,7 +280,7 @@ def test_calls_asked_ahead_grade_exactly_like_calls_asked_alone(tmp_path: Path, 
     ahead in one batch (``Student.ask_ahead``, ``Student.probe_many``): is every result, the
     heatmaps and a hang in the middle of such a batch included, what asking each alone gives, with
     fewer round trips?"""
-    assert "while allowed is None" in HANGS_ON_TWO_KEYS
+    assert "** 0.25" in FOURTH_ROOT_SCALE and "while allowed is None" in HANGS_ON_TWO_KEYS
     submitted = tmp_path / "submitted"
     for student, override in ASKED_AHEAD.items():
         write_submission(submitted, student, override)
@@ -290,12 +294,12 @@ def test_calls_asked_ahead_grade_exactly_like_calls_asked_alone(tmp_path: Path, 
         assert comparable(ahead[student]) == comparable(alone[student]), student
         assert ahead[student].get("evidence") == alone[student].get("evidence"), student
     # The judged-by-own path ran (a wrong scale is not charged again for masking) ...
-    judged = [t for t in ahead["no_scale"]["tests"] if "按你自己的" in (t.get("output") or "")]
-    assert judged and all(t["status"] == "passed" for t in judged), ahead["no_scale"]["tests"]
+    judged = [t for t in ahead["fourth_root_scale"]["tests"] if "按你自己的" in (t.get("output") or "")]
+    assert judged and all(t["status"] == "passed" for t in judged), ahead["fourth_root_scale"]["tests"]
     # ... and the hang, met on a call asked ahead (the section 7 causal case's row with two keys),
     # cost that judgement only: the other tests judged against its own attention still pass.
-    status = {student: {t["nodeid"].split("::")[-1]: t["status"] for t in ahead[student]["tests"]} for student in ("no_scale", "hangs_on_two_keys")}
-    assert status["no_scale"]["test_section7_causal"] == "passed" and status["hangs_on_two_keys"]["test_section7_causal"] == "failed", status
+    status = {student: {t["nodeid"].split("::")[-1]: t["status"] for t in ahead[student]["tests"]} for student in ("fourth_root_scale", "hangs_on_two_keys")}
+    assert status["fourth_root_scale"]["test_section7_causal"] == "passed" and status["hangs_on_two_keys"]["test_section7_causal"] == "failed", status
     assert status["hangs_on_two_keys"]["test_padding_mask_broadcast"] == "passed", status
-    for student in ("no_scale", "scale_by_dk"):
+    for student in ("fourth_root_scale", "scale_by_dk"):
         assert ahead_requests[student] < alone_requests[student] - 3, (ahead_requests, alone_requests)

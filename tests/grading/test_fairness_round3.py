@@ -44,6 +44,38 @@ def scaled_attention(query, key, value, allowed=None):
     weights = torch.zeros(*query.shape[:-1], key.shape[-2], dtype=query.dtype)
     return weights @ value, weights
 """,
+    # Softmax over the queries (softmax_wrong_axis, named on the attention part) and no empty-row
+    # check: the name is taken back at the close (the empty-row calls contradict it), so the tests
+    # it explained while it stood get nothing by it, and its own attention (normalised over the
+    # queries) is no row-by-row standard.
+    "named_then_contradicted": """
+from math import sqrt
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=2)
+    return weights @ value, weights
+""",
+    # The catalogued slip (softmax over dim 2) on every input but the 3-D one of the attention
+    # part's tests, where it halves its weights: the masking and future tests it explains while
+    # the name stands are judged at the close, and the name does not survive it (that 3-D call
+    # contradicts it), so they get nothing by it.
+    "slip_but_one_input": """
+from math import sqrt
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-1).all():
+            raise ValueError("empty row")
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=2)
+    if key.shape[-2] == 7:
+        weights = weights * 0.5
+    return weights @ value, weights
+""",
 }
 
 
@@ -63,7 +95,7 @@ def test_no_point_is_given_back_to_a_function_that_computes_no_attention(results
     assert {"check_scaled_attention", "check_masking", "check_empty_row", "check_future"} <= lost, summary(graded)
 
 
-@pytest.mark.parametrize("name", ["scale_by_sqrt_dv", "scale_by_dk_matmul"])
+@pytest.mark.parametrize("name", ["scale_by_sqrt_dv", "scale_by_dk_matmul", "softmax_dim2", "weights_transposed"])
 def test_a_test_judged_against_the_students_own_attention_says_so(results, name):
     graded = results[name]
     judged = [r for r in graded if r["charge"].get("judged_by_own")]
@@ -101,21 +133,7 @@ def test_the_reference_still_scores_100(results):
     assert score(results["reference"]) == 100, summary(results["reference"])
 
 
-# Fair grades the charge per concept does not reach (issue 41, said in the report): the
-# student's own attention cannot be the standard when it is not attention over the keys.
-NOT_REACHED = {
-    # Softmax over the queries: called one query at a time over the allowed keys it gives every
-    # key weight 1, so "your own attention over the allowed keys" is no standard for its masking.
-    "softmax_dim2": "the own-attention standard needs a softmax over the keys",
-    # Its weights come back transposed on every call: the masking, empty-row and future tests
-    # check the weights' shape before anything else, and the own standard is built of them.
-    "weights_transposed": "the own-attention standard needs the weights in the API's layout",
-}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=NOT_REACHED[name])) if name in NOT_REACHED else name for name in ROUND3]
-)
+@pytest.mark.parametrize("name", list(ROUND3))
 def test_each_case_scores_its_fair_grade(results, name):
     case = ROUND3[name]
     graded = results[name]
@@ -254,3 +272,70 @@ def test_through_real_sandboxes_the_scores_are_the_same(tmp_path, results):
         assert set(graded["diagnoses"]) == {d for r in results[name] for d in r["diagnoses"]}, name
     page_text = (folder / "scalebydkmatmul" / CH19.name / "feedback.html").read_text(encoding="utf-8")
     assert "这一项按你自己的注意力结果评判" in page_text
+
+
+# The concepts issue 41 names (scaling and the softmax axis are the attention part's one concept,
+# the one the masking, empty-row and future tests rest on), as the tests state them.
+NAMED_CONCEPTS = {"注意力", "用掩码屏蔽", "空行报错", "不泄漏未来", "拆分多头", "合并多头", "多头注意力的投影"}
+
+
+def test_every_hidden_test_states_the_concept_it_checks(results):
+    """Each hidden test states its concept (``concept`` marker), carried on its result; the
+    concept a dependent test rests on (``rests_on``) is the one its part's tests state."""
+    graded = results["reference"]
+    assert graded and all(r["concept"] for r in graded), [r["nodeid"] for r in graded if not r["concept"]]
+    assert NAMED_CONCEPTS <= {r["concept"] for r in graded}
+    assert {r["concept"] for r in graded if r["grade_id"] == "check_scaled_attention"} == {"注意力"}
+    one_per_test = {r["grade_id"]: {s["concept"] for s in graded if s["grade_id"] == r["grade_id"]} for r in graded}
+    assert one_per_test["check_heads"] == {"拆分多头", "合并多头"}, one_per_test
+
+
+@pytest.mark.parametrize("name", ["scale_by_dk_matmul", "softmax_dim2", "weights_transposed", "causal_float_mask", "mha_mask_keyword", "split_heads_subclass"])
+def test_each_charge_on_the_page_names_one_concept(results, name):
+    """Where a part loses points the page says on which concept, one charge per concept its
+    failed tests state, adding up to what the part lost; a part that lost nothing is charged
+    nothing."""
+    import re
+
+    graded = results[name]
+    text = page(graded)
+    for grade_id in CH19.parts:
+        tests = [r for r in graded if r["grade_id"] == grade_id]
+        lost = round(sum(r["max_score"] - r["score"] for r in tests), 4)
+        section = text.split(f'<h3 id="{grade_id}">', 1)[1].split("<table>", 1)[0]
+        charges = re.findall(r'data-charge-concept="([^"]*)">按概念扣分：「([^」]*)」扣 ([0-9.]+) 分', section)
+        if not lost:
+            assert not charges, (grade_id, charges)
+            continue
+        assert charges, (grade_id, section)
+        assert all(attribute == concept for attribute, concept, _points in charges)
+        assert {concept for _a, concept, _p in charges} == {r["concept"] for r in tests if r["score"] < r["max_score"]}
+        assert round(sum(float(points) for _a, _c, points in charges), 4) == lost, (grade_id, charges)
+
+
+def test_a_dependent_test_rests_on_the_concept_its_part_states():
+    """``rests_on(part, concept)`` names the concept that part's tests state, and every test of
+    the suite states one: the page's "按你自己的{concept}结果评判" and its charges speak of the
+    same concepts."""
+    from attnkit.grading import plugin as plugin_module
+    from attnkit.grading.plugin import GradingPlugin
+    from test_autograder import SourceProvider
+
+    class Items:
+        found: list = []
+
+        def pytest_collection_finish(self, session):
+            Items.found = list(session.items)
+
+    code = pytest.main(
+        ["-q", "--collect-only", "-p", "no:cacheprovider", str(CH19.folder)],
+        plugins=[plugin_module, GradingPlugin(SourceProvider({"reference": REFERENCE})), Items()],
+    )
+    assert code == pytest.ExitCode.OK and Items.found
+    stated = {}
+    for item in Items.found:
+        concept = item.get_closest_marker("concept")
+        assert concept is not None and concept.args and concept.args[0], item.nodeid
+        stated.setdefault(item.get_closest_marker("grade_id").args[0], set()).add(concept.args[0])
+    resting = [item.get_closest_marker("rests_on").args for item in Items.found if item.get_closest_marker("rests_on")]
+    assert resting and all(stated[part] == {concept} for part, concept in resting), (resting, stated)

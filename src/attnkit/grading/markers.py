@@ -51,6 +51,7 @@ def _marker_args(item: pytest.Item) -> dict[str, Any]:
             "function": tuple(name for marker in item.iter_markers("function") for name in marker.args),
             "depends_on": tuple(name for marker in item.iter_markers("depends_on") for name in marker.args),
             "rests_on": _rests_on(item),
+            "concept": str(concept.args[0]) if (concept := item.get_closest_marker("concept")) and concept.args else "",
         }
         item.stash[_ITEM_MARKERS] = found
     return found
@@ -102,6 +103,13 @@ def rests_on_of(item: pytest.Item) -> tuple[str, str]:
     grade cell, a failure here is judged again against the student's own function
     (``attnkit.grading.own_loop``, issue 41: one slip costs its own concept only)."""
     return tuple(_marker_args(item)["rests_on"])
+
+
+def concept_of(item: pytest.Item) -> str:
+    """The concept this test checks (``concept`` marker: a msgid of its assignment's domain; ""
+    for none): what the page names where the test's part loses points (issue 41's charge per
+    concept)."""
+    return str(_marker_args(item)["concept"])
 
 
 def assignment_of(item: pytest.Item) -> Assignment:

@@ -36,6 +36,7 @@ def test_result(
     substituted: list[str] | None = None,
     functions: list[str] | None = None,
     error: dict[str, Any] | None = None,
+    concept: str = "",
 ) -> TestResult:
     """A new result; ``diagnoses`` and ``charge`` are filled in later, when there are any."""
     return HiddenTestRecord(
@@ -51,6 +52,7 @@ def test_result(
         functions=list(functions or []),
         error=dict(error or {}),
         charge={},
+        concept=concept,
     )
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from attnkit.i18n import _
 from attnkit.grading import charges
-from attnkit.boundary.outcome import StudentRaised
+from attnkit.boundary.outcome import Call, Outcome, StudentRaised
 from attnkit.grading.markers import assignment_of, dependencies_of, functions_of, grade_id_of, rests_on_of, test_key
 from attnkit.grading.outcomes import TestResult, failure_message, only_failed_functions
 from attnkit.grading.student import Student
@@ -59,6 +59,28 @@ class _Deferred:
     suspects: tuple[str, ...] = ()
 
 
+@dataclass
+class _BySlip:
+    """A failed test whose concept rests on a part the student failed, and whose failure the
+    catalogue already explains by a slip named in that part: it is judged at the submission's
+    close, once every name agrees with every test of its function (``OwnLoop._judge_slips``)."""
+
+    item: pytest.Function
+    result: TestResult
+    part: str
+    concept: str
+    calls: list[Call]  # its plain run's, diagnosed in full should the names not stand
+
+
+def _passed(result: TestResult) -> None:
+    """A failure recorded while its judgement waited, now judged passed: full points, and no
+    diagnosis or error of its own on the page (the slip's box names only the parts it cost)."""
+    result["status"] = "passed"
+    result["score"] = result["max_score"]
+    result["diagnoses"] = []
+    result["error"] = {}
+
+
 class OwnLoop:
     """The test loop of :class:`attnkit.grading.plugin.GradingPlugin` (its state is set up there)."""
 
@@ -75,6 +97,7 @@ class OwnLoop:
         _unnarrowed: list[tuple[int, TestResult, list[str], Assignment]]
         _recorded_at: dict[int, int]
         _failed_parts: dict[str, set[str]]
+        _by_slip: dict[str, list[_BySlip]]
 
         def open(self, submission_id: str) -> Student: ...
 
@@ -90,6 +113,9 @@ class OwnLoop:
         def _swapped_call(self, item: pytest.Function, swap: dict[str, str]) -> None: ...
         def _failed_by(self, submission_id: str, position: int) -> dict[str, str]: ...
         def agree(self, submission_id: str) -> None: ...
+        def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]: ...
+        @staticmethod
+        def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]: ...
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -167,6 +193,7 @@ class OwnLoop:
     def _close(self, submission_id: str | None, opened: Student | BaseException | None) -> None:
         if submission_id is not None:
             self.agree(submission_id)  # before the provider takes the results
+            self._judge_slips(submission_id, opened)
         if submission_id is not None and isinstance(opened, Student):
             self.provider.close(submission_id)
         if submission_id is not None:
@@ -195,12 +222,26 @@ class OwnLoop:
 
     def _judged_by_own(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str) -> bool:
         """Charge per concept (issue 41): a failed test whose concept rests on a part the student
-        already failed (its ``rests_on`` marker: masking rests on the attention itself) is run
-        again with the student's own function as the reference (``Student.judged_by_own``: the
-        test's checks take their expectations from the student's own results). If it then
-        passes, it is recorded as passed, saying so: the slip is charged once, in its own part.
-        Returns whether it was recorded. Only failures of the student's results are judged again,
-        never an unfinished stub, a timeout, a crash or a missing function."""
+        already failed (its ``rests_on`` marker: masking rests on the attention itself) is judged
+        against the student's own function instead of the reference. Returns whether it was
+        recorded. Only failures of the student's results are judged again, never an unfinished
+        stub, a timeout, a crash or a missing function.
+
+        Two standards, the first that applies:
+
+        1. *The slip the catalogue reproduces.* When a mistake named in that part (the student's
+           own function there, reproduced call for call) also reproduces every call of this
+           test, the student did this test's concept exactly as the reference does it, on top of
+           that one slip: it is recorded failed for now and, at the submission's close, passed
+           if the name still agrees with every test of its function (``_judge_slips``). No call
+           to the sandbox: the catalogue's implementation ran in this process. This reaches
+           slips whose own attention is no row-by-row standard (a softmax over the queries,
+           which also leaves a key no query may see at NaN).
+        2. *The student's own function.* The test is run again with ``Student.judged_by_own``
+           set: its checks take their expectations from the student's own results (ch19:
+           their attention over the allowed keys, behind a real-work gate).
+
+        Passed, it is recorded as passed, saying so: the slip is charged once, in its own part."""
         part, concept = rests_on_of(item)
         if not part or part not in self._failed_parts.get(submission_id, set()):
             return False
@@ -209,13 +250,89 @@ class OwnLoop:
                 return False
         elif not isinstance(error, (AssertionError, pytest.fail.Exception)):
             return False
+        if self._by_named_slip(item, error, proxy, submission_id, part, concept):
+            return True
+        return self._by_own_function(item, proxy, submission_id, part, concept)
+
+    def _slips_named_in(self, submission_id: str, part: str) -> set[str]:
+        """The mistakes named on the failed tests of ``part`` so far."""
+        return {d for result in self.results.get(submission_id, []) if result["grade_id"] == part and result["status"] != "passed" for d in result["diagnoses"]}
+
+    def _by_named_slip(self, item: pytest.Function, error: BaseException, proxy: Student, submission_id: str, part: str, concept: str) -> bool:
+        """Standard 1 of ``_judged_by_own``: record the failure with its diagnosis, to be judged at
+        the close, when this test's diagnosis is only slips named in ``part``."""
+        named = self._slips_named_in(submission_id, part)
+        if not named:
+            return False
+        assignment = assignment_of(item)
+        found = self._reproducing(proxy, assignment, named)
+        if not found:
+            return False
+        self.record(item, submission_id, failure_message(error), diagnose=False, error=error)
+        result = self.results[submission_id][-1]
+        position = self._positions.get(test_key(item), 0)
+        result["diagnoses"] = only_failed_functions(found, assignment, self._failed_by(submission_id, position))
+        if self._deferred:  # a test before it may yet fail: narrowed again then
+            self._unnarrowed.append((position, result, found, assignment))
+        self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(proxy.calls)))
+        return True
+
+    def _reproducing(self, proxy: Student, assignment: Assignment, named: set[str]) -> list[str]:
+        """The mistakes of ``named`` that reproduce the test's calls and the catalogue's probes
+        (``diagnosis.diagnose`` over those alone: the one slip of the part, not the whole
+        catalogue, is what standard 1 asks about)."""
+        from attnkit.assignment.mistakes import mistake_id_of
+        from attnkit.grading.diagnosis import diagnose
+
+        catalogue = assignment.catalogue()
+        every = catalogue.diagnosable_namespaces() if hasattr(catalogue, "diagnosable_namespaces") else catalogue.mistake_namespaces()
+        among = {key: namespace for key, namespace in every.items() if mistake_id_of(key) in named}
+        probes = catalogue.probes() if hasattr(catalogue, "probes") else None
+        return diagnose(proxy.calls, catalogue.reference_namespace(), among, probes, self._probe_once(proxy))
+
+    def _by_own_function(self, item: pytest.Function, proxy: Student, submission_id: str, part: str, concept: str) -> bool:
+        """Standard 2 of ``_judged_by_own``: the test again with ``Student.judged_by_own`` set."""
         calls = list(proxy.calls)
         again = self._within_test(item, functools.partial(self._own_reference_call, item, proxy, concept))
         if again is not None:
             proxy.calls = calls  # the plain run's failure stands, diagnosed on its own calls
             return False
         self.record(item, submission_id, None, diagnose=False)
-        result = self.results[submission_id][-1]
+        self._mark_judged_by_own(self.results[submission_id][-1], item, part, concept)
+        return True
+
+    def _judge_slips(self, submission_id: str, opened: Student | BaseException | None) -> None:
+        """At a submission's close, after ``agree``: each test waiting on standard 1 of
+        ``_judged_by_own`` passes when its diagnosis still stands and is still a slip named in
+        the part it rests on; otherwise it is judged by the student's own function (standard 2)
+        while the sandbox is still open, and its failure stands if that does not pass either."""
+        waiting = self._by_slip.pop(submission_id, [])
+        for pending in waiting:
+            result = pending.result
+            named = self._slips_named_in(submission_id, pending.part)
+            if result["diagnoses"] and set(result["diagnoses"]) <= named:
+                self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
+                _passed(result)
+                continue
+            if not isinstance(opened, Student):
+                continue
+            pending.item.funcargs = {"student": opened}
+            again = self._within_test(pending.item, functools.partial(self._own_reference_call, pending.item, opened, pending.concept))
+            if again is None:
+                self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
+                _passed(result)
+                continue
+            # Its failure stands: diagnosed on its own calls over the whole catalogue, as any
+            # failure is, keeping only names that survived the agreement on other tests (a name
+            # that agrees with no test but this one is worse than none).
+            opened.calls = pending.calls
+            standing = {d for other in self.results.get(submission_id, []) if other is not result for d in other["diagnoses"]}
+            found = [d for d in self.diagnose(opened, assignment_of(pending.item)) if d in standing]
+            result["diagnoses"] = only_failed_functions(found, assignment_of(pending.item), self.failed_functions.get(submission_id, {}))
+
+    @staticmethod
+    def _mark_judged_by_own(result: TestResult, item: pytest.Function, part: str, concept: str) -> None:
+        """The page's note on a test judged against the student's own function, and its charge."""
         assignment = assignment_of(item)
         where = part
         if part in assignment.parts:
@@ -225,7 +342,6 @@ class OwnLoop:
             "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
         ).format(concept=assignment._(concept), where=where)
         result["charge"] = {"judged_by_own": part}
-        return True
 
     @staticmethod
     def _own_reference_call(item: pytest.Function, proxy: Student, concept: str) -> None:

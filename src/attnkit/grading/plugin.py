@@ -48,6 +48,7 @@ from attnkit.grading.local_provider import LocalProvider
 from attnkit.grading.markers import (
     assignment_of,
     base_nodeid,
+    concept_of,
     dependencies_of,
     functions_of,
     grade_id_of,
@@ -65,7 +66,7 @@ from attnkit.grading.outcomes import (
     substitution_note,
     swapped_failure,
 )
-from attnkit.grading.own_loop import OwnLoop, _Deferred
+from attnkit.grading.own_loop import OwnLoop, _BySlip, _Deferred
 from attnkit.grading.provider import Provider
 from attnkit.boundary.outcome import Call, Outcome, StudentRaised
 from attnkit.grading.student import Student
@@ -132,6 +133,9 @@ class GradingPlugin(OwnLoop):
         # Per submission: the grade cells with a failed test (a test that ``rests_on`` one of them
         # is judged again against the student's own function when it fails).
         self._failed_parts: dict[str, set[str]] = {}
+        # Per submission, until it closes: failed tests the catalogue's named slip explains, to be
+        # judged once the names agree with every test (``own_loop.OwnLoop._judge_slips``).
+        self._by_slip: dict[str, list[_BySlip]] = {}
         # Per submission, until it closes: its assignment and each recorded test's result and calls.
         self._evidence: dict[str, tuple[Assignment, list[tuple[TestResult, list[Call]]]]] = {}
         # Whether this session collected each test once, for its first submission only, and the
@@ -164,6 +168,7 @@ class GradingPlugin(OwnLoop):
         config.addinivalue_line("markers", "function(*names): the student functions this test grades")
         config.addinivalue_line("markers", "depends_on(*names): student functions the graded ones rely on")
         config.addinivalue_line("markers", "rests_on(grade_id, concept): the part whose concept this test's concept rests on, and its name")
+        config.addinivalue_line("markers", "concept(name): the concept this test checks, as the page names it where a part loses points")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -313,6 +318,7 @@ class GradingPlugin(OwnLoop):
             substituted=list(swapped),
             functions=list(functions_of(item)),
             error=error_info(error) if error is not None else {},
+            concept=assignment._(concept_of(item)) if concept_of(item) else "",
         )
         position = self._positions.get(test_key(item), len(self.results.get(submission_id, [])))
         if message is not None and not charged:

@@ -111,6 +111,19 @@ def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
+def concept_charges(tests: list[dict[str, Any]], part_title: str) -> list[dict[str, Any]]:
+    """A part's lost points by the concept each test states (issue 41's charge per concept), in
+    the order the tests come: each charge names one concept (a test that states none is charged
+    to its part's title)."""
+    charged: dict[str, float] = {}
+    for test in tests:
+        lost = round(float(test["max_score"]) - float(test["score"]), 4)
+        if lost > 0:
+            concept = str(test.get("concept") or part_title)
+            charged[concept] = round(charged.get(concept, 0.0) + lost, 4)
+    return [{"concept": concept, "points": points} for concept, points in charged.items()]
+
+
 def feedback_html(results: Mapping[str, Any], assignment: Assignment) -> str:
     results = {**results, "tests": [dict(test) for test in results["tests"]]}  # marked below, not the caller's
     order = list(assignment.parts) + ["other"]
@@ -120,7 +133,8 @@ def feedback_html(results: Mapping[str, Any], assignment: Assignment) -> str:
     for grade_id in order:
         tests = [t for t in results["tests"] if (t["grade_id"] or "other") == grade_id]
         if tests:
-            parts.append({"id": grade_id, "title": assignment.part_title(grade_id), "tests": tests, **results["parts"].get(grade_id, {})})
+            title = assignment.part_title(grade_id)
+            parts.append({"id": grade_id, "title": title, "tests": tests, "charges": concept_charges(tests, title), **results["parts"].get(grade_id, {})})
     # Each diagnosis's parts (titles, in page order): its one box at the top names what it cost.
     diagnosis_parts: dict[str, list[str]] = {}
     for part in parts:

@@ -112,7 +112,7 @@ def results_json(record: SubmissionRecord, assignment: Assignment) -> ResultsJso
                 "grade_id": t["grade_id"],
                 "diagnoses": t["diagnoses"],
                 # Only when not empty (ResultsTest: NotRequired), by keys mypy cannot follow through the loop.
-                **{key: t[key] for key in ("substituted", "functions", "error", "charge") if t.get(key)},  # type: ignore[typeddict-item]
+                **{key: t[key] for key in ("substituted", "functions", "error", "charge", "concept") if t.get(key)},  # type: ignore[typeddict-item]
             }
             for t in tests
         ],

@@ -98,6 +98,9 @@ def execute(path: Path, kernel: str, workdir: Path, allow_errors: bool) -> nbfor
         notebook,
         kernel_name=kernel,
         timeout=120,
+        # nbclient waits 4 s for a cell's outputs after it finishes; on a loaded machine the
+        # inline backend's figure came later and was dropped (test_figure_one_is_drawn saw none).
+        iopub_timeout=60,
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(workdir)}},
     )

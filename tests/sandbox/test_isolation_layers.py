@@ -261,9 +261,7 @@ def test_seccomp_filter_denies_metadata_changes_and_reaching_other_processes() -
             "setrlimit": attempt(lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0))),
             # Only a lower priority: a runner that is itself niced (CI) may not go back up without
             # CAP_SYS_NICE, which the filter has nothing to do with.
-            "setpriority self": attempt(
-                lambda: os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + 1))
-            ),
+            "setpriority self": attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + 1))),
             "affinity self": attempt(lambda: os.sched_setaffinity(0, os.sched_getaffinity(0))),
             "kill self": attempt(lambda: os.kill(me, 0)),
             "kill own group": attempt(lambda: os.killpg(me, 0)),
@@ -284,6 +282,70 @@ def test_seccomp_filter_denies_metadata_changes_and_reaching_other_processes() -
     assert {name: result[name] for name in allowed} == dict.fromkeys(allowed, "ok"), result
     assert {name: value for name, value in result.items() if name not in allowed} == {name: "EPERM" for name in result if name not in allowed}
     assert (after.st_mode, after.st_uid, after.st_mtime_ns, after.st_size) == (before.st_mode, before.st_uid, before.st_mtime_ns, before.st_size)
+
+
+@pytest.mark.root
+def test_seccomp_allows_only_what_a_notebook_uses() -> None:
+    """Issue 37, default deny: after the filters, what a notebook's Python does still works
+    (threads, sleeping, its own files, a pipe, a fork, its own memory and signals), and a syscall
+    outside the allowlist fails with EPERM the student's code can see, nothing killed: System V
+    IPC, POSIX message queues, personality, and statmount/listmount (Linux 6.8: a syscall the
+    kernel added after the list was written is refused until it is named)."""
+    import ctypes
+    import threading
+
+    if os.geteuid() != 0:
+        pytest.skip("runs the filtered child under a uid of its own: needs root")
+    if os.uname().machine != "x86_64":
+        pytest.skip("the raw syscall numbers below are x86_64's")
+    libc = ctypes.CDLL(None, use_errno=True)
+    folder = Path(tempfile.mkdtemp(prefix="attnkit-allow-", dir="/var/tmp"))
+    os.chown(folder, LONE_UID, LONE_UID)
+
+    def raw(number: int, *args: int) -> str:
+        if libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args]) >= 0:
+            return "ok"
+        return errno.errorcode[ctypes.get_errno()]
+
+    def body() -> dict:
+        os.setsid()
+        os.setgroups([])
+        os.setresgid(LONE_UID, LONE_UID, LONE_UID)
+        os.setresuid(LONE_UID, LONE_UID, LONE_UID)
+        obtained = seccomp_filter.install()
+        results: list[int] = []
+        thread = threading.Thread(target=lambda: results.append(sum(range(10))))
+        thread.start()
+        thread.join()
+        time.sleep(0.01)
+        own = folder / "own.txt"
+        own.write_text("x")
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"y")
+        return {
+            "obtained": obtained,
+            "thread": results == [45],
+            "own file": own.read_text() == "x" and attempt(own.unlink) == "ok",
+            "pipe": os.read(read_end, 1) == b"y",
+            "fork": attempt(fork_and_reap),
+            "kill self": attempt(lambda: os.kill(os.getpid(), 0)),
+            "shmget": raw(29, 0, 4096, 0o1600),  # IPC_PRIVATE, IPC_CREAT | 0600
+            "msgget": raw(68, 0, 0o1600),
+            "mq_open": raw(240, 0, 0),
+            "personality": raw(135, 0xFFFFFFFF),  # a query: changes nothing, yet refused
+            "statmount": raw(457, 0, 0, 0, 0),
+            "listmount": raw(458, 0, 0, 0, 0),
+        }
+
+    try:
+        result = in_child(body)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert result.pop("obtained", None) == ["seccomp-filter"], result
+    assert {name: result[name] for name in ("thread", "own file", "pipe")} == dict.fromkeys(("thread", "own file", "pipe"), True), result
+    assert result["fork"] == result["kill self"] == "ok", result
+    refused = ("shmget", "msgget", "mq_open", "personality", "statmount", "listmount")
+    assert {name: result[name] for name in refused} == dict.fromkeys(refused, "EPERM"), result
 
 
 @pytest.mark.root

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from attnkit.service import queue as queue_module
 from attnkit.service.policies import DEFAULT, Policy
-from attnkit.service.shared_queue import SharedQueue
+from attnkit.service.shared_queue import SharedQueue, engine_url
 
 STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (serve.STATE_FOLDER)
 
@@ -138,7 +138,7 @@ def record_batch(
             results.append(json.loads(attempt["results"]))
             chosen[key] = found
         if results:
-            url = str(gradebook) if queue_module.is_url(str(gradebook)) else None
+            url = engine_url(str(gradebook)) if queue_module.is_url(str(gradebook)) else None
             target = course_root / "gradebook.db" if url else Path(gradebook)
             for notice in record_grades(target, results, course_root / "submitted", registered=registered, db_url=url):
                 print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)

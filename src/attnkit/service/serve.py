@@ -96,6 +96,9 @@ def gradebook_of(root: Path, given: Path | None = None) -> Path | str:
     return url or root / "gradebook.db"
 
 
+GRADEBOOK_ENGINES: dict[str, Any] = {}  # a PostgreSQL gradebook's engine, by URL (due_dates)
+
+
 def due_dates(gradebook: Path | str) -> dict[str, float]:
     """Each assignment's due date in the gradebook (epoch seconds), as nbgrader's late rule reads
     it; ``gradebook``: its SQLite file, or nbgrader's ``db_url`` (PostgreSQL)."""
@@ -108,14 +111,14 @@ def due_dates(gradebook: Path | str) -> dict[str, float]:
 
         from attnkit.service.shared_queue import engine_url
 
-        engine = create_engine(engine_url(gradebook))
+        engine = GRADEBOOK_ENGINES.get(gradebook)
+        if engine is None:  # one per URL for the service's life: read every few seconds
+            engine = GRADEBOOK_ENGINES[gradebook] = create_engine(engine_url(gradebook), pool_size=1, pool_pre_ping=True)
         try:
             with engine.connect() as connection:
                 rows = [tuple(row) for row in connection.execute(text("SELECT name, duedate FROM assignment"))]
         except exc.SQLAlchemyError:
             return {}  # no gradebook there yet (nbgrader makes its tables at the first record)
-        finally:
-            engine.dispose()
     else:
         gradebook = Path(gradebook)
         if not gradebook.is_file():
@@ -265,6 +268,12 @@ class Service:
                     handle.close()
             except OSError:
                 pass
+        # Nor the service's database connections: forgotten here, never closed (closing one
+        # would end the service's own session on the shared socket).
+        engines = [getattr(self.queue, "engine", None), *GRADEBOOK_ENGINES.values()]
+        for engine in engines:
+            if engine is not None:
+                engine.dispose(close=False)
 
     # -- intake ------------------------------------------------------------------------------
     def emit(self, event: str, **fields: Any) -> None:

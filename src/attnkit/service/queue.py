@@ -12,7 +12,7 @@ flight, so one student's burst of resubmissions waits behind the other students'
 
 This is the default, for one service on one machine. Replicas on several machines share the
 same table in PostgreSQL instead (``shared_queue.SharedQueue``: the same methods, with leases);
-``open_queue`` picks by the URL.
+``shared_queue.open_queue`` picks by the URL.
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from attnkit.service.shared_queue import SharedQueue
+from typing import Any
 
 QUEUED, GRADING, DELIVERED, FAILED, REFUSED = "queued", "grading", "delivered", "failed", "refused"
 STATES = (QUEUED, GRADING, DELIVERED, FAILED, REFUSED)
@@ -256,13 +253,3 @@ class Queue:
 def is_url(where: str) -> bool:
     """A database URL (``postgresql://…``) rather than the path of the SQLite file."""
     return "://" in where
-
-
-def open_queue(where: str | Path, replica: str = "", lease_seconds: float = 30.0) -> Queue | SharedQueue:
-    """The service's queue: the SQLite file at a path (the default, one service), or the shared
-    table at a PostgreSQL URL (``shared_queue.SharedQueue``, replicas named ``replica``)."""
-    if is_url(str(where)):
-        from attnkit.service.shared_queue import SharedQueue
-
-        return SharedQueue(str(where), replica, lease_seconds)
-    return Queue(Path(where))

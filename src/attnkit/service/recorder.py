@@ -30,7 +30,7 @@ from pathlib import Path
 
 from attnkit.service import queue as queue_module
 from attnkit.service.policies import DEFAULT, Policy
-from attnkit.service.shared_queue import SharedQueue, engine_url
+from attnkit.service.shared_queue import SharedQueue, engine_url, open_queue
 
 STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (serve.STATE_FOLDER)
 
@@ -107,7 +107,7 @@ def record_batch(
     """Record one batch: up to BATCH students (with an assignment) who have deliveries not yet
     recorded, each with the one submission that counts; how many deliveries it settled (0:
     nothing was waiting, or another replica's recorder holds the gradebook now). ``queue``:
-    the service's (``queue.open_queue``); ``gradebook``: nbgrader's SQLite file or its ``db_url``.
+    the service's (``shared_queue.open_queue``); ``gradebook``: nbgrader's SQLite file or its ``db_url``.
     ``registered``: the assignments this process registered already (nbgrader
     generate_assignment, seconds each: once per assignment per start of the service).
     ``done``: the submission recorded last per student and assignment by this process (a newer
@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
     registered: set[str] = set()
     recorded: dict[tuple[str, str], int] = {}
     fast = False
-    queue = queue_module.open_queue(database, replica or f"recorder-{os.getpid()}")
+    queue = open_queue(database, replica or f"recorder-{os.getpid()}")
     while not stopping:
         fast = fast or (isinstance(gradebook, Path) and commit_without_fsync(gradebook))
         started = time.perf_counter()

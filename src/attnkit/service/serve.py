@@ -43,7 +43,8 @@ from attnkit.report.store import bounded_feedback
 from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Row, is_url, open_queue
+from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Row, is_url
+from attnkit.service.shared_queue import open_queue
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)

@@ -35,7 +35,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from attnkit.service.queue import DELIVERED, FAILED, GRADING, QUEUED, REFUSED, STATES, Row
+from pathlib import Path
+
+from attnkit.service.queue import DELIVERED, FAILED, GRADING, QUEUED, REFUSED, STATES, Queue, Row, is_url
 
 SCHEMA_NAME = "attnkit"
 # The advisory locks' first key: ours, apart from any other application's in the database.
@@ -358,3 +360,11 @@ class SharedQueue:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def open_queue(where: str | Path, replica: str = "", lease_seconds: float = 30.0) -> Queue | SharedQueue:
+    """The service's queue: the SQLite file at a path (the default, one service), or the shared
+    table at a PostgreSQL URL (replicas named ``replica``)."""
+    if is_url(str(where)):
+        return SharedQueue(str(where), replica, lease_seconds)
+    return Queue(Path(where))

@@ -23,7 +23,7 @@ Prints p50/p99/max and lost for each, and where the time goes from the service's
 ``--replicas N`` starts N ``attnkit serve`` processes on the course, as replicas on N machines
 would run (``--jobs`` each), sharing the queue and the gradebook in PostgreSQL: ``--queue-url``,
 or, without it, a throwaway server of the test suite's kind (``tests/support/postgres.py``,
-Debian's postgresql: ``make postgresql``). The burst's pages are then timed whichever replica
+Debian's postgresql: ``make postgresql``) with PostgreSQL's default settings (an fsync per commit). The burst's pages are then timed whichever replica
 delivers them, and the log's figures are given per replica too.
 """
 
@@ -196,7 +196,7 @@ def main() -> int:
         sys.path.insert(0, str(ROOT / "tests" / "support"))
         from postgres import PostgresServer
 
-        server = PostgresServer().start()
+        server = PostgresServer(durable=True).start()  # PostgreSQL's defaults: an fsync per commit
         args.queue_url = server.create_database("bench")
         print(f"a throwaway PostgreSQL {server.bin.parent.name} on 127.0.0.1:{server.port}", flush=True)
     bench = Bench(base, args.students, args.queue_url, args.replicas)

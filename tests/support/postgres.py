@@ -3,7 +3,8 @@
 Started with the server's own ``initdb`` and ``pg_ctl`` as an unprivileged user (the package's
 ``postgres`` when the tests run as root, else the tests' own user), in a temporary folder of its
 own: the data directory and the unix socket directory inside it, TCP on a free port of
-127.0.0.1 only, ``trust`` for the local test connections. ``stop`` ends it with ``pg_ctl stop``
+127.0.0.1 only, ``trust`` for the local test connections, and no fsync unless ``durable`` (a
+test's server needs speed; ``tools/bench_serve.py`` measures with PostgreSQL's own defaults). ``stop`` ends it with ``pg_ctl stop``
 (its own postmaster, by its pid file) and removes the folder.
 """
 
@@ -34,7 +35,8 @@ def free_port() -> int:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        self.durable = durable
         binaries = server_binaries()
         if binaries is None:
             raise RuntimeError("PostgreSQL's server is not installed: `make postgresql` installs Debian's postgresql")
@@ -69,8 +71,10 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         self.run(str(self.bin / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions")
-        # Only 127.0.0.1 and our own socket folder; no fsync (a test's server: speed, not durability).
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=60"
+        # Only 127.0.0.1 and our own socket folder; no fsync for a test's server (speed, not durability).
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c max_connections=60"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "120", "start")
         self.started = True
         return self

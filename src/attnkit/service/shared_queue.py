@@ -96,7 +96,8 @@ class SharedQueue:
         self.url = url
         self.replica = replica
         self.lease_seconds = lease_seconds
-        self.renewed = 0.0
+        self.renewed = 0.0  # when this replica's leases were last renewed (heartbeat)
+        self.expired = 0.0  # when it last gave expired leases back to the queue (claim)
         self.engine = create_engine(engine_url(url), pool_size=2, max_overflow=2, pool_pre_ping=True, connect_args={"options": f"-c search_path={SCHEMA_NAME}"})
         self.recording_db: Any = None
         with self.transaction() as db:
@@ -191,49 +192,54 @@ class SharedQueue:
 
     def claim(self, count: int) -> list[Row]:
         """Up to ``count`` queued rows moved to grading under this replica's lease: the oldest
-        first, at most one per student, none of a student with a row in flight anywhere."""
+        first, at most one per student, none of a student with a row in flight anywhere. Three
+        statements, whatever ``count``: the claim is on every submission's way."""
         if count <= 0:
             return []
-        chosen: list[int] = []
         with self.transaction() as db:
-            self.expire(db)
+            if time.monotonic() - self.expired >= self.lease_seconds / 3:
+                self.expired = time.monotonic()
+                self.expire(db)
+            # Candidates, locked (another replica's are skipped, never waited for), each with
+            # its student's advisory lock tried: held by another replica claiming for that
+            # student now, it is skipped too.
             candidates = self._run(
                 db,
-                "SELECT s.id, s.student FROM submissions s WHERE s.state = :queued"
-                " AND NOT EXISTS (SELECT 1 FROM submissions g WHERE g.student = s.student AND g.state = :grading)"
+                f"SELECT s.id, s.student, pg_try_advisory_xact_lock({LOCK_CLASS}, hashtext(s.student)) AS free FROM submissions s"
+                " WHERE s.state = :queued AND NOT EXISTS (SELECT 1 FROM submissions g WHERE g.student = s.student AND g.state = :grading)"
                 " ORDER BY s.id LIMIT :scan FOR UPDATE OF s SKIP LOCKED",
                 queued=QUEUED,
                 grading=GRADING,
                 scan=max(8, count * SCAN_PER_WORKER),
             ).all()
             students: set[str] = set()
-            for id, student in candidates:
-                if student in students:
+            chosen: list[int] = []
+            for id, student, free in candidates:
+                if student in students or not free:
+                    students.add(student)
                     continue
                 students.add(student)
-                # Another replica claiming for this student now: skip it (never wait).
-                if not self._run(db, f"SELECT pg_try_advisory_xact_lock({LOCK_CLASS}, hashtext(:student))", student=student).scalar():
-                    continue
-                # Under the student's lock, in a fresh snapshot: what another replica committed counts.
-                if self._run(db, "SELECT 1 FROM submissions WHERE student = :student AND state = :grading LIMIT 1", student=student, grading=GRADING).first():
-                    continue
-                moved = self._run(
-                    db,
-                    f"UPDATE submissions SET state = :grading, tries = tries + 1, started = :now, replica = :me,"
-                    f" leased_until = {NOW} + :lease WHERE id = :id AND state = :queued",
-                    grading=GRADING,
-                    now=time.time(),
-                    me=self.replica,
-                    lease=self.lease_seconds,
-                    id=id,
-                    queued=QUEUED,
-                ).rowcount
-                if moved:
-                    chosen.append(int(id))
-                    if len(chosen) == count:
-                        break
-        self.renewed = time.monotonic()
-        return [self.row(id) for id in chosen]
+                chosen.append(int(id))
+                if len(chosen) == count:
+                    break
+            if not chosen:
+                return []
+            # Under the students' locks, in a fresh snapshot (a new statement): a row another
+            # replica moved to grading and committed before we took a lock counts here.
+            moved = self._run(
+                db,
+                f"UPDATE submissions s SET state = :grading, tries = s.tries + 1, started = :now, replica = :me, leased_until = {NOW} + :lease"
+                " WHERE s.id = ANY(:ids) AND s.state = :queued"
+                " AND NOT EXISTS (SELECT 1 FROM submissions g WHERE g.student = s.student AND g.state = :grading) RETURNING s.*",
+                grading=GRADING,
+                now=time.time(),
+                me=self.replica,
+                lease=self.lease_seconds,
+                ids=chosen,
+                queued=QUEUED,
+            ).mappings()
+            rows = sorted((Row(**{field: found[field] for field in Row.__dataclass_fields__}) for found in moved), key=lambda row: row.id)
+        return rows
 
     def heartbeat(self) -> int:
         """Renew this replica's leases, every third of a lease at most; rows renewed."""
@@ -273,41 +279,28 @@ class SharedQueue:
         ]
 
     def deliver(self, id: int, results: dict[str, Any], feedback: str, shown: str, score: float, max_score: float, finished: float | None = None) -> bool:
-        """Grading (by this replica) -> delivered; False, and nothing changes, otherwise."""
+        """Grading (by this replica) -> delivered, in one statement; False, and nothing changes,
+        otherwise. The attempt's number counts the student's deliveries before it (no other of
+        theirs can be delivered meanwhile: one in flight per student)."""
         with self.transaction() as db:
-            row = self._run(
+            moved = self._run(
                 db,
-                "SELECT student, assignment FROM submissions WHERE id = :id AND state = :grading AND replica = :me FOR UPDATE",
-                id=id,
-                grading=GRADING,
-                me=self.replica,
-            ).first()
-            if row is None:
-                return False
-            attempt = 1 + int(
-                self._run(
-                    db,
-                    "SELECT COUNT(*) FROM submissions WHERE student = :student AND assignment = :assignment AND state = :delivered",
-                    student=row[0],
-                    assignment=row[1],
-                    delivered=DELIVERED,
-                ).scalar()
-            )
-            self._run(
-                db,
-                "UPDATE submissions SET state = :delivered, finished = :finished, attempt = :attempt, shown = :shown, score = :score, max_score = :max_score,"
-                " feedback = :feedback, results = :results, leased_until = NULL WHERE id = :id",
+                "UPDATE submissions s SET state = :delivered, finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
+                " feedback = :feedback, results = :results, leased_until = NULL,"
+                " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = s.student AND d.assignment = s.assignment AND d.state = :delivered)"
+                " WHERE s.id = :id AND s.state = :grading AND s.replica = :me",
                 delivered=DELIVERED,
                 finished=finished if finished is not None else time.time(),
-                attempt=attempt,
                 shown=shown,
                 score=score,
                 max_score=max_score,
                 feedback=feedback,
                 results=json.dumps(results),
                 id=id,
-            )
-            return True
+                grading=GRADING,
+                me=self.replica,
+            ).rowcount
+            return bool(moved)
 
     def fail(self, id: int, cause: str) -> None:
         self.execute(

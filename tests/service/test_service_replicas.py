@@ -184,7 +184,7 @@ class Replica:
     def __init__(self, name: str, course: Path, log: Path) -> None:
         self.name, self.course, self.log, self.port = name, course, log, free_port()
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-        command = [str(BIN / "attnkit"), "serve", "--jobs", "1", "--replica-id", name, "--lease-seconds", "4", "--metrics-port", str(self.port)]
+        command = [str(BIN / "attnkit"), "serve", "--jobs", "1", "--replica-id", name, "--lease-seconds", "3", "--metrics-port", str(self.port)]
         self.process = subprocess.Popen(command, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT)
 
     def events(self, kind: str) -> list[dict]:
@@ -264,7 +264,7 @@ def test_two_replicas_a_kill_9_mid_burst_every_submission_delivered_once_and_rec
     # whose replica is killed while grading it, so that a lease is surely left behind.
     slow = replicas_course["base"] / "slow.ipynb"
     notebook = json.loads(CORRECT.read_text(encoding="utf-8"))
-    notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "import time\ntime.sleep(4)\n"})
+    notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "import time\ntime.sleep(3)\n"})
     slow.write_text(json.dumps(notebook), encoding="utf-8")
     replicas = [Replica(name, root, replicas_course["base"] / f"{name}.log") for name in ("replica-a", "replica-b")]
     lingering: list[int] = []
@@ -279,7 +279,7 @@ def test_two_replicas_a_kill_9_mid_burst_every_submission_delivered_once_and_rec
             assert f'attnkit_serve_replica_info{{replica="{replica.name}"}} 1' in replica.get("/metrics")[1]
 
         made = [forge_submission(course, users[0], slow, 0)]
-        made += [forge_submission(course, users[n % 3], (CORRECT, MISTAKE)[n % 2], n) for n in range(1, 12)]
+        made += [forge_submission(course, users[n % 3], (CORRECT, MISTAKE)[n % 2], n) for n in range(1, 9)]
         names = [name for name, _secret in made]
         # Kill -9 the replica that grades the slow one, while it grades it (the burst under way).
         deadline = time.monotonic() + WAIT

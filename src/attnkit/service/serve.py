@@ -93,7 +93,8 @@ def gradebook_of(root: Path, given: Path | None = None) -> Path | str:
     section = course_config(root).get("CourseDirectory", {})
     url = str(section.get("db_url", "") if hasattr(section, "get") else "")
     if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///") :])
+        path = Path(url[len("sqlite:///") :])
+        return path if path.is_absolute() else root / path  # nbgrader runs from the course root
     return url or root / "gradebook.db"
 
 

@@ -22,7 +22,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab collect lock browser slurm grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
+.PHONY: help install lab collect lock browser slurm postgresql grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -132,6 +132,16 @@ slurm:
 	  else echo "please install slurm-wlm and munge (needed by tests/engine/test_slurm.py)"; fi; \
 	fi
 
+# The replicas test (tests/service/test_service_replicas.py) starts a PostgreSQL server of its own
+# (initdb, pg_ctl as an unprivileged user, on a free port of 127.0.0.1): Debian's postgresql.
+postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql (Debian package)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "please install postgresql (needed by tests/service/test_service_replicas.py)"; fi; \
+	fi
+
 # An LMS download (Canvas, Moodle, Blackboard; folder or zip) into nbgrader's layout in INTO/ (default
 # submitted/); then `make grade SUBMITTED=submitted`. LMS=… and TIMEZONE=… are passed on when given.
 INTO     ?= submitted
@@ -144,7 +154,7 @@ grade: $(STAMP)
 
 # The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
 # --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
-test: $(DEV_STAMP) browser slurm lint
+test: $(DEV_STAMP) browser slurm postgresql lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 	$(MAKE) --no-print-directory test-second-assignment
 

@@ -19,6 +19,12 @@ per submission, which on two cores would itself be the load. Notebooks: the demo
 
 Prints p50/p99/max and lost for each, and where the time goes from the service's own log
 (noticed -> sent to a worker -> graded -> page placed), with the load average.
+
+``--replicas N`` starts N ``attnkit serve`` processes on the course, as replicas on N machines
+would run (``--jobs`` each), sharing the queue and the gradebook in PostgreSQL: ``--queue-url``,
+or, without it, a throwaway server of the test suite's kind (``tests/support/postgres.py``,
+Debian's postgresql: ``make postgresql``) with PostgreSQL's default settings (an fsync per commit). The burst's pages are then timed whichever replica
+delivers them, and the log's figures are given per replica too.
 """
 
 from __future__ import annotations
@@ -57,7 +63,11 @@ def summary(name: str, values: list[float]) -> str:
 
 
 class Bench:
-    def __init__(self, base: Path, students: int) -> None:
+    def __init__(self, base: Path, students: int, queue_url: str | None = None, replicas: int = 1) -> None:
+        self.queue_url = queue_url
+        self.replicas = replicas
+        self.services: list[subprocess.Popen] = []
+        self.logs = [base / ("serve.log" if n == 0 else f"serve-{n}.log") for n in range(replicas)]
         self.base = base
         self.exchange = base / "exchange"
         self.course = base / "course"
@@ -79,6 +89,10 @@ class Bench:
         shutil.copytree(ROOT / "assignments", self.course / "assignments")
         with open(self.course / "nbgrader_config.py", "a") as config:
             config.write(f"\nc.Exchange.root = {str(self.exchange)!r}\nc.AttnkitServe.policies = {{{ASSIGNMENT!r}: {{'attempts': 0}}}}\n")
+            if self.queue_url:  # the queue and nbgrader's gradebook in the same PostgreSQL database
+                from attnkit.service.shared_queue import engine_url
+
+                config.write(f"c.AttnkitServe.queue_url = {self.queue_url!r}\nc.CourseDirectory.db_url = {engine_url(self.queue_url)!r}\n")
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
         for command in (["db", "assignment", "add", ASSIGNMENT], ["release_assignment", ASSIGNMENT]):
             subprocess.run([str(BIN / "nbgrader"), *command], cwd=self.course, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)
@@ -93,8 +107,10 @@ class Bench:
 
     def start(self, jobs: int | None) -> None:
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-        command = [str(BIN / "attnkit"), "serve"] + (["--jobs", str(jobs)] if jobs else [])
-        self.service = subprocess.Popen(command, cwd=self.course, env=env, stdin=subprocess.DEVNULL, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+        for n, log in enumerate(self.logs):
+            command = [str(BIN / "attnkit"), "serve"] + (["--jobs", str(jobs)] if jobs else []) + (["--replica-id", f"bench-{n}"] if self.queue_url else [])
+            self.services.append(subprocess.Popen(command, cwd=self.course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT))
+        self.service = self.services[0]
 
     def submit(self, user: str) -> str:
         """What nbgrader submit leaves in inbound/, as ``user``; the page's file name."""
@@ -127,12 +143,14 @@ class Bench:
                     arrived[event.name] = time.monotonic()
 
     def stop(self) -> None:
-        if self.service is not None:
-            self.service.send_signal(signal.SIGTERM)
+        for service in self.services:
+            service.send_signal(signal.SIGTERM)
+        for service in self.services:
             try:
-                self.service.wait(timeout=300)
+                service.wait(timeout=300)
             except subprocess.TimeoutExpired:
-                self.service.kill()
+                service.kill()
+        self.services = []
         self.service = None
 
     def clean(self) -> None:
@@ -140,14 +158,18 @@ class Bench:
         for user in self.created:
             subprocess.run(["userdel", user], capture_output=True)
 
-    def events(self) -> list[dict]:
+    def events(self, replica: int | None = None) -> list[dict]:
+        """The delivered lines of every replica's log (or of one), in time order."""
         found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if line.startswith('{"time"'):
-                event = json.loads(line)
-                if event["event"] == "delivered":
-                    found.append(event)
-        return found
+        for n, log in enumerate(self.logs):
+            if replica is not None and n != replica:
+                continue
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith('{"time"'):
+                    event = json.loads(line)
+                    if event["event"] == "delivered":
+                        found.append(event)
+        return sorted(found, key=lambda event: event["time"])
 
 
 def main() -> int:
@@ -159,13 +181,25 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None, help="the service's workers (default: its own, the number of cores)")
     parser.add_argument("--patience", type=float, default=120.0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (its serve.log)")
+    parser.add_argument("--replicas", type=int, default=1, help="attnkit serve processes sharing a PostgreSQL queue (default 1: SQLite)")
+    parser.add_argument(
+        "--queue-url", default=None, help="the PostgreSQL database of the queue and the gradebook (with --replicas > 1, default: a throwaway server)"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench-serve makes unix users (useradd): run it as root", file=sys.stderr)
         return 2
     base = Path(tempfile.mkdtemp(prefix="attnkit-bench-serve-"))
     base.chmod(0o755)
-    bench = Bench(base, args.students)
+    server = None
+    if args.replicas > 1 and not args.queue_url:
+        sys.path.insert(0, str(ROOT / "tests" / "support"))
+        from postgres import PostgresServer
+
+        server = PostgresServer(durable=True).start()  # PostgreSQL's defaults: an fsync per commit
+        args.queue_url = server.create_database("bench")
+        print(f"a throwaway PostgreSQL {server.bin.parent.name} on 127.0.0.1:{server.port}", flush=True)
+    bench = Bench(base, args.students, args.queue_url, args.replicas)
     try:
         bench.setup()
         bench.start(args.jobs)
@@ -211,6 +245,11 @@ def main() -> int:
         delivered = bench.events()[skip:]
         for part in ("waited", "grading", "delivering", "latency"):
             print("  " + summary(f"service's {part}", [e[part] for e in delivered if part in e]))
+        if args.replicas > 1:
+            ids = [e["id"] for e in delivered]
+            print(f"  delivered twice: {len(ids) - len(set(ids))}")
+            for n in range(args.replicas):
+                print("  " + summary(f"replica {n}'s latency", [e["latency"] for e in bench.events(n) if e["id"] in set(ids)]))
         print("  (latency = noticed -> page placed; the rest of the measured time is the notice: inotify event + ownership check + copy)")
         goals = [("idle p50 <= 0.15 s", idle and percentile(idle, 0.5) <= 0.15), ("burst p50 <= 0.3 s", burst and percentile(burst, 0.5) <= 0.3)]
         goals += [("burst p99 <= 2 s", burst and percentile(burst, 0.99) <= 2.0), ("0 lost", lost == 0 and lost_idle == 0)]
@@ -222,6 +261,8 @@ def main() -> int:
         return 0
     finally:
         bench.clean()
+        if server is not None:
+            server.stop()
         if args.keep:
             print(f"kept {base}")
         else:

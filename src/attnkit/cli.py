@@ -137,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gradebook", type=Path, default=None, help="the course's gradebook.db (default: COURSE/gradebook.db)")
     serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on 127.0.0.1:PORT")
     serve.add_argument("--status", action="store_true", help="print the queue, what is in flight and the last hour, then exit")
+    serve.add_argument(
+        "--queue-url",
+        default=None,
+        help="a PostgreSQL URL for a queue shared by replicas (default: $ATTNKIT_QUEUE_URL, c.AttnkitServe.queue_url, else SQLite in the course)",
+    )
+    serve.add_argument("--replica-id", default="", help="this replica's name in a shared queue (default: host name and pid)")
+    serve.add_argument("--lease-seconds", type=float, default=30.0, help="a shared queue's lease: a dead replica's work is taken again after it")
+    serve.add_argument("--metrics-host", default="127.0.0.1", help="the address of /metrics and /health (0.0.0.0 in a pod, for its probes)")
     serve.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
     serve.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
     serve.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
@@ -561,8 +569,9 @@ def command_serve(args: argparse.Namespace) -> int:
     """The on-submit service (attnkit.service.serve); ``--status`` only reads its database."""
     from attnkit.service import serve
 
+    queue_url = serve.queue_url_of(args.course, args.queue_url)
     if args.status:
-        print(serve.status(args.course))
+        print(serve.status(args.course, queue_url))
         return 0
     import torch
 
@@ -571,10 +580,23 @@ def command_serve(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # workers are forked from here, as in grade
     course = serve.load_course(args.course)
-    gradebook = args.gradebook or args.course / "gradebook.db"
+    gradebook = serve.gradebook_of(args.course, args.gradebook)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
     hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
-    service = serve.Service(course, args.autograder, args.jobs or len(os.sched_getaffinity(0)), limits, hide, gradebook, args.metrics_port, take_seed())
+    service = serve.Service(
+        course,
+        args.autograder,
+        args.jobs or len(os.sched_getaffinity(0)),
+        limits,
+        hide,
+        gradebook,
+        args.metrics_port,
+        take_seed(),
+        queue_url=queue_url,
+        replica=args.replica_id,
+        lease_seconds=args.lease_seconds,
+        metrics_host=args.metrics_host,
+    )
     return serve.serve(service)
 
 

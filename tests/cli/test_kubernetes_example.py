@@ -30,12 +30,19 @@ def job(name: str) -> dict:
 
 
 def container_env(container: dict) -> dict[str, str]:
-    """The variables Kubernetes gives ``container``: plain values, and a resource limit through
-    the downward API (rounded up to the divisor, as the kubelet does)."""
+    """The variables Kubernetes gives ``container``: plain values, a resource limit through
+    the downward API (rounded up to the divisor, as the kubelet does), the pod's name, a Secret's
+    key (a stand-in naming it)."""
     found = {}
     for variable in container.get("env", []):
         if "value" in variable:
             found[variable["name"]] = str(variable["value"])
+        elif "fieldRef" in variable["valueFrom"]:
+            assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+            found[variable["name"]] = "attnkit-serve-7d9f-x2x4q"
+        elif "secretKeyRef" in variable["valueFrom"]:
+            secret = variable["valueFrom"]["secretKeyRef"]
+            found[variable["name"]] = f"secret:{secret['name']}/{secret['key']}"
         else:
             field = variable["valueFrom"]["resourceFieldRef"]
             kind, resource = field["resource"].split(".")
@@ -91,7 +98,7 @@ def test_both_jobs_run_under_the_runtime_default_seccomp_profile() -> None:
 # Several minor versions: 1.29 is the first whose Job has backoffLimitPerIndex and
 # podReplacementPolicy on by default (beta; GA in 1.33 and 1.34); the newest the validator knows.
 VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.33.0", "1.35.0", "1.37.0"]
-MANIFESTS = ["grade-job.yaml", "merge-job.yaml", "volumes.yaml"]
+MANIFESTS = ["grade-job.yaml", "merge-job.yaml", "volumes.yaml", "serve-deployment.yaml"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -151,3 +158,45 @@ def test_the_volumes_the_jobs_mount_are_claimed_and_reachable_for_copying() -> N
     assert {v["persistentVolumeClaim"]["claimName"] for v in transfer["spec"]["volumes"]} == claims
     steps = (EXAMPLE / "README.md").read_text(encoding="utf-8")
     assert "kubectl cp" in steps and "attnkit-transfer:/course/submitted" in steps and "attnkit-transfer:/shards/class" in steps
+
+
+def deployment() -> dict:
+    document = yaml.safe_load((EXAMPLE / "serve-deployment.yaml").read_text(encoding="utf-8"))
+    assert document["kind"] == "Deployment" and document["apiVersion"] == "apps/v1", document
+    return document
+
+
+def test_the_serve_replicas_share_a_queue_from_a_secret_and_are_probed_on_health() -> None:
+    """Several replicas, each `attnkit serve` with its pod's name, its queue's URL from a Secret
+    (never in the manifest), /health and /metrics where the readiness probe looks (not only on
+    127.0.0.1), one warm worker per CPU of the limit, under RuntimeDefault."""
+    spec = deployment()["spec"]
+    assert spec["replicas"] >= 2
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container.get("securityContext", {}).get("seccompProfile") in (None, {"type": "RuntimeDefault"})
+    assert "--no-isolation" not in str(container)
+    environment = container_env(container)
+    assert environment["ATTNKIT_QUEUE_URL"] == "secret:attnkit-database/url", "the database URL comes from the Secret"
+    assert "postgresql" not in str(container), "no URL (and no password) in the manifest"
+    args = build_parser().parse_args(grade_arguments(container, 0))
+    assert args.command == "serve" and args.queue_url is None, "the URL is read from ATTNKIT_QUEUE_URL, not the command line"
+    assert args.replica_id == environment["POD_NAME"], "each replica named after its pod"
+    assert args.jobs == int(container["resources"]["limits"]["cpu"]), "one warm worker per CPU of the limit"
+    assert args.metrics_host == "0.0.0.0", "the kubelet's probe comes from outside the pod's loopback"
+    assert 0 < args.lease_seconds <= pod["terminationGracePeriodSeconds"]
+    probe = container["readinessProbe"]["httpGet"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert probe["path"] == "/health" and ports[probe["port"]] == args.metrics_port
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    claims = {d["metadata"]["name"] for d in yaml.safe_load_all((EXAMPLE / "volumes.yaml").read_text(encoding="utf-8")) if d["kind"] == "PersistentVolumeClaim"}
+    assert {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]} <= claims
+
+
+def test_the_deployments_schema_check_can_fail() -> None:
+    document = deployment()
+    document["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paths"] = "/health"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(document, VERSIONS[-1], strict=True)

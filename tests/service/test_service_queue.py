@@ -80,3 +80,23 @@ def test_a_reader_is_not_blocked_by_the_writer(tmp_path: Path) -> None:
     reader = sqlite3.connect(tmp_path / "service.db", timeout=0)
     assert reader.execute("SELECT state FROM submissions").fetchone()[0] == QUEUED, "--status reads the last commit"
     queue.db.execute("COMMIT")
+
+
+def test_the_queue_and_the_gradebook_are_where_the_option_the_environment_or_the_course_says(tmp_path: Path, monkeypatch) -> None:
+    """--queue-url, else $ATTNKIT_QUEUE_URL (a Kubernetes Secret), else c.AttnkitServe.queue_url,
+    else SQLite in the course; the gradebook from --gradebook, else nbgrader's db_url."""
+    from attnkit.service.serve import gradebook_of, queue_url_of
+
+    monkeypatch.delenv("ATTNKIT_QUEUE_URL", raising=False)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")
+    assert queue_url_of(tmp_path) is None and gradebook_of(tmp_path) == tmp_path / "gradebook.db"
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\nc.AttnkitServe.queue_url = 'postgresql://config/q'\nc.CourseDirectory.db_url = 'postgresql+psycopg://config/g'\n"
+    )
+    assert queue_url_of(tmp_path) == "postgresql://config/q" and gradebook_of(tmp_path) == "postgresql+psycopg://config/g"
+    monkeypatch.setenv("ATTNKIT_QUEUE_URL", "postgresql://secret/q")
+    assert queue_url_of(tmp_path) == "postgresql://secret/q"
+    assert queue_url_of(tmp_path, "postgresql://option/q") == "postgresql://option/q"
+    assert gradebook_of(tmp_path, tmp_path / "other.db") == tmp_path / "other.db"
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.CourseDirectory.db_url = 'sqlite:///book.db'\n")
+    assert gradebook_of(tmp_path) == tmp_path / "book.db", "relative to the course, where nbgrader runs"

@@ -77,14 +77,16 @@ def locked(database: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def register_assignment(database: Path, assignment: str, root: Path) -> None:
+def register_assignment(database: Path, assignment: str, root: Path, db_url: str | None = None) -> None:
     """Register ``assignment``'s notebooks and cells as ``nbgrader generate_assignment`` does:
-    by running it, with the gradebook as its database and a throwaway release folder."""
+    by running it, with the gradebook as its database and a throwaway release folder.
+    ``db_url``: the gradebook at another SQLAlchemy URL than ``database``'s SQLite file (a
+    course's ``CourseDirectory.db_url`` in PostgreSQL)."""
     if not (root / "solutions" / assignment).is_dir():
         raise GraderError(_("源作业不存在：{path}").format(path=root / "solutions" / assignment))
     from attnkit.course.nbgrader_commands import blocked_changes
 
-    problems = blocked_changes(database.resolve(), root / "solutions")
+    problems = blocked_changes(database.resolve(), root / "solutions", db_url)
     problems = [p for p in problems if p.startswith(assignment + "/")]
     if problems:
         raise GraderError(
@@ -103,7 +105,7 @@ def register_assignment(database: Path, assignment: str, root: Path) -> None:
             "--force",
             f"--CourseDirectory.root={root}",
             f"--CourseDirectory.release_directory={scratch}",
-            f"--db=sqlite:///{database.resolve()}",
+            f"--db={db_url or f'sqlite:///{database.resolve()}'}",
             "--log-level=WARN",
         ]
         run = subprocess.run(command, cwd=root, env=tool_environment(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -244,7 +246,12 @@ def register_assignments(database: Path, assignments: list[str]) -> None:
 
 
 def record_grades(
-    database: Path, all_results: list[ResultsJson], submitted: Path | None = None, source: Path | None = None, registered: bool | set[str] = False
+    database: Path,
+    all_results: list[ResultsJson],
+    submitted: Path | None = None,
+    source: Path | None = None,
+    registered: bool | set[str] = False,
+    db_url: str | None = None,
 ) -> list[str]:
     """Register the assignments, then save every student's submission, timestamp and scores.
 
@@ -253,6 +260,9 @@ def record_grades(
     compatibility; the course root (``course_root``) decides which ``solutions/`` is registered
     (unless ``registered``: True when ``register_assignments`` did it already; a set, the
     assignments registered so far, which this call adds to).
+    ``db_url``: the gradebook lives there (nbgrader's ``CourseDirectory.db_url``, PostgreSQL for
+    ``attnkit serve`` replicas) rather than in ``database``'s SQLite file; ``database`` still
+    places the course (its folder) and autograded/.
     What autograded/ receives is exactly the bytes that were graded, or nothing (with a warning
     returned for the TA). ``registered``: assignments a long-running caller (``attnkit serve``'s
     recorder) registered already and need not register again; those registered here are added.
@@ -265,13 +275,13 @@ def record_grades(
     warnings.filterwarnings("ignore", module="sqlalchemy")
     warnings.filterwarnings("ignore", message=".*not in session.*")
     root = course_root(database)
-    db_url = f"sqlite:///{database.resolve()}"
+    db_url = db_url or f"sqlite:///{database.resolve()}"
     config = course_config(root)
     with locked(database):
         if registered is not True:  # (True: ``register_assignments`` did it before grading)
             done = registered if isinstance(registered, set) else set()
             for assignment in sorted({r["assignment"] for r in all_results} - done):
-                register_assignment(database, assignment, root)
+                register_assignment(database, assignment, root, db_url)
                 if isinstance(registered, set):  # the service's: registered once per start
                     registered.add(assignment)
         for results in all_results:

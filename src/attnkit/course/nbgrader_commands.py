@@ -274,12 +274,13 @@ def source_cells(notebook: Path) -> dict[str, set[str]]:
     return found
 
 
-def blocked_changes(db_path: Path, source: Path) -> list[str]:
-    """Why nbgrader would refuse to regenerate: notebooks with submissions whose cells changed."""
-    if not db_path.is_file():
+def blocked_changes(db_path: Path, source: Path, db_url: str | None = None) -> list[str]:
+    """Why nbgrader would refuse to regenerate: notebooks with submissions whose cells changed
+    (the gradebook at ``db_url`` when given, else the SQLite file ``db_path``)."""
+    if db_url is None and not db_path.is_file():
         return []
     problems = []
-    with Gradebook(f"sqlite:///{db_path}") as gradebook:
+    with Gradebook(db_url or f"sqlite:///{db_path}") as gradebook:
         for folder in sorted(p for p in source.iterdir() if p.is_dir()):
             try:
                 assignment = gradebook.find_assignment(folder.name)

@@ -7,6 +7,8 @@ nothing below imports it.
 - ``queue``: the service's own SQLite database (WAL) in the course, each submission's state
   (queued -> grading -> delivered | failed; refused), one in flight per student, first come
   first served between students, and what a restart finds after a crash.
+- ``shared_queue``: the same queue in PostgreSQL for replicas on several machines (leases,
+  ``SELECT … FOR UPDATE SKIP LOCKED``, one recorder at a time).
 - ``exchange``: nbgrader's exchange: a finished folder in ``inbound/``, whose it is (the uid
   owning it, never its name), the copy graded, and the feedback placed where ``nbgrader
   fetch_feedback`` looks (nbgrader's own ``notebook_hash`` of the submission's secret).
@@ -14,5 +16,5 @@ nothing below imports it.
 - ``policies``: attempts per window, visibility, which attempt counts.
 - ``recorder``: the gradebook records, in batches, in a process of their own (off the path of
   the feedback).
-- ``serve``: the loop, ``--status``, ``/metrics`` and the log line per submission.
+- ``serve``: the loop, ``--status``, ``/metrics``, ``/health`` and the log line per submission.
 """

@@ -9,6 +9,10 @@ delivered once: ``deliver`` only moves a row that is ``grading``).
 
 Fairness lives in ``claim``: the oldest queued submission of a student who has nothing in
 flight, so one student's burst of resubmissions waits behind the other students' work.
+
+This is the default, for one service on one machine. Replicas on several machines share the
+same table in PostgreSQL instead (``shared_queue.SharedQueue``: the same methods, with leases);
+``shared_queue.open_queue`` picks by the URL.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +88,40 @@ def connect(path: Path) -> sqlite3.Connection:
 class Queue:
     """The submissions table and its transitions (one writer: the service's main loop)."""
 
+    replica = ""  # one service per course: no leases, no replica names
+    url: str
+
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.url = str(path)
         self.db = connect(path)
+
+    def rows(self, sql: str, **params: Any) -> list[Mapping[str, Any]]:
+        """A read-only query with ``:name`` parameters (the SQL both databases speak)."""
+        return list(self.db.execute(sql, params).fetchall())
+
+    def execute(self, sql: str, **params: Any) -> int:
+        """One write statement with ``:name`` parameters in a transaction of its own; rows changed."""
+        with self.transaction() as db:
+            return db.execute(sql, params).rowcount
+
+    def heartbeat(self) -> int:
+        """Leases are the shared queue's; here nothing expires."""
+        return 0
+
+    @contextmanager
+    def recording(self) -> Iterator[bool]:
+        """The gradebook's writer for one batch: here the one recorder of the one service."""
+        yield True
+
+    def mark_recorded(self, pairs: list[tuple[str, str, int]]) -> None:
+        """Each (student, assignment)'s deliveries up to the given id are in the gradebook, in one transaction."""
+        with self.transaction() as db:
+            for student, assignment, newest in pairs:
+                db.execute(
+                    "UPDATE submissions SET recorded = 1 WHERE student = ? AND assignment = ? AND state = ? AND id <= ?",
+                    (student, assignment, DELIVERED, newest),
+                )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -103,8 +138,13 @@ class Queue:
         """The inbound folder names already recorded (whatever their state)."""
         return {row[0] for row in self.db.execute("SELECT inbound FROM submissions")}
 
-    def notice(self, inbound: str, student: str, assignment: str, timestamp: str, noticed: float | None = None) -> int | None:
-        """Record a new submission as queued; its id, or None if this folder was recorded before."""
+    def notice(
+        self, inbound: str, student: str, assignment: str, timestamp: str, noticed: float | None = None, stage: Callable[[], object] | None = None
+    ) -> int | None:
+        """Record a new submission as queued; its id, or None if this folder was recorded before.
+        ``stage``: the copy graded, made first (a row in the queue always has its copy)."""
+        if stage is not None:
+            stage()
         with self.transaction() as db:
             cursor = db.execute(
                 "INSERT OR IGNORE INTO submissions (inbound, student, assignment, timestamp, noticed, state) VALUES (?, ?, ?, ?, ?, ?)",
@@ -208,3 +248,8 @@ class Queue:
 
     def close(self) -> None:
         self.db.close()
+
+
+def is_url(where: str) -> bool:
+    """A database URL (``postgresql://…``) rather than the path of the SQLite file."""
+    return "://" in where

@@ -11,6 +11,10 @@ one record), places it in the course's ``submitted/<student>/<assignment>/``
 records the whole batch with ``course.gradebook.record_grades`` (one registration per start),
 then marks the batch recorded in one transaction. Killed half-way, the batch is recorded again
 at the next start: nbgrader's ``update_or_create`` makes that the same single record.
+
+With replicas sharing a PostgreSQL queue (``shared_queue``), each replica runs a recorder, and
+one at a time records (``Queue.recording``: a lock held by the transaction that marks the batch
+recorded); the gradebook is then nbgrader's ``CourseDirectory.db_url`` (PostgreSQL too).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from pathlib import Path
 
 from attnkit.service import queue as queue_module
 from attnkit.service.policies import DEFAULT, Policy
+from attnkit.service.shared_queue import SharedQueue, engine_url, open_queue
+
+STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (serve.STATE_FOLDER)
 
 # Submissions per batch: one transaction of marks and one pass of record_grades each. Small enough
 # that a stop (which waits for the batch under way) is prompt: most of a second per student.
@@ -34,14 +41,17 @@ PR_SET_PDEATHSIG = 1
 IDLE_SECONDS = 0.5
 
 
-def counted(db: object, student: str, assignment: str, policy: Policy) -> int | None:
+def counted(queue: queue_module.Queue | SharedQueue, student: str, assignment: str, policy: Policy) -> int | None:
     """The id of the delivered submission that counts for ``student`` on ``assignment``."""
     order = "id DESC" if policy.counts == "latest" else "score DESC, id DESC"
-    row = db.execute(  # type: ignore[attr-defined]
-        f"SELECT id FROM submissions WHERE student = ? AND assignment = ? AND state = ? AND score IS NOT NULL ORDER BY {order} LIMIT 1",
-        (student, assignment, queue_module.DELIVERED),
-    ).fetchone()
-    return None if row is None else int(row[0])
+    found = queue.rows(
+        "SELECT id FROM submissions WHERE student = :student AND assignment = :assignment AND state = :delivered AND score IS NOT NULL"
+        f" ORDER BY {order} LIMIT 1",
+        student=student,
+        assignment=assignment,
+        delivered=queue_module.DELIVERED,
+    )
+    return int(found[0]["id"]) if found else None
 
 
 def place_submitted(course_root: Path, staged: Path, student: str, assignment: str) -> None:
@@ -87,55 +97,63 @@ def commit_without_fsync(gradebook: Path) -> bool:
 
 
 def record_batch(
-    course_root: Path, database: Path, gradebook: Path, policies: dict[str, Policy], registered: set[str], done: dict[tuple[str, str], int]
+    course_root: Path,
+    queue: queue_module.Queue | SharedQueue,
+    gradebook: str | Path,
+    policies: dict[str, Policy],
+    registered: set[str],
+    done: dict[tuple[str, str], int],
 ) -> int:
     """Record one batch: up to BATCH students (with an assignment) who have deliveries not yet
     recorded, each with the one submission that counts; how many deliveries it settled (0:
-    nothing was waiting). ``registered``: the assignments this process registered already
-    (nbgrader generate_assignment, seconds each: once per assignment per start of the service).
+    nothing was waiting, or another replica's recorder holds the gradebook now). ``queue``:
+    the service's (``shared_queue.open_queue``); ``gradebook``: nbgrader's SQLite file or its ``db_url``.
+    ``registered``: the assignments this process registered already (nbgrader
+    generate_assignment, seconds each: once per assignment per start of the service).
     ``done``: the submission recorded last per student and assignment by this process (a newer
     delivery of another attempt that does not count is settled without writing again)."""
     from attnkit.course.gradebook import record_grades
 
-    queue = queue_module.Queue(database)
-    try:
-        pairs = queue.db.execute(
-            "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = ? AND recorded = 0"
-            " GROUP BY student, assignment ORDER BY MIN(id) LIMIT ?",
-            (queue_module.DELIVERED, BATCH),
-        ).fetchall()
+    with queue.recording() as ours:
+        if not ours:
+            return 0
+        pairs = queue.rows(
+            "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = :delivered AND recorded = 0"
+            " GROUP BY student, assignment ORDER BY MIN(id) LIMIT :batch",
+            delivered=queue_module.DELIVERED,
+            batch=BATCH,
+        )
         if not pairs:
             return 0
-        attempts = database.parent / "attempts"
+        attempts = course_root / STATE_FOLDER / "attempts"
         results = []
         chosen: dict[tuple[str, str], int] = {}
         for pair in pairs:
             key = (pair["student"], pair["assignment"])
-            found = counted(queue.db, key[0], key[1], policies.get(key[1], DEFAULT))
+            found = counted(queue, key[0], key[1], policies.get(key[1], DEFAULT))
             if found is None or done.get(key) == found:
                 continue  # nothing that counts (not graded), or what counts is in the gradebook already
-            inbound, text = queue.db.execute("SELECT inbound, results FROM submissions WHERE id = ?", (found,)).fetchone()
-            place_submitted(course_root, attempts / inbound / key[0] / key[1], key[0], key[1])
-            results.append(json.loads(text))
+            (attempt,) = queue.rows("SELECT inbound, results FROM submissions WHERE id = :id", id=found)
+            place_submitted(course_root, attempts / attempt["inbound"] / key[0] / key[1], key[0], key[1])
+            results.append(json.loads(attempt["results"]))
             chosen[key] = found
         if results:
-            for notice in record_grades(gradebook, results, course_root / "submitted", registered=registered):
+            url = engine_url(str(gradebook)) if queue_module.is_url(str(gradebook)) else None
+            target = course_root / "gradebook.db" if url else Path(gradebook)
+            for notice in record_grades(target, results, course_root / "submitted", registered=registered, db_url=url):
                 print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
         done.update(chosen)
-        with queue.transaction() as db:
-            for pair in pairs:
-                db.execute(
-                    "UPDATE submissions SET recorded = 1 WHERE student = ? AND assignment = ? AND state = ? AND id <= ?",
-                    (pair["student"], pair["assignment"], queue_module.DELIVERED, pair["newest"]),
-                )
-        return sum(pair["waiting"] for pair in pairs)
-    finally:
-        queue.close()
+        queue.mark_recorded([(pair["student"], pair["assignment"], int(pair["newest"])) for pair in pairs])
+        return sum(int(pair["waiting"]) for pair in pairs)
 
 
 def main(argv: list[str]) -> int:
-    """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON PARENT``: record until SIGTERM."""
-    course_root, database, gradebook, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), int(argv[4])
+    """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON PARENT [REPLICA]``:
+    record until SIGTERM (DATABASE, GRADEBOOK: a SQLite file or a database URL)."""
+    course_root, parent = Path(argv[0]), int(argv[4])
+    database: str | Path = argv[1] if queue_module.is_url(argv[1]) else Path(argv[1])
+    gradebook: str | Path = argv[2] if queue_module.is_url(argv[2]) else Path(argv[2])
+    replica = argv[5] if len(argv) > 5 else ""
     policies = {name: Policy(**entry) for name, entry in json.loads(argv[3]).items()}
     stopping = False
 
@@ -156,14 +174,16 @@ def main(argv: list[str]) -> int:
     registered: set[str] = set()
     recorded: dict[tuple[str, str], int] = {}
     fast = False
+    queue = open_queue(database, replica or f"recorder-{os.getpid()}")
     while not stopping:
-        fast = fast or commit_without_fsync(gradebook)
+        fast = fast or (isinstance(gradebook, Path) and commit_without_fsync(gradebook))
         started = time.perf_counter()
-        settled = record_batch(course_root, database, gradebook, policies, registered, recorded)
+        settled = record_batch(course_root, queue, gradebook, policies, registered, recorded)
         if settled:
             print(json.dumps({"event": "recorded", "count": settled, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
         else:
             time.sleep(IDLE_SECONDS)
+    queue.close()
     return 0  # what is not recorded yet is recorded after the next start
 
 

@@ -1,12 +1,16 @@
 """``attnkit serve``: the loop of the on-submit service (docs/service.md).
 
 One thread, one loop: it waits (``multiprocessing.connection.wait``) on the warm workers' pipes,
-the inotify descriptor of the exchange's ``inbound/`` and the ``/metrics`` socket at once; a
+the inotify descriptor of the exchange's ``inbound/`` and the ``/metrics``/``/health`` socket at once; a
 finished folder is checked (whose it is), copied and queued in the database before anything
 grades it; idle workers get the next fair job; a record becomes the student's page in the
 exchange at once, and its gradebook record is left to the recorder process. No thread: the
 workers that replace a dead one are forked from this process, which must hold no other thread
 at a fork (the engine's rule).
+
+Its queue is the SQLite file in the course (one service), or a PostgreSQL table shared by
+replicas (``--queue-url``, ``c.AttnkitServe.queue_url``: ``shared_queue``), each renewing the
+leases of what it grades from this loop (``heartbeat``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from attnkit.report.store import bounded_feedback
 from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Queue, Row
+from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Row, is_url
+from attnkit.service.shared_queue import open_queue
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
@@ -64,19 +69,68 @@ def load_course(root: Path) -> ex.Course:
     return course
 
 
-def due_dates(gradebook: Path) -> dict[str, float]:
-    """Each assignment's due date in the gradebook (epoch seconds), as nbgrader's late rule reads it."""
-    if not gradebook.is_file():
-        return {}
+QUEUE_URL_VARIABLE = "ATTNKIT_QUEUE_URL"  # where a Kubernetes Secret puts the database URL
+
+
+def queue_url_of(root: Path, given: str | None = None) -> str | None:
+    """The shared queue's URL: ``--queue-url``, else $ATTNKIT_QUEUE_URL, else the course's
+    ``c.AttnkitServe.queue_url``; None: the SQLite file in the course (one service)."""
+    if given:
+        return given
+    if os.environ.get(QUEUE_URL_VARIABLE):
+        return os.environ[QUEUE_URL_VARIABLE]
+    section = course_config(root).get("AttnkitServe", {})
+    found = section.get("queue_url", "") if hasattr(section, "get") else ""
+    return str(found) or None
+
+
+def gradebook_of(root: Path, given: Path | None = None) -> Path | str:
+    """nbgrader's gradebook: ``--gradebook``, else the course's ``c.CourseDirectory.db_url`` when
+    it names another database than a SQLite file (PostgreSQL: a URL string), else the SQLite file
+    it names, else ``gradebook.db`` in the course (nbgrader's default)."""
+    if given is not None:
+        return given
+    section = course_config(root).get("CourseDirectory", {})
+    url = str(section.get("db_url", "") if hasattr(section, "get") else "")
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        return path if path.is_absolute() else root / path  # nbgrader runs from the course root
+    return url or root / "gradebook.db"
+
+
+GRADEBOOK_ENGINES: dict[str, Any] = {}  # a PostgreSQL gradebook's engine, by URL (due_dates)
+
+
+def due_dates(gradebook: Path | str) -> dict[str, float]:
+    """Each assignment's due date in the gradebook (epoch seconds), as nbgrader's late rule reads
+    it; ``gradebook``: its SQLite file, or nbgrader's ``db_url`` (PostgreSQL)."""
     import datetime
     import sqlite3
 
-    found: dict[str, float] = {}
-    with sqlite3.connect(f"file:{gradebook}?mode=ro", uri=True) as db:
+    rows: list[Any]
+    if isinstance(gradebook, str) and is_url(gradebook):
+        from sqlalchemy import create_engine, exc, text
+
+        from attnkit.service.shared_queue import engine_url
+
+        engine = GRADEBOOK_ENGINES.get(gradebook)
+        if engine is None:  # one per URL for the service's life: read every few seconds
+            engine = GRADEBOOK_ENGINES[gradebook] = create_engine(engine_url(gradebook), pool_size=1, pool_pre_ping=True)
         try:
-            rows = db.execute("SELECT name, duedate FROM assignment").fetchall()
-        except sqlite3.Error:
+            with engine.connect() as connection:
+                rows = [tuple(row) for row in connection.execute(text("SELECT name, duedate FROM assignment"))]
+        except exc.SQLAlchemyError:
+            return {}  # no gradebook there yet (nbgrader makes its tables at the first record)
+    else:
+        gradebook = Path(gradebook)
+        if not gradebook.is_file():
             return {}
+        with sqlite3.connect(f"file:{gradebook}?mode=ro", uri=True) as db:
+            try:
+                rows = db.execute("SELECT name, duedate FROM assignment").fetchall()
+            except sqlite3.Error:
+                return {}
+    found: dict[str, float] = {}
     for name, due in rows:
         if due:
             found[name] = datetime.datetime.fromisoformat(str(due)).replace(tzinfo=datetime.UTC).timestamp()
@@ -101,8 +155,19 @@ class Metrics:
         self.latency_sum += seconds
         self.latency_count += 1
 
-    def text(self, queued: int, in_flight: int) -> str:
+    def text(self, queued: int, in_flight: int, replica: str = "", mine: int = 0, ready: bool = True) -> str:
+        """``queued``, ``in_flight``: the whole queue's (every replica's); ``mine``: this replica's."""
+        name = replica.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         lines = [
+            "# HELP attnkit_serve_replica_info This replica's name (the holder of its queue leases).",
+            "# TYPE attnkit_serve_replica_info gauge",
+            f'attnkit_serve_replica_info{{replica="{name}"}} 1',
+            "# HELP attnkit_serve_ready 1 when this replica's warm workers are up (what /health says).",
+            "# TYPE attnkit_serve_ready gauge",
+            f'attnkit_serve_ready{{replica="{name}"}} {int(ready)}',
+            "# HELP attnkit_serve_replica_in_flight Submissions this replica is grading.",
+            "# TYPE attnkit_serve_replica_in_flight gauge",
+            f'attnkit_serve_replica_in_flight{{replica="{name}"}} {mine}',
             "# HELP attnkit_serve_queue_length Submissions waiting to be graded.",
             "# TYPE attnkit_serve_queue_length gauge",
             f"attnkit_serve_queue_length {queued}",
@@ -143,18 +208,27 @@ class Service:
         workers: int,
         limits: Limits,
         hide: list[str],
-        gradebook: Path | None,
+        gradebook: Path | str | None,
         metrics_port: int | None,
         seed: Seed | None,
         log: TextIO = sys.stderr,
+        queue_url: str | None = None,
+        replica: str = "",
+        lease_seconds: float = 30.0,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
+        """``gradebook``: nbgrader's SQLite file, or its ``db_url`` (a string: PostgreSQL);
+        ``queue_url``: a PostgreSQL URL shared by replicas (None: ``.attnkit-serve/service.db``);
+        ``replica``: this one's name among them (default: host and pid)."""
         self.course = course
         self.state = course.root / STATE_FOLDER
         self.state.mkdir(mode=0o700, exist_ok=True)
         self.state.chmod(0o700)  # the copies hold students' secrets
         self.attempts = self.state / "attempts"
         self.attempts.mkdir(exist_ok=True)
-        self.queue = Queue(self.state / "service.db")
+        self.replica = replica or f"{socket.gethostname()}-{os.getpid()}"
+        self.queue = open_queue(queue_url or self.state / "service.db", self.replica, lease_seconds)
+        self.running = False  # the loop has started (its workers too): /health may say ready
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
         self.policies: dict[str, Policy] = policies_from(self.config)
@@ -173,7 +247,7 @@ class Service:
         self.recorder: subprocess.Popen | None = None
         self.listener: socket.socket | None = None
         if metrics_port is not None:
-            self.listener = socket.create_server(("127.0.0.1", metrics_port))
+            self.listener = socket.create_server((metrics_host, metrics_port))
             self.listener.setblocking(False)
         from inotify_simple import INotify, flags
 
@@ -196,6 +270,12 @@ class Service:
                     handle.close()
             except OSError:
                 pass
+        # Nor the service's database connections: forgotten here, never closed (closing one
+        # would end the service's own session on the shared socket).
+        engines = [getattr(self.queue, "engine", None), *GRADEBOOK_ENGINES.values()]
+        for engine in engines:
+            if engine is not None:
+                engine.dispose(close=False)
 
     # -- intake ------------------------------------------------------------------------------
     def emit(self, event: str, **fields: Any) -> None:
@@ -228,13 +308,15 @@ class Service:
         noticed = time.time()
         problem = ex.owner_problem(folder, claimed.student, self.uid)
         if problem:
-            self.queue.refuse(name, claimed.student, claimed.assignment, timestamp, problem, noticed)
+            if self.queue.refuse(name, claimed.student, claimed.assignment, timestamp, problem, noticed) is None:
+                return  # another replica refused it already
             self.metrics.refused += 1
             self.emit("refused", inbound=name, student=claimed.student, assignment=claimed.assignment, cause=problem)
             return
-        # The copy first, then the row: a row in the queue always has its copy.
-        ex.stage(folder, self.attempts / name / claimed.student / claimed.assignment)
-        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed) is not None:
+        # A row in the queue always has its copy (made before the row is seen; with replicas, by
+        # the one whose row it became).
+        staged = self.attempts / name / claimed.student / claimed.assignment
+        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed, stage=lambda: ex.stage(folder, staged)) is not None:
             self.emit("queued", inbound=name, student=claimed.student, assignment=claimed.assignment)
 
     # -- grading -----------------------------------------------------------------------------
@@ -375,19 +457,38 @@ class Service:
             due = self.due(assignment) if policy.visibility == "after-due" else None
             if due is None or time.time() < due:
                 continue
-            rows = self.queue.db.execute(
-                "SELECT id, inbound, feedback FROM submissions WHERE assignment = ? AND shown = 'after-due' AND state = ?", (assignment, DELIVERED)
-            ).fetchall()
+            rows = self.queue.rows(
+                "SELECT id, inbound, feedback FROM submissions WHERE assignment = :assignment AND shown = 'after-due' AND state = :delivered",
+                assignment=assignment,
+                delivered=DELIVERED,
+            )
             for row in rows:
                 kept = self.attempts / row["inbound"] / "feedback.html"
                 if kept.is_file():
                     ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
-                with self.queue.transaction() as db:
-                    db.execute("UPDATE submissions SET shown = 'released' WHERE id = ?", (row["id"],))
-                self.emit("released", id=row["id"], assignment=assignment)
+                if self.queue.execute("UPDATE submissions SET shown = 'released' WHERE id = :id AND shown = 'after-due'", id=row["id"]):
+                    self.emit("released", id=row["id"], assignment=assignment)
 
-    # -- metrics -----------------------------------------------------------------------------
+    # -- metrics and health ------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, str]:
+        """Whether this replica can take work now, and why not: its loop running with every warm
+        worker alive, its recorder alive, its database answering."""
+        if not self.running:
+            return False, "starting"
+        alive = sum(1 for worker in self.pool.pool.values() if worker.process.is_alive())
+        if alive < self.pool.workers:
+            return False, f"workers {alive}/{self.pool.workers}"
+        if self.recorder is not None and self.recorder.poll() is not None:
+            return False, "recorder stopped"
+        try:
+            self.queue.counts()
+        except Exception as error:  # the database's own error, whatever its driver: not ready
+            return False, f"database: {type(error).__name__}"
+        return True, "ready"
+
     def answer_metrics(self) -> None:
+        """``GET /health``: 200 "ready" (or 503 and why not), for a readiness probe or a load
+        balancer; any other path: ``/metrics`` (Prometheus' text format)."""
         assert self.listener is not None
         try:
             connection, _address = self.listener.accept()
@@ -396,11 +497,19 @@ class Service:
         with connection:
             connection.settimeout(1.0)
             try:
-                connection.recv(4096)
-                counts = self.queue.counts()
-                body = self.metrics.text(counts[QUEUED], counts[GRADING]).encode()
+                request = connection.recv(4096)
+                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
+                ready, why = self.readiness()
+                if path.split(b"?")[0] == b"/health":
+                    status = b"200 OK" if ready else b"503 Service Unavailable"
+                    body = json.dumps({"status": why, "replica": self.replica, "workers": self.pool.workers, "in_flight": len(self.in_flight)}).encode()
+                    kind = b"application/json"
+                else:
+                    counts = self.queue.counts()
+                    status, kind = b"200 OK", b"text/plain; version=0.0.4"
+                    body = self.metrics.text(counts[QUEUED], counts[GRADING], self.replica, len(self.in_flight), ready).encode()
                 connection.sendall(
-                    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                    b"HTTP/1.0 " + status + b"\r\nContent-Type: " + kind + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
                 )
             except OSError:
                 pass
@@ -411,7 +520,17 @@ class Service:
             return
         policies = json.dumps({name: asdict(policy) for name, policy in self.policies.items()})
         self.recorder = subprocess.Popen(
-            [sys.executable, "-m", "attnkit.service.recorder", str(self.course.root), str(self.queue.path), str(self.gradebook), policies, str(os.getpid())],
+            [
+                sys.executable,
+                "-m",
+                "attnkit.service.recorder",
+                str(self.course.root),
+                self.queue.url,
+                str(self.gradebook),
+                policies,
+                str(os.getpid()),
+                f"{self.replica}-recorder",
+            ],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=self.log,
@@ -422,7 +541,10 @@ class Service:
         recovered = self.queue.recover()
         self.start_recorder()
         self.pool.start()
-        self.emit("started", course=self.course.course_id, inbound=str(self.course.inbound), workers=self.pool.workers, requeued=recovered)
+        self.emit(
+            "started", course=self.course.course_id, inbound=str(self.course.inbound), workers=self.pool.workers, requeued=recovered, replica=self.replica
+        )
+        self.running = True
         gc.collect()
         gc.freeze()
         last_scan = 0.0
@@ -443,6 +565,7 @@ class Service:
                     last_scan = time.monotonic()
                 if self.recorder is not None and self.recorder.poll() is not None:
                     raise GraderError(_("成绩册记录进程意外退出（退出码 {code}）").format(code=self.recorder.returncode))
+                self.queue.heartbeat()  # the leases of what this replica grades (shared queue)
                 self.dispatch()
         except GraderError as error:
             self.emit("stopped", reason=str(error))
@@ -453,6 +576,7 @@ class Service:
         return 0
 
     def shut_down(self) -> None:
+        self.running = False
         if self.recorder is not None and self.recorder.poll() is None:
             self.recorder.terminate()
             try:
@@ -485,34 +609,40 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))] if ordered else float("nan")
 
 
-def status(root: Path) -> str:
-    """``attnkit serve --status``: the queue, what is in flight, the last hour."""
+def status(root: Path, queue_url: str | None = None) -> str:
+    """``attnkit serve --status``: the queue, what is in flight (and by which replica, with a
+    shared queue), the last hour."""
     database = root / STATE_FOLDER / "service.db"
-    if not database.is_file():
+    if queue_url is None and not database.is_file():
         return _("{root} 还没有运行过 attnkit serve").format(root=root)
-    queue = Queue(database)
+    queue = open_queue(queue_url or database, "status")
     try:
-        db = queue.db
         counts = queue.counts()
         lines = [" ".join(f"{state}={count}" for state, count in counts.items())]
         for state in (GRADING, QUEUED):
-            for row in db.execute("SELECT id, student, assignment, noticed FROM submissions WHERE state = ? ORDER BY id LIMIT 20", (state,)):
-                lines.append(f"{state:9} #{row['id']} {row['student']} {row['assignment']} {time.time() - row['noticed']:.1f}s")
+            for row in queue.rows("SELECT * FROM submissions WHERE state = :state ORDER BY id LIMIT 20", state=state):
+                held = f" {row['replica']}" if "replica" in row.keys() and row["replica"] else ""  # which replica grades it
+                lines.append(f"{state:9} #{row['id']} {row['student']} {row['assignment']} {time.time() - row['noticed']:.1f}s{held}")
         hour = time.time() - 3600
-        latencies = [r[0] for r in db.execute("SELECT finished - noticed FROM submissions WHERE state = ? AND finished >= ?", (DELIVERED, hour))]
+        latencies = [
+            r["latency"]
+            for r in queue.rows(
+                "SELECT finished - noticed AS latency FROM submissions WHERE state = :delivered AND finished >= :hour", delivered=DELIVERED, hour=hour
+            )
+        ]
         hourly = dict.fromkeys(("delivered", "failed", "refused"), 0)
-        for state, count in db.execute("SELECT state, COUNT(*) FROM submissions WHERE finished >= ? GROUP BY state", (hour,)):
-            hourly[state] = count
+        for r in queue.rows("SELECT state, COUNT(*) AS n FROM submissions WHERE finished >= :hour GROUP BY state", hour=hour):
+            hourly[r["state"]] = r["n"]
         lines.append(
             "last hour: "
             + " ".join(f"{state}={count}" for state, count in hourly.items())
             + (f" latency p50={percentile(latencies, 0.5):.3f}s p99={percentile(latencies, 0.99):.3f}s" if latencies else "")
         )
-        unrecorded = db.execute("SELECT COUNT(*) FROM submissions WHERE state = ? AND recorded = 0", (DELIVERED,)).fetchone()[0]
+        unrecorded = queue.rows("SELECT COUNT(*) AS n FROM submissions WHERE state = :delivered AND recorded = 0", delivered=DELIVERED)[0]["n"]
         lines.append(f"not yet in the gradebook: {unrecorded}")
-        for row in db.execute("SELECT id, inbound, cause FROM submissions WHERE state = 'refused' ORDER BY id DESC LIMIT 20"):
+        for row in queue.rows("SELECT id, inbound, cause FROM submissions WHERE state = 'refused' ORDER BY id DESC LIMIT 20"):
             lines.append(f"refused   #{row['id']} {row['inbound']}: {row['cause']}")
-        for row in db.execute("SELECT id, inbound, cause FROM submissions WHERE state = 'failed' ORDER BY id DESC LIMIT 20"):
+        for row in queue.rows("SELECT id, inbound, cause FROM submissions WHERE state = 'failed' ORDER BY id DESC LIMIT 20"):
             lines.append(f"failed    #{row['id']} {row['inbound']}: {row['cause']}")
         return "\n".join(lines)
     finally:

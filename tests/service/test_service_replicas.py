@@ -1,0 +1,345 @@
+"""``attnkit serve`` replicas sharing a PostgreSQL queue and gradebook (issue 40), on a real server.
+
+One PostgreSQL server for the module (Debian's, ``make postgresql``; ``tests/support/postgres.py``
+starts it with initdb and pg_ctl as an unprivileged user on a free port of 127.0.0.1), a fresh
+database per test. First the shared queue itself (``attnkit.service.shared_queue``): leases, rows
+taken once by concurrent replicas, one in flight per student, first come first served, one
+recorder at a time. Then two real ``attnkit serve`` processes on one course, a burst of
+submissions from real unix students through nbgrader's exchange, one replica killed with
+``kill -9`` while it grades: every submission delivered once, recorded once, in nbgrader's
+gradebook in the same PostgreSQL (``CourseDirectory.db_url``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from postgres import PostgresServer, free_port
+
+from attnkit.service.queue import DELIVERED, GRADING, QUEUED
+from attnkit.service.shared_queue import SharedQueue, engine_url
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+WAIT = 300.0  # seconds anything may take on the shared, loaded machine (nothing is timed)
+
+pytestmark = [pytest.mark.root]
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def queue_url(postgres: PostgresServer, request: pytest.FixtureRequest) -> str:
+    return postgres.create_database(f"q{abs(hash(request.node.name)) % 10**9}")
+
+
+def test_a_live_lease_is_not_retaken_and_an_expired_one_is(queue_url: str) -> None:
+    first, second = SharedQueue(queue_url, "r1", lease_seconds=2.0), SharedQueue(queue_url, "r2", lease_seconds=2.0)
+    try:
+        first.notice("a1", "ana", "x", "t1")
+        (taken,) = first.claim(4)
+        assert taken.state == GRADING and first.row(taken.id).tries == 1
+        assert first.rows("SELECT replica FROM submissions WHERE id = :id", id=taken.id)[0]["replica"] == "r1"
+        # r1 lives as the service's loop does (a claim for its idle workers and a heartbeat, a few
+        # times a second) for more than two leases: the row stays r1's.
+        until = time.monotonic() + 5.0
+        while time.monotonic() < until:
+            assert first.claim(1) == []
+            first.heartbeat()
+            assert second.claim(4) == [], "a live lease is never taken"
+            time.sleep(0.1)
+        # r1 stops renewing (killed): once its lease has run out, r2 takes the row again.
+        time.sleep(2.5)
+        (again,) = second.claim(4)
+        assert again.id == taken.id and again.state == GRADING and again.tries == 2
+        assert second.rows("SELECT replica FROM submissions WHERE id = :id", id=taken.id)[0]["replica"] == "r2"
+        assert not first.deliver(taken.id, {"score": 1}, "f.html", "full", 1.0, 1.0), "r1 lost its lease: it delivers nothing"
+        assert second.deliver(taken.id, {"score": 1}, "f.html", "full", 1.0, 1.0)
+        assert not second.deliver(taken.id, {"score": 1}, "f.html", "full", 1.0, 1.0), "delivered once"
+        assert second.row(taken.id).state == DELIVERED and second.row(taken.id).attempt == 1
+        # A replica restarted under its own name (a pod's container) takes its rows back at once.
+        second.notice("b1", "bo", "x", "t1")
+        (held,) = second.claim(1)
+        again_r2 = SharedQueue(queue_url, "r2", lease_seconds=60)
+        assert again_r2.recover() == 1 and again_r2.row(held.id).state == QUEUED
+        again_r2.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_first_come_first_served_and_one_in_flight_per_student(queue_url: str) -> None:
+    queue, other = SharedQueue(queue_url, "r1"), SharedQueue(queue_url, "r2")
+    try:
+        for name, student in [("a1", "ana"), ("a2", "ana"), ("a3", "ana"), ("b1", "bo"), ("c1", "cy")]:
+            queue.notice(name, student, "x", name)
+        claimed = queue.claim(5)
+        assert [row.inbound for row in claimed] == ["a1", "b1", "c1"], "ana's second waits behind the others"
+        assert other.claim(5) == [], "ana has one in flight (at r1): her next waits at r2 too"
+        assert queue.deliver(claimed[0].id, {}, "f", "full", 1.0, 1.0)
+        assert [row.inbound for row in other.claim(5)] == ["a2"]
+    finally:
+        queue.close()
+        other.close()
+
+
+def test_concurrent_replicas_never_take_one_row_twice_nor_two_of_one_student(queue_url: str) -> None:
+    """Four replicas (threads, each with its own connections) claim as fast as they can from 240
+    rows of 12 students: each row is taken once, and no student ever has two rows in flight."""
+    setup = SharedQueue(queue_url, "setup")
+    for n in range(240):
+        setup.notice(f"s{n % 12}+{n}", f"s{n % 12}", "x", str(n))
+    setup.close()
+    guard = threading.Lock()
+    holder: dict[str, str] = {}  # student -> the replica grading them now
+    taken: list[tuple[str, int]] = []
+    problems: list[str] = []
+
+    def replica(name: str) -> None:
+        queue = SharedQueue(queue_url, name)
+        chooser = random.Random(name)
+        try:
+            idle = 0
+            while idle < 20:
+                rows = queue.claim(chooser.randint(1, 4))
+                idle = 0 if rows else idle + 1
+                with guard:
+                    for row in rows:
+                        taken.append((name, row.id))
+                        if row.student in holder:
+                            problems.append(f"{row.student} in flight at {holder[row.student]} and {name}")
+                        holder[row.student] = name
+                time.sleep(chooser.uniform(0, 0.01))
+                for row in rows:
+                    with guard:
+                        holder.pop(row.student, None)  # before the commit: another may take them only after it
+                    if not queue.deliver(row.id, {}, "f", "full", 1.0, 1.0):
+                        with guard:
+                            problems.append(f"{name} could not deliver {row.id}")
+                if not rows:
+                    time.sleep(0.01)
+        except Exception as error:  # reported by the test, not lost in the thread
+            problems.append(f"{name}: {error!r}")
+        finally:
+            queue.close()
+
+    threads = [threading.Thread(target=replica, args=(f"r{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=WAIT)
+    assert problems == []
+    ids = [id for _name, id in taken]
+    assert sorted(ids) == list(range(1, 241)), "every row taken exactly once"
+    assert len({name for name, _id in taken}) > 1, "the replicas shared the work"
+    check = SharedQueue(queue_url, "check")
+    assert check.counts()[DELIVERED] == 240
+    check.close()
+
+
+def test_one_recorder_at_a_time_and_a_batch_marked_once(queue_url: str) -> None:
+    first, second = SharedQueue(queue_url, "r1"), SharedQueue(queue_url, "r2")
+    try:
+        first.notice("a1", "ana", "x", "t")
+        (row,) = first.claim(1)
+        first.deliver(row.id, {}, "f", "full", 1.0, 1.0)
+        with first.recording() as ours:
+            assert ours
+            with second.recording() as theirs:
+                assert not theirs, "the gradebook has one writer at a time"
+            first.mark_recorded([("ana", "x", row.id)])
+        assert first.rows("SELECT recorded FROM submissions WHERE id = :id", id=row.id)[0]["recorded"] == 1
+        with second.recording() as theirs:
+            assert theirs, "released with its transaction"
+    finally:
+        first.close()
+        second.close()
+
+
+# -- two `attnkit serve` replicas, a real exchange, real students, kill -9 -----------------------------
+
+
+class Replica:
+    def __init__(self, name: str, course: Path, log: Path) -> None:
+        self.name, self.course, self.log, self.port = name, course, log, free_port()
+        env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+        command = [str(BIN / "attnkit"), "serve", "--jobs", "1", "--replica-id", name, "--lease-seconds", "3", "--metrics-port", str(self.port)]
+        self.process = subprocess.Popen(command, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+    def events(self, kind: str) -> list[dict]:
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == kind:
+                    found.append(event)
+        return found
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except OSError as error:
+            return 0, str(error)
+
+    def children(self) -> list[int]:
+        """Its child processes (workers, recorder), read before it is killed, to wait for them after."""
+        found: list[int] = []
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            found += [int(pid) for pid in (task / "children").read_text().split()]
+        return found
+
+
+@pytest.fixture(scope="module")
+def replicas_course(postgres: PostgresServer) -> Iterator[dict]:
+    from test_nbgrader_exchange import instructor
+
+    if shutil.which("useradd") is None or os.geteuid() != 0:
+        pytest.fail("this test creates unix users: run it as root (useradd)")
+    url = postgres.create_database("course")
+    base = Path(tempfile.mkdtemp(prefix="attnkit-replicas-"))
+    base.chmod(0o755)
+    exchange, root = base / "exchange", base / "course"
+    suffix = f"{os.getpid() % 100000}"
+    users = [f"ak40b{n}{suffix}" for n in range(3)]
+    created: list[str] = []
+    try:
+        exchange.mkdir()
+        exchange.chmod(0o777)
+        root.mkdir()
+        for user in users:
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True, capture_output=True)
+            created.append(user)
+        shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+        shutil.copytree(ROOT / "solutions", root / "solutions")
+        shutil.copytree(ROOT / "assignments", root / "assignments")
+        with open(root / "nbgrader_config.py", "a") as config:
+            # The gradebook and the queue in one PostgreSQL database: nbgrader's tables, attnkit's schema.
+            config.write(
+                f"\nc.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.db_url = {engine_url(url)!r}\n"
+                f"c.AttnkitServe.queue_url = {url!r}\nc.AttnkitServe.policies = {{'ch19-attention': {{'attempts': 0}}}}\n"
+            )
+        instructor(root, str(BIN / "nbgrader"), "db", "assignment", "add", "ch19-attention")
+        instructor(root, str(BIN / "nbgrader"), "release_assignment", "ch19-attention")
+        yield {"base": base, "exchange": exchange, "root": root, "users": users, "url": url}
+    finally:
+        for user in created:
+            subprocess.run(["userdel", user], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.e2e
+def test_two_replicas_a_kill_9_mid_burst_every_submission_delivered_once_and_recorded_once(replicas_course: dict) -> None:
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import notebook_hash
+    from test_service_exchange import CORRECT, MISTAKE, forge_submission
+
+    course = type("Course", (), {"exchange": replicas_course["exchange"]})()
+    root, users, url = replicas_course["root"], replicas_course["users"], replicas_course["url"]
+    queue = SharedQueue(url, "the-test")
+    # A submission that keeps its replica busy for a few seconds (a sleeping cell): the one
+    # whose replica is killed while grading it, so that a lease is surely left behind.
+    slow = replicas_course["base"] / "slow.ipynb"
+    notebook = json.loads(CORRECT.read_text(encoding="utf-8"))
+    notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "import time\ntime.sleep(3)\n"})
+    slow.write_text(json.dumps(notebook), encoding="utf-8")
+    replicas = [Replica(name, root, replicas_course["base"] / f"{name}.log") for name in ("replica-a", "replica-b")]
+    lingering: list[int] = []
+    try:
+        deadline = time.monotonic() + WAIT
+        for replica in replicas:
+            while replica.get("/health")[0] != 200:
+                assert replica.process.poll() is None and time.monotonic() < deadline, replica.log.read_text()[-3000:]
+                time.sleep(0.2)
+            status, body = replica.get("/health")
+            assert json.loads(body)["status"] == "ready" and json.loads(body)["replica"] == replica.name
+            assert f'attnkit_serve_replica_info{{replica="{replica.name}"}} 1' in replica.get("/metrics")[1]
+
+        made = [forge_submission(course, users[0], slow, 0)]
+        made += [forge_submission(course, users[n % 3], (CORRECT, MISTAKE)[n % 2], n) for n in range(1, 9)]
+        names = [name for name, _secret in made]
+        # Kill -9 the replica that grades the slow one, while it grades it (the burst under way).
+        deadline = time.monotonic() + WAIT
+        holder: list[dict] = []
+        while not holder:
+            holder = queue.rows("SELECT replica FROM submissions WHERE inbound = :name AND state = :grading", name=names[0], grading=GRADING)
+            assert time.monotonic() < deadline, [r.log.read_text()[-2000:] for r in replicas]
+            time.sleep(0.05)
+        (killed,) = [r for r in replicas if r.name == holder[0]["replica"]]
+        (survivor,) = [r for r in replicas if r is not killed]
+        lingering = killed.children()
+        os.kill(killed.process.pid, signal.SIGKILL)
+        assert killed.process.wait(timeout=60) == -signal.SIGKILL
+        left = {int(r["id"]) for r in queue.rows("SELECT id FROM submissions WHERE state = :grading AND replica = :name", grading=GRADING, name=killed.name)}
+        assert left, "the killed replica held a lease"
+
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            rows = queue.rows("SELECT * FROM submissions ORDER BY id")
+            if len(rows) == len(names) and all(r["state"] == DELIVERED for r in rows):
+                break
+            assert survivor.process.poll() is None, survivor.log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert sorted(r["inbound"] for r in rows) == sorted(names) and {r["state"] for r in rows} == {DELIVERED}, survivor.log.read_text()[-3000:]
+        for row in rows:
+            if row["id"] in left:  # the lease ran out: graded again by the survivor, once
+                assert row["tries"] == 2 and row["replica"] == survivor.name, dict(row)
+            else:
+                assert row["tries"] == 1, dict(row)
+        delivered = [e["id"] for r in replicas for e in r.events("delivered")]
+        assert sorted(delivered) == sorted(r["id"] for r in rows), "each submission delivered once, by one replica"
+        assert survivor.events("delivered") and any(e["id"] in left for e in survivor.events("delivered"))
+        for name, secret in made:
+            assert (course.exchange / "ch19" / "feedback" / f"{notebook_hash(secret=secret, notebook_id='attention')}.html").is_file(), name
+
+        # The gradebook: every delivery settled once by the recorders (the killed replica's own
+        # recorder finishes its batch and stops), one record per student: the latest's score.
+        deadline = time.monotonic() + WAIT
+        while queue.rows("SELECT COUNT(*) AS n FROM submissions WHERE state = :d AND recorded = 0", d=DELIVERED)[0]["n"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        survivor.process.send_signal(signal.SIGTERM)
+        assert survivor.process.wait(timeout=300) == 0
+        settled = sum(e["count"] for r in replicas for e in r.events("recorded"))
+        assert settled == len(names), "each delivery recorded once"
+        latest = {}
+        for row in rows:
+            latest[row["student"]] = row["score"]  # in id order: the last one counts (nbgrader's rule)
+        with Gradebook(engine_url(url)) as gradebook:
+            submissions = [(s.student.id, s.score) for s in gradebook.assignment_submissions("ch19-attention")]
+        assert sorted(student for student, _score in submissions) == sorted(users), "one record per student"
+        assert dict(submissions) == pytest.approx(latest)
+        status = subprocess.run([str(BIN / "attnkit"), "serve", "--status"], cwd=root, capture_output=True, text=True, timeout=120)
+        assert f"delivered={len(names)}" in status.stdout and "not yet in the gradebook: 0" in status.stdout, status.stdout + status.stderr
+    finally:
+        queue.close()
+        for replica in replicas:
+            if replica.process.poll() is None:
+                replica.process.kill()
+                replica.process.wait()
+        for pid in lingering:  # the killed replica's recorder ends after its batch (its parent died)
+            deadline = time.monotonic() + 120
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)

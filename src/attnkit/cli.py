@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -50,6 +51,7 @@ COMMAND_MODULES = {
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
     "serve": ("service.serve",),
+    "submit": ("service.http_submit",),
 }
 
 
@@ -137,10 +139,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gradebook", type=Path, default=None, help="the course's gradebook.db (default: COURSE/gradebook.db)")
     serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on 127.0.0.1:PORT")
     serve.add_argument("--status", action="store_true", help="print the queue, what is in flight and the last hour, then exit")
+    serve.add_argument(
+        "--hub",
+        action="store_true",
+        help="also serve students' pages and submit over HTTP as a JupyterHub-managed service (docs/hub.md; the hub's JUPYTERHUB_* variables say where)",
+    )
     serve.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
     serve.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
     serve.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
     serve.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
+
+    submit = commands.add_parser(
+        "submit", parents=[language], help="submit a notebook to the course's attnkit service in JupyterHub, from your own server (docs/hub.md)"
+    )
+    submit.add_argument("notebook", type=Path, help="the notebook to submit")
+    submit.add_argument("--assignment", required=True, help="the assignment it is for (e.g. ch19-attention)")
+    submit.add_argument(
+        "--url", default=None, help="the service's address (default: $ATTNKIT_SERVICE_URL, e.g. https://hub.example.edu/services/attnkit/)"
+    )
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -557,6 +573,28 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_submit(args: argparse.Namespace) -> int:
+    """POST a notebook to the hub service with the user's own token ($JUPYTERHUB_API_TOKEN, which
+    JupyterHub gives every single-user server): the service takes the user from the hub, not from here."""
+    import urllib.error
+
+    from attnkit.service.http_submit import post_notebook
+
+    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    url = args.url or os.environ.get("ATTNKIT_SERVICE_URL", "")
+    if not token or not url:
+        raise GraderError(_("需要 JUPYTERHUB_API_TOKEN（JupyterHub 里的服务器自带）和服务地址（--url 或 ATTNKIT_SERVICE_URL）"))
+    try:
+        answer = post_notebook(url, token, args.assignment, args.notebook.read_bytes())
+    except urllib.error.HTTPError as error:
+        reason = error.read().decode("utf-8", "replace").strip()
+        raise GraderError(_("评分服务拒绝了这次提交（HTTP {code}）：{reason}").format(code=error.code, reason=reason)) from None
+    except (OSError, ValueError) as error:
+        raise GraderError(_("无法提交：{reason}").format(reason=error)) from None
+    print(json.dumps(answer, ensure_ascii=False))
+    return 0
+
+
 def command_serve(args: argparse.Namespace) -> int:
     """The on-submit service (attnkit.service.serve); ``--status`` only reads its database."""
     from attnkit.service import serve
@@ -574,7 +612,8 @@ def command_serve(args: argparse.Namespace) -> int:
     gradebook = args.gradebook or args.course / "gradebook.db"
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
     hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
-    service = serve.Service(course, args.autograder, args.jobs or len(os.sched_getaffinity(0)), limits, hide, gradebook, args.metrics_port, take_seed())
+    workers = args.jobs or len(os.sched_getaffinity(0))
+    service = serve.Service(course, args.autograder, workers, limits, hide, gradebook, args.metrics_port, take_seed(), hub=args.hub)
     return serve.serve(service)
 
 
@@ -606,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         "collect": command_collect,
         "lms-feedback": command_lms_feedback,
         "serve": command_serve,
+        "submit": command_submit,
     }[args.command]
     from attnkit.console import console, print_error
     from attnkit.report.store import output_lock

@@ -120,9 +120,7 @@ def post_notebook(url: str, token: str, assignment: str, data: bytes, timeout: f
     import urllib.request
 
     target = url.rstrip("/") + "/api/submit/" + urllib.parse.quote(assignment, safe="")
-    request = urllib.request.Request(
-        target, data=data, method="POST", headers={"Authorization": f"token {token}", "Content-Type": "application/x-ipynb+json"}
-    )
+    request = urllib.request.Request(target, data=data, method="POST", headers={"Authorization": f"token {token}", "Content-Type": "application/x-ipynb+json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         answer: dict[str, Any] = json.loads(response.read())
     answer["page"] = url.rstrip("/") + f"/attempt/{answer['id']}" if answer.get("id") is not None else url

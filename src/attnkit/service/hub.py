@@ -254,7 +254,7 @@ class HomeHandler(Handler):
     @web.authenticated
     def get(self) -> None:
         status = student_status(self.kit, self.student(), time.time())
-        self.page("hub_student.html.j2", status=status, suites=sorted(self.kit.suites), xsrf=self.xsrf_form_html())
+        self.page("hub_student.html.j2", status=status, suites=sorted(self.kit.suites), xsrf=self.xsrf_token.decode("ascii"))
 
 
 class AttemptHandler(Handler):
@@ -431,11 +431,12 @@ def main(argv: list[str]) -> int:
         cause = "JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX are not set: run attnkit serve --hub as a JupyterHub-managed service"
         print(json.dumps({"event": "hub-failed", "cause": cause}), flush=True)
         return 2
-    # The body is refused before it is read when its Content-Length is over the cap.
-    server = HTTPServer(application(kit, prefix, cookie_secret(state)), max_body_size=MAX_BODY_BYTES, max_buffer_size=MAX_BODY_BYTES, xheaders=False)
-    server.listen(url.port, url.hostname or "127.0.0.1")
 
+    # The body is refused before it is read when its Content-Length is over the cap.
     async def serve() -> None:
+        # The server is made in the running loop (tornado attaches its sockets to the current one).
+        server = HTTPServer(application(kit, prefix, cookie_secret(state)), max_body_size=MAX_BODY_BYTES, max_buffer_size=MAX_BODY_BYTES, xheaders=False)
+        server.listen(url.port, url.hostname or "127.0.0.1")
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stopped.set)

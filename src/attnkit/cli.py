@@ -608,6 +608,11 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.driver.seed import take as take_seed
 
     torch.set_num_threads(1)  # workers are forked from here, as in grade
+    if args.hub:
+        from attnkit.service.http_submit import hub_missing
+
+        if hub_missing():
+            raise GraderError(hub_missing())
     course = serve.load_course(args.course)
     gradebook = args.gradebook or args.course / "gradebook.db"
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)

@@ -142,7 +142,7 @@ c.JupyterHub.load_roles = [
     {{"name": "user", "scopes": ["self", "access:services!service={SERVICE}"]}},
     {{"name": "ak40a-admin", "scopes": ["admin:users", "tokens", "read:users"], "services": ["ak40a-admin"]}},
 ]
-c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!user", "access:services!service={SERVICE}"]
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "access:services!service={SERVICE}"]
 """
 
     def api(self, method: str, path: str, body: dict | None = None) -> Any:

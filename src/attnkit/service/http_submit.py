@@ -112,6 +112,19 @@ def take_spooled(state: Path, notice: Callable[[str, str, str, str, float], Any]
     return taken
 
 
+def hub_missing() -> str:
+    """Why --hub cannot serve here ("" when it can): the hub gives a managed service where to listen."""
+    import importlib.util
+    from urllib.parse import urlparse
+
+    if importlib.util.find_spec("jupyterhub") is None:
+        return _("没有安装 jupyterhub：attnkit serve --hub 需要它（pip install -e '.[hub]'，见 docs/hub.md）")
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+    if url.port is None or not os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
+        return _("没有 JUPYTERHUB_SERVICE_URL 和 JUPYTERHUB_SERVICE_PREFIX：attnkit serve --hub 要由 JupyterHub 作为托管服务启动（见 docs/hub.md）")
+    return ""
+
+
 def post_notebook(url: str, token: str, assignment: str, data: bytes, timeout: float = 120.0) -> dict[str, Any]:
     """The client (``attnkit submit``, run in the student's own server): POST ``data`` to the
     service's ``api/submit/<assignment>`` with the user's own hub token; the service's answer

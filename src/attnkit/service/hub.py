@@ -44,7 +44,7 @@ from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
-from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, spool, student_id
+from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, hub_missing, spool, student_id
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
 from attnkit.service.queue import DELIVERED, GRADING, QUEUED, REFUSED, Queue
 
@@ -427,16 +427,16 @@ def main(argv: list[str]) -> int:
     )
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
-    if not url.port or not prefix:
-        cause = "JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX are not set: run attnkit serve --hub as a JupyterHub-managed service"
-        print(json.dumps({"event": "hub-failed", "cause": cause}), flush=True)
+    port = url.port
+    if port is None or not prefix:
+        print(json.dumps({"event": "hub-failed", "cause": hub_missing()}, ensure_ascii=False), flush=True)
         return 2
 
     # The body is refused before it is read when its Content-Length is over the cap.
     async def serve() -> None:
         # The server is made in the running loop (tornado attaches its sockets to the current one).
         server = HTTPServer(application(kit, prefix, cookie_secret(state)), max_body_size=MAX_BODY_BYTES, max_buffer_size=MAX_BODY_BYTES, xheaders=False)
-        server.listen(url.port, url.hostname or "127.0.0.1")
+        server.listen(port, url.hostname or "127.0.0.1")
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stopped.set)

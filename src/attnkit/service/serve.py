@@ -441,6 +441,8 @@ class Service:
         if not self.hub or (self.hub_process is not None and self.hub_process.poll() is None):
             return
         if self.hub_process is not None:
+            if self.hub_process.returncode == 2:  # it cannot serve here (its log line says why): no restart loop
+                raise GraderError(_("JupyterHub 服务的 HTTP 进程无法启动（见日志）"))
             self.emit("hub-restarted", code=self.hub_process.returncode)
         self.hub_process = subprocess.Popen(
             [sys.executable, "-m", "attnkit.service.hub", *map(str, (self.course.root, self.autograder, self.state, self.course.feedback, os.getpid()))],

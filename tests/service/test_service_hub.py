@@ -195,6 +195,8 @@ def hub() -> Iterator[Hub]:
         shutil.copytree(ROOT / "assignments", setup.course / "assignments")
         with open(setup.course / "nbgrader_config.py", "a") as config:
             config.write(f"\nc.Exchange.root = {str(setup.exchange)!r}\nc.AttnkitServe.hub_ta_groups = [{TA_GROUP!r}]\n")
+            # One graded feedback per hour: the student's page then says when the next one comes.
+            config.write(f"c.AttnkitServe.policies = {{{ASSIGNMENT!r}: {{'attempts': 1, 'window_hours': 1}}}}\n")
         due = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(days=1)
         instructor(setup.course, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(due)}")
         instructor(setup.course, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
@@ -265,6 +267,13 @@ def test_student_submits_through_the_page_and_reads_the_kits_page_and_b_is_refus
         placed = (hub.exchange / "ch19" / "feedback" / row["feedback"]).read_text(encoding="utf-8")
         assert 'id="score"' in placed and hub.a in placed
         assert f"{row['score']:g} / {row['max_score']:g}" in page and hub.a in page and 'data-diagnosis="' not in page
+
+        # A's own page lists the attempt with its score, and, the limit reached, when the next feedback comes.
+        browser.go(hub.service)
+        home = browser.wait_for("#next-feedback", WAIT)
+        assert f'data-attempt="{row["id"]}" data-state="delivered"' in home and f"{row['score']:g} / {row['max_score']:g}" in home
+        next_at = int(browser.evaluate("document.querySelector('#next-feedback').dataset.nextFeedback"))
+        assert abs(next_at - (row["finished"] + 3600)) < 2
 
         # B, in the same browser after A's cookies are gone, logs in and tries A's attempt and page.
         browser.clear_cookies()

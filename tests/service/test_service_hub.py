@@ -377,7 +377,7 @@ def test_client_submits_with_the_users_own_token(hub: Hub, tmp_path: Path) -> No
     theirs = json.loads(request(f"{hub.service}api/attempts", token=hub.token(hub.a))[1])
     assert answer["id"] not in [s["id"] for a in theirs["assignments"] for s in a["submissions"]]
     refused = run_command([BIN / "attnkit", "submit", MISTAKE, "--assignment", "no-such-assignment"], env=env, timeout=WAIT)
-    assert refused.returncode != 0 and "400" in refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "400" in refused.stdout + refused.stderr and "no-such-assignment" in refused.stdout + refused.stderr
 
 
 def test_ta_sees_the_class_and_a_student_does_not(hub: Hub) -> None:

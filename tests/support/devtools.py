@@ -33,6 +33,10 @@ FLAGS = [
 ]
 
 
+class DevToolsError(AssertionError):
+    """A DevTools call the browser refused (a node gone with a reload, say)."""
+
+
 class Browser:
     """One headless Chromium with one page."""
 
@@ -60,7 +64,8 @@ class Browser:
         while True:
             message = json.loads(self.socket.recv())
             if message.get("id") == self.next_id:
-                assert "error" not in message, f"{method}: {message['error']}"
+                if "error" in message:
+                    raise DevToolsError(f"{method}: {message['error']}")
                 result: dict[str, Any] = message.get("result", {})
                 return result
 
@@ -92,9 +97,12 @@ class Browser:
         """The page's HTML once ``selector`` matches (the page may reload itself meanwhile)."""
         deadline = time.monotonic() + timeout
         while True:
-            root = self.call("DOM.getDocument", depth=1)["root"]
-            if self.call("DOM.querySelector", nodeId=root["nodeId"], selector=selector).get("nodeId"):
-                return self.html()
+            try:
+                root = self.call("DOM.getDocument", depth=1)["root"]
+                if self.call("DOM.querySelector", nodeId=root["nodeId"], selector=selector).get("nodeId"):
+                    return self.html()
+            except DevToolsError:  # the document was replaced between two calls (its own refresh): look again
+                pass
             assert time.monotonic() < deadline, f"no {selector} in {self.url()}:\n{self.html()[-3000:]}"
             time.sleep(0.5)
 

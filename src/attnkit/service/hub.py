@@ -225,8 +225,12 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         return row
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # A refused submission says why (our own message: which assignment, the cap); nothing else
+        # an error carries (a 403's cause, a traceback) is shown.
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        why = error.log_message if status_code == 400 and isinstance(error, web.HTTPError) and error.log_message else ""
         self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(f"{status_code} {self._reason}\n")
+        self.finish(f"{status_code} {self._reason}\n" + (f"{why}\n" if why else ""))
 
 
 class HealthHandler(web.RequestHandler):

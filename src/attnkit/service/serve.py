@@ -181,7 +181,7 @@ class Service:
         from inotify_simple import INotify, flags
 
         self.inotify = INotify()
-        self.inbound_watch = self.inotify.add_watch(str(course.inbound), flags.CREATE | flags.ATTRIB | flags.MOVED_TO | flags.CLOSE_WRITE)
+        self.inotify.add_watch(str(course.inbound), flags.CREATE | flags.ATTRIB | flags.MOVED_TO | flags.CLOSE_WRITE)
         # --hub: the HTTP side inside JupyterHub (service.hub, a process of its own) spools what
         # hub users post (service.http_submit); its notices wake this loop like inbound/'s folders.
         self.hub = hub

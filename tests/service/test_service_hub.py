@@ -274,6 +274,8 @@ def test_student_submits_through_the_page_and_reads_the_kits_page_and_b_is_refus
         assert f'data-attempt="{row["id"]}" data-state="delivered"' in home and f"{row['score']:g} / {row['max_score']:g}" in home
         next_at = int(browser.evaluate("document.querySelector('#next-feedback').dataset.nextFeedback"))
         assert abs(next_at - (row["finished"] + 3600)) < 2
+        if (ROOT / "tests" / "artifacts").is_dir():  # for a reader: the student's page as the browser shows it
+            browser.screenshot(ROOT / "tests" / "artifacts" / "hub-student.png")
 
         # B, in the same browser after A's cookies are gone, logs in and tries A's attempt and page.
         browser.clear_cookies()

@@ -131,6 +131,11 @@ class Browser:
         self.call("DOM.focus", nodeId=node)
         self.call("Input.insertText", text=text)
 
+    def screenshot(self, path: Path) -> None:
+        import base64
+
+        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+
     def clear_cookies(self) -> None:
         self.call("Network.clearBrowserCookies")
 

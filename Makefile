@@ -22,7 +22,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab collect lock browser slurm postgresql grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
+.PHONY: help install lab collect lock browser slurm postgresql hub-proxy grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -142,6 +142,20 @@ postgresql:
 	  else echo "please install postgresql (needed by tests/service/test_service_replicas.py)"; fi; \
 	fi
 
+# The JupyterHub test (tests/service/test_service_hub.py) runs a real hub behind configurable-http-proxy,
+# JupyterHub's own proxy from npm (Node.js: Debian's nodejs and npm), installed into .hub-proxy/.
+CHP_VERSION := 5.3.0
+CHP := .hub-proxy/node_modules/.bin/configurable-http-proxy
+hub-proxy: $(CHP)
+$(CHP):
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing nodejs and npm (Debian packages)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	  else echo "please install nodejs and npm (needed by tests/service/test_service_hub.py)"; exit 1; fi; \
+	fi
+	npm install --silent --no-audit --no-fund --prefix .hub-proxy configurable-http-proxy@$(CHP_VERSION)
+
 # An LMS download (Canvas, Moodle, Blackboard; folder or zip) into nbgrader's layout in INTO/ (default
 # submitted/); then `make grade SUBMITTED=submitted`. LMS=… and TIMEZONE=… are passed on when given.
 INTO     ?= submitted
@@ -154,7 +168,7 @@ grade: $(STAMP)
 
 # The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
 # --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
-test: $(DEV_STAMP) browser slurm postgresql lint
+test: $(DEV_STAMP) browser slurm postgresql hub-proxy lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 	$(MAKE) --no-print-directory test-second-assignment
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -50,6 +51,7 @@ COMMAND_MODULES = {
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
     "serve": ("service.serve",),
+    "submit": ("service.http_submit",),
 }
 
 
@@ -145,10 +147,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--replica-id", default="", help="this replica's name in a shared queue (default: host name and pid)")
     serve.add_argument("--lease-seconds", type=float, default=30.0, help="a shared queue's lease: a dead replica's work is taken again after it")
     serve.add_argument("--metrics-host", default="127.0.0.1", help="the address of /metrics and /health (0.0.0.0 in a pod, for its probes)")
+    serve.add_argument(
+        "--hub",
+        action="store_true",
+        help="also serve students' pages and submit over HTTP as a JupyterHub-managed service (docs/hub.md; the hub's JUPYTERHUB_* variables say where)",
+    )
     serve.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
     serve.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
     serve.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
     serve.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
+
+    submit = commands.add_parser(
+        "submit", parents=[language], help="submit a notebook to the course's attnkit service in JupyterHub, from your own server (docs/hub.md)"
+    )
+    submit.add_argument("notebook", type=Path, help="the notebook to submit")
+    submit.add_argument("--assignment", required=True, help="the assignment it is for (e.g. ch19-attention)")
+    submit.add_argument(
+        "--url", default=None, help="the service's address (default: $ATTNKIT_SERVICE_URL, e.g. https://hub.example.edu/services/attnkit/)"
+    )
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -565,6 +581,28 @@ def command_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_submit(args: argparse.Namespace) -> int:
+    """POST a notebook to the hub service with the user's own token ($JUPYTERHUB_API_TOKEN, which
+    JupyterHub gives every single-user server): the service takes the user from the hub, not from here."""
+    import urllib.error
+
+    from attnkit.service.http_submit import post_notebook
+
+    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    url = args.url or os.environ.get("ATTNKIT_SERVICE_URL", "")
+    if not token or not url:
+        raise GraderError(_("需要 JUPYTERHUB_API_TOKEN（JupyterHub 里的服务器自带）和服务地址（--url 或 ATTNKIT_SERVICE_URL）"))
+    try:
+        answer = post_notebook(url, token, args.assignment, args.notebook.read_bytes())
+    except urllib.error.HTTPError as error:
+        reason = error.read().decode("utf-8", "replace").strip()
+        raise GraderError(_("评分服务拒绝了这次提交（HTTP {code}）：{reason}").format(code=error.code, reason=reason)) from None
+    except (OSError, ValueError) as error:
+        raise GraderError(_("无法提交：{reason}").format(reason=error)) from None
+    print(json.dumps(answer, ensure_ascii=False))
+    return 0
+
+
 def command_serve(args: argparse.Namespace) -> int:
     """The on-submit service (attnkit.service.serve); ``--status`` only reads its database."""
     from attnkit.service import serve
@@ -579,14 +617,24 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.driver.seed import take as take_seed
 
     torch.set_num_threads(1)  # workers are forked from here, as in grade
+    if args.hub:
+        from attnkit.service.http_submit import hub_missing
+
+        if hub_missing():
+            raise GraderError(hub_missing())
+        if queue_url:
+            # The hub's pages read the course's own SQLite queue; replicas sharing PostgreSQL do not
+            # serve them yet (docs/hub.md): refused rather than showing students an empty queue.
+            raise GraderError(_("--hub 目前只能与课程自己的 SQLite 队列一起使用；使用共享队列（{url}）的副本请不加 --hub 运行。").format(url=queue_url.split("@")[-1]))
     course = serve.load_course(args.course)
     gradebook = serve.gradebook_of(args.course, args.gradebook)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
     hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
+    workers = args.jobs or len(os.sched_getaffinity(0))
     service = serve.Service(
         course,
         args.autograder,
-        args.jobs or len(os.sched_getaffinity(0)),
+        workers,
         limits,
         hide,
         gradebook,
@@ -596,6 +644,7 @@ def command_serve(args: argparse.Namespace) -> int:
         replica=args.replica_id,
         lease_seconds=args.lease_seconds,
         metrics_host=args.metrics_host,
+        hub=args.hub,
     )
     return serve.serve(service)
 
@@ -628,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         "collect": command_collect,
         "lms-feedback": command_lms_feedback,
         "serve": command_serve,
+        "submit": command_submit,
     }[args.command]
     from attnkit.console import console, print_error
     from attnkit.report.store import output_lock

@@ -77,3 +77,39 @@ def start_attnkit(*args: str | Path, log: Path, env: Mapping[str, str] | None = 
             env=dict(tool_env() if env is None else env),
             start_new_session=True,
         )
+
+
+def start_tool(command: Sequence[str | Path], *, log: Path, env: Mapping[str, str] | None = None, cwd: Path | str | None = None) -> subprocess.Popen[bytes]:
+    """A long-running tool (a JupyterHub, a browser) started, not waited for: in a process group of
+    its own (the caller ends the whole group with ``os.killpg`` and waits), its output into ``log``,
+    stdin closed, ``env`` by default :func:`tool_env`."""
+    with open(log, "ab") as handle:
+        return subprocess.Popen(
+            [str(part) for part in command],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(tool_env() if env is None else env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    """End a process :func:`start_tool` started, with its whole group (SIGTERM, then SIGKILL)."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=timeout)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    try:  # what the group's leader left behind (a proxy, a renderer)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

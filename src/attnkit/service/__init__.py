@@ -17,4 +17,8 @@ nothing below imports it.
 - ``recorder``: the gradebook records, in batches, in a process of their own (off the path of
   the feedback).
 - ``serve``: the loop, ``--status``, ``/metrics``, ``/health`` and the log line per submission.
+- ``hub`` (``--hub``): the HTTP side inside JupyterHub, a process of its own: students' pages, the
+  TA's class, submit over HTTP and ``/health``, users known through the hub's OAuth only.
+- ``http_submit``: a notebook posted to ``hub`` kept as the service's copy with a notice the loop
+  queues (``hub`` never writes the database); the ``attnkit submit`` client.
 """

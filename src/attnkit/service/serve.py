@@ -42,6 +42,7 @@ from attnkit.report.results_json import results_json
 from attnkit.report.store import bounded_feedback
 from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
+from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.pool import WarmPool
 from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Row, is_url
 from attnkit.service.shared_queue import open_queue
@@ -216,6 +217,7 @@ class Service:
         replica: str = "",
         lease_seconds: float = 30.0,
         metrics_host: str = "127.0.0.1",
+        hub: bool = False,
     ) -> None:
         """``gradebook``: nbgrader's SQLite file, or its ``db_url`` (a string: PostgreSQL);
         ``queue_url``: a PostgreSQL URL shared by replicas (None: ``.attnkit-serve/service.db``);
@@ -229,6 +231,7 @@ class Service:
         self.replica = replica or f"{socket.gethostname()}-{os.getpid()}"
         self.queue = open_queue(queue_url or self.state / "service.db", self.replica, lease_seconds)
         self.running = False  # the loop has started (its workers too): /health may say ready
+        self.autograder = autograder
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
         self.policies: dict[str, Policy] = policies_from(self.config)
@@ -253,6 +256,14 @@ class Service:
 
         self.inotify = INotify()
         self.inotify.add_watch(str(course.inbound), flags.CREATE | flags.ATTRIB | flags.MOVED_TO | flags.CLOSE_WRITE)
+        # --hub: the HTTP side inside JupyterHub (service.hub, a process of its own) spools what
+        # hub users post (service.http_submit); its notices wake this loop like inbound/'s folders.
+        self.hub = hub
+        self.hub_process: subprocess.Popen | None = None
+        self.spool_watch = -1
+        if hub:
+            (self.state / SPOOL).mkdir(mode=0o700, exist_ok=True)
+            self.spool_watch = self.inotify.add_watch(str(self.state / SPOOL), flags.MOVED_TO)
         # A worker is forked from this process: it must not keep the /metrics port (a restart
         # after a kill -9 could not listen again while an orphan holds it) nor the inotify watch.
         os.register_at_fork(after_in_child=self.close_in_child)
@@ -288,11 +299,18 @@ class Service:
                 names = os.listdir(self.course.inbound)
             except OSError:
                 return
+        if self.hub:
+            for taken in take_spooled(self.state, self.notice_http):
+                self.emit("queued", inbound=taken.name, student=taken.student, assignment=taken.assignment, channel="hub")
         for name in set(names) | set(self.pending):
             if name in self.known:
                 self.pending.discard(name)
                 continue
             self.consider(name)
+
+    def notice_http(self, name: str, student: str, assignment: str, timestamp: str, noticed: float) -> None:
+        self.known.add(name)
+        self.queue.notice(name, student, assignment, timestamp, noticed)
 
     def consider(self, name: str) -> None:
         claimed = ex.parse_name(name)
@@ -537,9 +555,26 @@ class Service:
         )
         self.pool.keep.add(self.recorder.pid)
 
+    def start_hub(self) -> None:
+        """The HTTP side (``python -m attnkit.service.hub``), again if it died: it dies with us."""
+        if not self.hub or (self.hub_process is not None and self.hub_process.poll() is None):
+            return
+        if self.hub_process is not None:
+            if self.hub_process.returncode == 2:  # it cannot serve here (its log line says why): no restart loop
+                raise GraderError(_("JupyterHub 服务的 HTTP 进程无法启动（见日志）"))
+            self.emit("hub-restarted", code=self.hub_process.returncode)
+        self.hub_process = subprocess.Popen(
+            [sys.executable, "-m", "attnkit.service.hub", *map(str, (self.course.root, self.autograder, self.state, self.course.feedback, os.getpid()))],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+        )
+        self.pool.keep.add(self.hub_process.pid)
+
     def run(self) -> int:
         recovered = self.queue.recover()
         self.start_recorder()
+        self.start_hub()
         self.pool.start()
         self.emit(
             "started", course=self.course.course_id, inbound=str(self.course.inbound), workers=self.pool.workers, requeued=recovered, replica=self.replica
@@ -555,13 +590,15 @@ class Service:
                     waiting.append(self.listener)
                 ready = multiprocessing.connection.wait(waiting, timeout=0.25)
                 if self.inotify.fileno() in ready:
-                    self.look([event.name for event in self.inotify.read(timeout=0) if event.name])
+                    events = self.inotify.read(timeout=0)
+                    self.look([event.name for event in events if event.name and event.wd != self.spool_watch])
                 if self.listener is not None and self.listener in ready:
                     self.answer_metrics()
                 self.pool.pump([r for r in ready if r in self.pool.pool])
                 if time.monotonic() - last_scan > RESCAN_SECONDS:
                     self.look()
                     self.release_after_due()
+                    self.start_hub()
                     last_scan = time.monotonic()
                 if self.recorder is not None and self.recorder.poll() is not None:
                     raise GraderError(_("成绩册记录进程意外退出（退出码 {code}）").format(code=self.recorder.returncode))
@@ -583,6 +620,9 @@ class Service:
                 self.recorder.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 self.recorder.kill()
+        if self.hub_process is not None and self.hub_process.poll() is None:
+            self.hub_process.terminate()
+            self.hub_process.wait(timeout=30)
         self.pool.stop()
         requeued = self.queue.recover()  # what was in flight waits for the next start
         if requeued:

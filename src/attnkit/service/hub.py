@@ -1,0 +1,457 @@
+"""The on-submit service inside JupyterHub: students' pages, submit over HTTP, /health (docs/hub.md).
+
+``attnkit serve --hub`` runs this as a process of its own (``python -m attnkit.service.hub COURSE
+AUTOGRADER STATE FEEDBACK PARENT``), a JupyterHub-managed service: it listens where the hub's
+``JUPYTERHUB_SERVICE_URL`` says, behind the hub's proxy under ``JUPYTERHUB_SERVICE_PREFIX``, and
+knows users only through the hub (``jupyterhub.services.auth.HubOAuth``): a browser by the OAuth
+cookie the hub's login gives (XSRF checked by HubOAuth on every cookie request that is not a page
+view), a program by the user's own token (``Authorization: token …``). The hub checks the scope
+``access:services!service=<name>``; nothing a client sends besides its cookie or token (a header, a
+form field, the path) names a user.
+
+It reads the service's database and the placed pages and never writes the database: a posted
+notebook is spooled (``service.http_submit``) for the loop to queue, the same queue and policies
+as an exchange submission. A student sees their own submissions only (403 otherwise); a TA (a hub
+admin, or a member of ``c.AttnkitServe.hub_ta_groups``) sees the class's.
+
+``/health`` needs no login and tells nothing but whether the service is up: this process serving,
+the loop that started it alive, its database readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import jinja2
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
+from jupyterhub.utils import url_path_join
+from tornado import web
+from tornado.httpserver import HTTPServer
+
+from attnkit import i18n
+from attnkit.assignment.folder import Assignment, discover
+from attnkit.course.gradebook import course_config
+from attnkit.i18n import _
+from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, hub_missing, spool, student_id
+from attnkit.service.policies import DEFAULT, Policy, policies_from, when
+from attnkit.service.queue import DELIVERED, GRADING, QUEUED, REFUSED, Queue
+
+PR_SET_PDEATHSIG = 1
+NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
+SHOWN = ("full", "scores", "released")  # pages that show a score
+# Our own pages: no script, nothing fetched, forms only to ourselves, never framed.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+# The kit's feedback page, as placed: served in a sandbox of its own origin, so that nothing in it
+# could reach the hub's cookies even if escaping ever failed (the page has no script anyway).
+FEEDBACK_CSP = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("attnkit.report", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+    extensions=["jinja2.ext.i18n"],
+)
+_ENV.install_gettext_callables(  # type: ignore[attr-defined]  # a method the i18n extension adds
+    gettext=lambda message: _(message), ngettext=lambda s, p, n: i18n.ngettext(s, p, n), newstyle=True
+)
+_ENV.globals["when"] = when
+
+
+@dataclass
+class Kit:
+    """What every handler reads: the course's suites and policies, the database, the pages."""
+
+    state: Path  # the service's folder (.attnkit-serve)
+    feedback: Path  # the exchange's feedback/ where the loop places each page
+    suites: dict[str, Assignment]
+    policies: dict[str, Policy]
+    ta_groups: frozenset[str]
+    students: Mapping[str, str]  # hub name -> student id (c.AttnkitServe.hub_students); else the name
+    parent: int
+
+    def queue(self) -> Queue:
+        return Queue(self.state / "service.db")
+
+
+def row_view(row: sqlite3.Row, position: int | None = None) -> dict[str, Any]:
+    """What a page shows of one submission: its score only when its page showed one."""
+    shown = row["shown"] in SHOWN
+    return {
+        "id": row["id"],
+        "student": row["student"],
+        "assignment": row["assignment"],
+        "timestamp": row["timestamp"],
+        "state": row["state"],
+        "attempt": row["attempt"],
+        "shown": row["shown"],
+        "score": row["score"] if shown else None,
+        "max_score": row["max_score"] if shown else None,
+        "cause": row["cause"] if row["state"] != DELIVERED else "",
+        "position": position,
+        "page": row["state"] == DELIVERED and bool(row["feedback"]),
+    }
+
+
+def positions(db: sqlite3.Connection) -> dict[int, int]:
+    """Each queued submission's place in the queue (1: next), first come first served."""
+    return {row[0]: index + 1 for index, row in enumerate(db.execute("SELECT id FROM submissions WHERE state = ? ORDER BY id", (QUEUED,)))}
+
+
+def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
+    """A student's own submissions per assignment, what is queued, and when the next feedback comes."""
+    queue = kit.queue()
+    try:
+        places = positions(queue.db)
+        rows = queue.db.execute("SELECT * FROM submissions WHERE student = ? AND state != ? ORDER BY id DESC", (student, REFUSED)).fetchall()
+        assignments = []
+        for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
+            policy = kit.policies.get(name, DEFAULT)
+            next_at = None
+            if policy.attempts:
+                shown = queue.shown_times(student, name, now - policy.window_seconds)
+                if len(shown) >= policy.attempts:
+                    next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
+            assignments.append(
+                {
+                    "name": name,
+                    "submissions": [row_view(row, places.get(row["id"])) for row in rows if row["assignment"] == name],
+                    "attempts": policy.attempts,
+                    "window_hours": policy.window_hours,
+                    "visibility": policy.visibility,
+                    "next_feedback": next_at,
+                }
+            )
+        return {"student": student, "assignments": assignments}
+    finally:
+        queue.close()
+
+
+def class_status(kit: Kit) -> dict[str, Any]:
+    """The class: counts by state, the queue and what is being graded, the latest submissions."""
+    queue = kit.queue()
+    try:
+        places = positions(queue.db)
+        waiting = queue.db.execute("SELECT * FROM submissions WHERE state IN (?, ?) ORDER BY id", (GRADING, QUEUED)).fetchall()
+        latest = queue.db.execute("SELECT * FROM submissions ORDER BY id DESC LIMIT 500").fetchall()
+        return {
+            "counts": queue.counts(),
+            "queue": [row_view(row, places.get(row["id"])) for row in waiting],
+            # The TA sees every score, whatever the student's page showed.
+            "latest": [row_view(row) | {"cause": row["cause"], "score": row["score"], "max_score": row["max_score"]} for row in latest],
+        }
+    finally:
+        queue.close()
+
+
+class Handler(HubOAuthenticated, web.RequestHandler):
+    """A request from a hub user: who they are comes from the hub alone (the cookie HubOAuth set
+    after the hub's login, or the user's own token), asked once in ``prepare``."""
+
+    api = False  # an API answers 403 instead of sending the client to the hub's login
+
+    @property
+    def kit(self) -> Kit:
+        kit: Kit = self.settings["kit"]
+        return kit
+
+    def get_login_url(self) -> str:
+        if self.api:
+            raise web.HTTPError(403)
+        return str(super().get_login_url())
+
+    async def prepare(self) -> None:
+        # The hub asked asynchronously (HubAuth.get_user's blocking form runs a thread per call);
+        # get_current_user then answers from this cache.
+        model = await self.hub_auth.get_user(self, sync=False)
+        if model:
+            try:
+                model = self.check_hub_user(model)  # the hub's scopes: access to this service
+            except UserNotAllowed:
+                raise web.HTTPError(403) from None
+            if model.get("kind", "user") != "user":
+                raise web.HTTPError(403)  # a service's token is nobody's submission
+        self._hub_auth_user_cache = model
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Security-Policy", CSP)
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Referrer-Policy", "same-origin")
+        self.set_header("Cache-Control", "no-store")
+
+    def user(self) -> dict[str, Any]:
+        model: dict[str, Any] = self.current_user
+        return model
+
+    def student(self) -> str:
+        try:
+            return student_id(str(self.user()["name"]), self.kit.students)
+        except Refused as refused:
+            raise web.HTTPError(403, str(refused)) from None
+
+    def is_ta(self) -> bool:
+        model = self.user()
+        return bool(model.get("admin")) or bool(self.kit.ta_groups & set(model.get("groups") or ()))
+
+    def page(self, template: str, **values: Any) -> None:
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        prefix = self.hub_auth.base_url if hasattr(self.hub_auth, "base_url") else "/"
+        self.finish(_ENV.get_template(template).render(html_lang=i18n.html_lang(), prefix=prefix, user=self.user(), ta=self.is_ta(), **values))
+
+    def own_row(self, id: int) -> sqlite3.Row:
+        """Submission ``id`` if it is the user's own (or the user is a TA): 404 when there is none, 403 when it is another's."""
+        queue = self.kit.queue()
+        try:
+            row = queue.db.execute("SELECT * FROM submissions WHERE id = ?", (id,)).fetchone()
+        finally:
+            queue.close()
+        if row is None:
+            raise web.HTTPError(404)
+        if row["student"] != self.student() or row["state"] == REFUSED:
+            if not self.is_ta():
+                raise web.HTTPError(403)
+        return row
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # A refused submission says why (our own message: which assignment, the cap); nothing else
+        # an error carries (a 403's cause, a traceback) is shown.
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        why = error.log_message if status_code == 400 and isinstance(error, web.HTTPError) and error.log_message else ""
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code} {self._reason}\n" + (f"{why}\n" if why else ""))
+
+
+class HealthHandler(web.RequestHandler):
+    """No login, no data: 200 while the service can work, 503 otherwise (a probe's answer)."""
+
+    def get(self) -> None:
+        kit: Kit = self.settings["kit"]
+        healthy = os.getppid() == kit.parent
+        if healthy:
+            try:
+                queue = kit.queue()
+                queue.db.execute("SELECT 1 FROM submissions LIMIT 1").fetchall()
+                queue.close()
+            except sqlite3.Error:
+                healthy = False
+        self.set_status(200 if healthy else 503)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish("ok\n" if healthy else "unavailable\n")
+
+
+class HomeHandler(Handler):
+    """The student's page: their submissions per assignment, the queue, the upload form."""
+
+    @web.authenticated
+    def get(self) -> None:
+        status = student_status(self.kit, self.student(), time.time())
+        self.page("hub_student.html.j2", status=status, suites=sorted(self.kit.suites), xsrf=self.xsrf_token.decode("ascii"))
+
+
+class AttemptHandler(Handler):
+    """One submission's state (refreshing itself while it waits) and the link to its page."""
+
+    @web.authenticated
+    def get(self, id: str) -> None:
+        row = self.own_row(int(id))
+        queue = self.kit.queue()
+        try:
+            places = positions(queue.db) if row["state"] == QUEUED else {}
+        finally:
+            queue.close()
+        self.page("hub_attempt.html.j2", attempt=row_view(row, places.get(row["id"])))
+
+
+class FeedbackHandler(Handler):
+    """The kit's page of one submission, exactly as placed for ``fetch_feedback`` (the policy's page)."""
+
+    @web.authenticated
+    def get(self, id: str) -> None:
+        row = self.own_row(int(id))
+        if row["state"] != DELIVERED or not row["feedback"]:
+            raise web.HTTPError(404)
+        try:
+            page = (self.kit.feedback / Path(row["feedback"]).name).read_bytes()
+        except OSError:
+            raise web.HTTPError(404) from None
+        self.set_header("Content-Security-Policy", FEEDBACK_CSP)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(page)
+
+
+class SubmitHandler(Handler):
+    """POST a notebook: the upload form (cookie and XSRF) or a program (the user's token). The
+    assignment is the one asked for; the notebook is stored under the assignment's own name."""
+
+    async def post(self, assignment: str = "") -> None:
+        if not self.current_user:
+            raise web.HTTPError(403)
+        name = assignment or self.get_body_argument("assignment", "")
+        suite = self.kit.suites.get(name)
+        if suite is None:
+            raise web.HTTPError(400, _("没有名为 {assignment} 的作业").format(assignment=name))
+        uploads = self.request.files.get("notebook") or []
+        data = uploads[0]["body"] if uploads else self.request.body if self.api else b""
+        student = self.student()
+        try:
+            spooled = spool(self.kit.state, student, name, suite.notebook, data)
+        except Refused as refused:
+            raise web.HTTPError(400, str(refused)) from None
+        id = await self.queued_id(spooled.name)
+        if self.api:
+            self.set_status(202)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"id": id, "student": student, "assignment": name, "timestamp": spooled.timestamp}))
+        elif id is None:
+            self.redirect(self.hub_auth.base_url)
+        else:
+            self.redirect(url_path_join(self.hub_auth.base_url, "attempt", str(id)))
+
+    async def queued_id(self, inbound: str) -> int | None:
+        """The queue's id of a spooled submission, once the loop has queued it (it is woken by the notice)."""
+        deadline = time.monotonic() + NOTICED_WAIT
+        while time.monotonic() < deadline:
+            queue = self.kit.queue()
+            try:
+                row = queue.db.execute("SELECT id FROM submissions WHERE inbound = ?", (inbound,)).fetchone()
+            finally:
+                queue.close()
+            if row is not None:
+                return int(row[0])
+            await asyncio.sleep(0.05)
+        return None
+
+
+class ApiSubmitHandler(SubmitHandler):
+    api = True
+
+
+class ApiAttemptsHandler(Handler):
+    """The user's own submissions (JSON), as the student's page shows them."""
+
+    api = True
+
+    @web.authenticated
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(student_status(self.kit, self.student(), time.time())))
+
+
+class ApiAttemptHandler(Handler):
+    api = True
+
+    @web.authenticated
+    def get(self, id: str) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(row_view(self.own_row(int(id)))))
+
+
+class ClassHandler(Handler):
+    """The TA's view: the class's states and queue (403 for a student)."""
+
+    @web.authenticated
+    def get(self) -> None:
+        if not self.is_ta():
+            raise web.HTTPError(403)
+        if self.api:
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(class_status(self.kit)))
+        else:
+            self.page("hub_class.html.j2", status=class_status(self.kit))
+
+
+class ApiClassHandler(ClassHandler):
+    api = True
+
+
+def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
+    def at(path: str) -> str:
+        return url_path_join(prefix, path)
+
+    return web.Application(
+        [
+            (at("health"), HealthHandler),
+            (at("oauth_callback"), HubOAuthCallbackHandler),
+            (at("api/submit/([^/]+)"), ApiSubmitHandler),
+            (at("api/attempts"), ApiAttemptsHandler),
+            (at("api/attempts/([0-9]{1,18})"), ApiAttemptHandler),
+            (at("api/class"), ApiClassHandler),
+            (at("submit"), SubmitHandler),
+            (at("attempt/([0-9]{1,18})"), AttemptHandler),
+            (at("attempt/([0-9]{1,18})/feedback"), FeedbackHandler),
+            (at("class"), ClassHandler),
+            (prefix.rstrip("/") + "/?", HomeHandler),
+        ],
+        kit=kit,
+        cookie_secret=cookie_secret,
+    )
+
+
+def cookie_secret(state: Path) -> bytes:
+    """The secret that signs the OAuth cookie, kept in the service's folder (0600): a restart keeps the students logged in."""
+    path = state / "hub-cookie-secret"
+    if not path.is_file():
+        temporary = state / ".hub-cookie-secret.tmp"
+        with open(temporary, "wb", opener=lambda name, flags: os.open(name, flags | os.O_TRUNC, 0o600)) as handle:
+            handle.write(os.urandom(32))
+        os.replace(temporary, path)
+    return path.read_bytes()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attnkit.service.hub COURSE AUTOGRADER STATE FEEDBACK PARENT``: serve until SIGTERM."""
+    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4])
+    # The loop killed (-9): we stop too, else its restart could not listen again.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return 0
+    config = course_config(course)
+    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
+    kit = Kit(
+        state=state,
+        feedback=feedback,
+        suites=discover(autograder),
+        policies=policies_from(config),
+        ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
+        students=dict(section.get("hub_students", {}) if hasattr(section, "get") else {}),
+        parent=parent,
+    )
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
+    port = url.port
+    if port is None or not prefix:
+        print(json.dumps({"event": "hub-failed", "cause": hub_missing()}, ensure_ascii=False), flush=True)
+        return 2
+
+    # The body is refused before it is read when its Content-Length is over the cap.
+    async def serve() -> None:
+        # The server is made in the running loop (tornado attaches its sockets to the current one).
+        server = HTTPServer(application(kit, prefix, cookie_secret(state)), max_body_size=MAX_BODY_BYTES, max_buffer_size=MAX_BODY_BYTES, xheaders=False)
+        server.listen(port, url.hostname or "127.0.0.1")
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stopped.set)
+        loop.add_signal_handler(signal.SIGINT, lambda: None)  # Ctrl-C is the loop's: it stops us after
+        print(json.dumps({"event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
+        await stopped.wait()
+        server.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -622,11 +622,6 @@ def command_serve(args: argparse.Namespace) -> int:
 
         if hub_missing():
             raise GraderError(hub_missing())
-        if queue_url:
-            # The hub's pages read the course's own SQLite queue; replicas sharing PostgreSQL do not
-            # serve them yet (docs/hub.md): refused rather than showing students an empty queue.
-            shared = queue_url.split("@")[-1]  # the host and database, never the password
-            raise GraderError(_("--hub 目前只能与课程自己的 SQLite 队列一起使用；使用共享队列（{url}）的副本请不加 --hub 运行。").format(url=shared))
     course = serve.load_course(args.course)
     gradebook = serve.gradebook_of(args.course, args.gradebook)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)

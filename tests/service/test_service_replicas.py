@@ -89,6 +89,32 @@ def test_a_live_lease_is_not_retaken_and_an_expired_one_is(queue_url: str) -> No
         second.close()
 
 
+def test_the_hubs_pages_read_the_replicas_shared_queue(queue_url: str, tmp_path: Path) -> None:
+    """``attnkit serve --hub`` with replicas: the HTTP side reads the queue the loop hands it (the
+    shared PostgreSQL one here): a student's page lists their own submissions only, each with its
+    state and place in the queue; the TA's class view counts and orders the same rows."""
+    from attnkit.assignment.folder import discover
+    from attnkit.service import hub
+
+    queue = SharedQueue(queue_url, "r1")
+    try:
+        for inbound, student in [("a1", "ana"), ("b1", "bo"), ("a2", "ana"), ("c1", "cy")]:
+            queue.notice(inbound, student, "ch19-attention", inbound)
+        (grading,) = queue.claim(1)  # ana's first: being graded; the rest queued in order
+        kit = hub.Kit(
+            state=tmp_path, feedback=tmp_path, suites=discover(), policies={}, ta_groups=frozenset(), students={}, parent=os.getpid(), queue_at=queue_url
+        )
+        ana = hub.student_status(kit, "ana", time.time())
+        everyone = hub.class_status(kit)
+    finally:
+        queue.close()
+    (assignment,) = [entry for entry in ana["assignments"] if entry["submissions"]]
+    mine = [(view["id"], view["student"], view["state"], view["position"]) for view in assignment["submissions"]]
+    assert mine == [(grading.id + 2, "ana", QUEUED, 2), (grading.id, "ana", GRADING, None)], mine
+    assert everyone["counts"][QUEUED] == 3 and everyone["counts"][GRADING] == 1, everyone["counts"]
+    assert [(view["student"], view["position"]) for view in everyone["queue"]] == [("ana", None), ("bo", 1), ("ana", 2), ("cy", 3)]
+
+
 def test_first_come_first_served_and_one_in_flight_per_student(queue_url: str) -> None:
     queue, other = SharedQueue(queue_url, "r1"), SharedQueue(queue_url, "r2")
     try:

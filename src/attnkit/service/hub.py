@@ -25,7 +25,6 @@ import ctypes
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 from collections.abc import Mapping
@@ -46,7 +45,8 @@ from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
 from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, hub_missing, spool, student_id
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
-from attnkit.service.queue import DELIVERED, GRADING, QUEUED, REFUSED, Queue
+from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue
+from attnkit.service.shared_queue import SharedQueue, open_queue
 
 PR_SET_PDEATHSIG = 1
 NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
@@ -82,11 +82,16 @@ class Kit:
     students: Mapping[str, str]  # hub name -> student id (c.AttnkitServe.hub_students); else the name
     parent: int
 
-    def queue(self) -> Queue:
-        return Queue(self.state / "service.db")
+    # Where the service's queue is: its SQLite file, or the PostgreSQL URL replicas share (from the
+    # loop, in the environment: never on a command line, where a password would show).
+    queue_at: str = ""
+
+    def queue(self) -> Queue | SharedQueue:
+        """The queue the loop writes (read here only: ``rows``, the SQL both databases speak)."""
+        return open_queue(self.queue_at or self.state / "service.db", f"hub-{os.getpid()}")
 
 
-def row_view(row: sqlite3.Row, position: int | None = None) -> dict[str, Any]:
+def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, Any]:
     """What a page shows of one submission: its score only when its page showed one."""
     shown = row["shown"] in SHOWN
     return {
@@ -105,17 +110,17 @@ def row_view(row: sqlite3.Row, position: int | None = None) -> dict[str, Any]:
     }
 
 
-def positions(db: sqlite3.Connection) -> dict[int, int]:
+def positions(queue: Queue | SharedQueue) -> dict[int, int]:
     """Each queued submission's place in the queue (1: next), first come first served."""
-    return {row[0]: index + 1 for index, row in enumerate(db.execute("SELECT id FROM submissions WHERE state = ? ORDER BY id", (QUEUED,)))}
+    return {row["id"]: index + 1 for index, row in enumerate(queue.rows("SELECT id FROM submissions WHERE state = :state ORDER BY id", state=QUEUED))}
 
 
 def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
     """A student's own submissions per assignment, what is queued, and when the next feedback comes."""
     queue = kit.queue()
     try:
-        places = positions(queue.db)
-        rows = queue.db.execute("SELECT * FROM submissions WHERE student = ? AND state != ? ORDER BY id DESC", (student, REFUSED)).fetchall()
+        places = positions(queue)
+        rows = queue.rows("SELECT * FROM submissions WHERE student = :student AND state != :refused ORDER BY id DESC", student=student, refused=REFUSED)
         assignments = []
         for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
             policy = kit.policies.get(name, DEFAULT)
@@ -143,9 +148,9 @@ def class_status(kit: Kit) -> dict[str, Any]:
     """The class: counts by state, the queue and what is being graded, the latest submissions."""
     queue = kit.queue()
     try:
-        places = positions(queue.db)
-        waiting = queue.db.execute("SELECT * FROM submissions WHERE state IN (?, ?) ORDER BY id", (GRADING, QUEUED)).fetchall()
-        latest = queue.db.execute("SELECT * FROM submissions ORDER BY id DESC LIMIT 500").fetchall()
+        places = positions(queue)
+        waiting = queue.rows("SELECT * FROM submissions WHERE state IN (:grading, :queued) ORDER BY id", grading=GRADING, queued=QUEUED)
+        latest = queue.rows("SELECT * FROM submissions ORDER BY id DESC LIMIT 500")
         return {
             "counts": queue.counts(),
             "queue": [row_view(row, places.get(row["id"])) for row in waiting],
@@ -210,11 +215,11 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         prefix = self.hub_auth.base_url if hasattr(self.hub_auth, "base_url") else "/"
         self.finish(_ENV.get_template(template).render(html_lang=i18n.html_lang(), prefix=prefix, user=self.user(), ta=self.is_ta(), **values))
 
-    def own_row(self, id: int) -> sqlite3.Row:
+    def own_row(self, id: int) -> Mapping[str, Any]:
         """Submission ``id`` if it is the user's own (or the user is a TA): 404 when there is none, 403 when it is another's."""
         queue = self.kit.queue()
         try:
-            row = queue.db.execute("SELECT * FROM submissions WHERE id = ?", (id,)).fetchone()
+            row = next(iter(queue.rows("SELECT * FROM submissions WHERE id = :id", id=id)), None)
         finally:
             queue.close()
         if row is None:
@@ -242,9 +247,11 @@ class HealthHandler(web.RequestHandler):
         if healthy:
             try:
                 queue = kit.queue()
-                queue.db.execute("SELECT 1 FROM submissions LIMIT 1").fetchall()
-                queue.close()
-            except sqlite3.Error:
+                try:
+                    queue.rows("SELECT 1 FROM submissions LIMIT 1")
+                finally:
+                    queue.close()
+            except Exception:  # sqlite3's or SQLAlchemy's: the database cannot be read
                 healthy = False
         self.set_status(200 if healthy else 503)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
@@ -269,7 +276,7 @@ class AttemptHandler(Handler):
         row = self.own_row(int(id))
         queue = self.kit.queue()
         try:
-            places = positions(queue.db) if row["state"] == QUEUED else {}
+            places = positions(queue) if row["state"] == QUEUED else {}
         finally:
             queue.close()
         self.page("hub_attempt.html.j2", attempt=row_view(row, places.get(row["id"])))
@@ -323,15 +330,15 @@ class SubmitHandler(Handler):
     async def queued_id(self, inbound: str) -> int | None:
         """The queue's id of a spooled submission, once the loop has queued it (it is woken by the notice)."""
         deadline = time.monotonic() + NOTICED_WAIT
-        while time.monotonic() < deadline:
-            queue = self.kit.queue()
-            try:
-                row = queue.db.execute("SELECT id FROM submissions WHERE inbound = ?", (inbound,)).fetchone()
-            finally:
-                queue.close()
-            if row is not None:
-                return int(row[0])
-            await asyncio.sleep(0.05)
+        queue = self.kit.queue()  # one connection for the wait (a shared queue's costs a few ms to open)
+        try:
+            while time.monotonic() < deadline:
+                row = next(iter(queue.rows("SELECT id FROM submissions WHERE inbound = :inbound", inbound=inbound)), None)
+                if row is not None:
+                    return int(row["id"])
+                await asyncio.sleep(0.05)
+        finally:
+            queue.close()
         return None
 
 
@@ -428,6 +435,7 @@ def main(argv: list[str]) -> int:
         ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
         students=dict(section.get("hub_students", {}) if hasattr(section, "get") else {}),
         parent=parent,
+        queue_at=os.environ.get(QUEUE_AT_VARIABLE, ""),
     )
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")

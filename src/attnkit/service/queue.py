@@ -250,6 +250,12 @@ class Queue:
         self.db.close()
 
 
+# Where ``attnkit serve --hub``'s HTTP process finds the loop's queue (its SQLite file, or the
+# replicas' PostgreSQL URL): set by the loop in that process's environment, never on its command
+# line, where a password would show.
+QUEUE_AT_VARIABLE = "ATTNKIT_HUB_QUEUE"
+
+
 def is_url(where: str) -> bool:
     """A database URL (``postgresql://…``) rather than the path of the SQLite file."""
     return "://" in where

@@ -44,7 +44,7 @@ from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import DELIVERED, GRADING, QUEUED, Row, is_url
+from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, Row, is_url
 from attnkit.service.shared_queue import open_queue
 
 STATE_FOLDER = ".attnkit-serve"
@@ -568,6 +568,7 @@ class Service:
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=self.log,
+            env={**os.environ, QUEUE_AT_VARIABLE: str(self.queue.url)},  # the queue it reads: this loop's
         )
         self.pool.keep.add(self.hub_process.pid)
 

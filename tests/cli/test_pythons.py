@@ -54,10 +54,7 @@ def grade_on_a_fresh_clone(python: str, folder: Path) -> dict[str, object]:
         ["make", "grade", f"PYTHON={python}", "JOBS=2"], cwd=clone, env=env, capture_output=True, text=True, timeout=3600, stdin=subprocess.DEVNULL
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-    ran = subprocess.run(
-        [str(clone / ".venv" / "bin" / "python"), "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    wanted = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True).stdout.strip()
+    ran, wanted = python_version(clone / ".venv" / "bin" / "python"), python_version(python)
     assert ran == wanted, f"the clone's .venv runs {ran}, not {python}'s {wanted}"
     return graded_demo_class(clone, wanted, run.stdout).graded()
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from devtools import CHROMIUM, FLAGS  # the one Chromium command line of the browser tests
 from PIL import Image
 
 from ta_machine import lend_to_others
@@ -32,18 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ASSIGNMENT = "ch19-attention"
 DEMO = ROOT / "examples" / "submitted"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.browser, pytest.mark.e2e]
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from devtools import CHROMIUM, FLAGS  # the one Chromium command line of the browser tests
 from PIL import Image
 from commands import BIN, run_command
 
@@ -16,19 +17,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "submitted"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Without these, Chromium tries to reach Google's services, which this network refuses.
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
 
 
 @pytest.fixture(scope="module")

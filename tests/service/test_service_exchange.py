@@ -12,7 +12,6 @@ the gradebook against ``attnkit grade --gradebook`` over the same notebooks. Not
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shutil
 import signal
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from commands import service_events
 from test_nbgrader_exchange import as_user, instructor, nbgrader_utc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,13 +92,7 @@ class Course:
         return code
 
     def events(self, kind: str) -> list[dict]:
-        found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                event = json.loads(line)
-                if event.get("event") == kind:
-                    found.append(event)
-        return found
+        return service_events(self.log, kind)
 
     def db(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.root / ".attnkit-serve" / "service.db")

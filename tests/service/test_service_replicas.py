@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from commands import service_events
 from postgres import PostgresServer, free_port
 
 from attnkit.service.queue import DELIVERED, GRADING, QUEUED
@@ -214,13 +215,7 @@ class Replica:
         self.process = subprocess.Popen(command, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT)
 
     def events(self, kind: str) -> list[dict]:
-        found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                event = json.loads(line)
-                if event.get("event") == kind:
-                    found.append(event)
-        return found
+        return service_events(self.log, kind)
 
     def get(self, path: str) -> tuple[int, str]:
         try:

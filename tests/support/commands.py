@@ -8,6 +8,7 @@ PATH, so `attnkit` starts nbgrader and jupyter from the same venv).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +114,14 @@ def stop_group(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def service_events(log: Path, kind: str) -> list[dict]:
+    """The ``attnkit serve`` log's events of ``kind`` (its JSON lines' ``event``), in order."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == kind:
+                found.append(event)
+    return found

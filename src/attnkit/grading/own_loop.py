@@ -116,6 +116,8 @@ class OwnLoop:
         def diagnose(self, proxy: Student, assignment: Assignment) -> list[str]: ...
         @staticmethod
         def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]: ...
+        @staticmethod
+        def _probes_once(proxy: Student) -> Callable[[list[tuple[str, tuple, dict]]], list[Outcome]]: ...
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -288,7 +290,7 @@ class OwnLoop:
         every = catalogue.diagnosable_namespaces() if hasattr(catalogue, "diagnosable_namespaces") else catalogue.mistake_namespaces()
         among = {key: namespace for key, namespace in every.items() if mistake_id_of(key) in named}
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(proxy.calls, catalogue.reference_namespace(), among, probes, self._probe_once(proxy))
+        return diagnose(proxy.calls, catalogue.reference_namespace(), among, probes, self._probe_once(proxy), self._probes_once(proxy))
 
     def _by_own_function(self, item: pytest.Function, proxy: Student, submission_id: str, part: str, concept: str) -> bool:
         """Standard 2 of ``_judged_by_own``: the test again with ``Student.judged_by_own`` set."""

@@ -424,12 +424,10 @@ class GradingPlugin(OwnLoop):
         """``proxy.probe``, each probe input run once per submission and substitution mode:
         every failed test of a function asks for the same probes. The cache lives on the proxy:
         per submission, gone with its sandbox."""
-        from attnkit.boundary import wire as protocol
-
         cache: dict[tuple, Outcome] = proxy.__dict__.setdefault("_probe_outcomes", {})
 
         def run(name: str, args: tuple, kwargs: dict) -> Outcome:
-            key = (tuple(sorted(proxy.substitutes)), name, protocol.encode((args, kwargs)))
+            key = GradingPlugin._probe_key(proxy, name, args, kwargs)
             if key not in cache:
                 cache[key] = proxy.probe(name, args, kwargs)
             return cache[key]
@@ -437,16 +435,20 @@ class GradingPlugin(OwnLoop):
         return run
 
     @staticmethod
+    def _probe_key(proxy: Student, name: str, args: tuple, kwargs: dict) -> tuple:
+        """A probe's place in the submission's cache: the substitution mode, the name, the inputs."""
+        from attnkit.boundary import wire as protocol
+
+        return (tuple(sorted(proxy.substitutes)), name, protocol.encode((args, kwargs)))
+
+    @staticmethod
     def _probes_once(proxy: Student) -> Callable[[list[tuple[str, tuple, dict]]], list[Outcome]]:
         """``_probe_once`` for many probes: those not yet run for this submission (and
         substitution mode) asked in one batch (``Student.probe_many``), in the order given."""
-        from attnkit.boundary import wire as protocol
-
         cache: dict[tuple, Outcome] = proxy.__dict__.setdefault("_probe_outcomes", {})
 
         def run_many(asked: list[tuple[str, tuple, dict]]) -> list[Outcome]:
-            swapped = tuple(sorted(proxy.substitutes))
-            keys = [(swapped, name, protocol.encode((args, kwargs))) for name, args, kwargs in asked]
+            keys = [GradingPlugin._probe_key(proxy, name, args, kwargs) for name, args, kwargs in asked]
             missing = {key: call for key, call in zip(keys, asked, strict=True) if key not in cache}
             for key, outcome in zip(missing, proxy.probe_many(list(missing.values())), strict=True):
                 cache[key] = outcome

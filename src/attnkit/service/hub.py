@@ -88,7 +88,7 @@ class Kit:
 
     def queue(self) -> Queue | SharedQueue:
         """The queue the loop writes (read here only: ``rows``, the SQL both databases speak)."""
-        return open_queue(self.queue_at or self.state / "service.db", f"hub-{os.getpid()}")
+        return open_queue(self.queue_at or self.state / "service.db", f"hub-{os.getpid()}", make_schema=False)
 
 
 def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, Any]:

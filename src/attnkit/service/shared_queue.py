@@ -88,7 +88,7 @@ def engine_url(url: str) -> str:
 class SharedQueue:
     """``queue.Queue``'s methods on a PostgreSQL table shared by replicas (see the module's text)."""
 
-    def __init__(self, url: str, replica: str, lease_seconds: float = 30.0) -> None:
+    def __init__(self, url: str, replica: str, lease_seconds: float = 30.0, make_schema: bool = True) -> None:
         from sqlalchemy import create_engine
 
         if not replica:
@@ -100,6 +100,8 @@ class SharedQueue:
         self.expired = 0.0  # when it last gave expired leases back to the queue (claim)
         self.engine = create_engine(engine_url(url), pool_size=2, max_overflow=2, pool_pre_ping=True, connect_args={"options": f"-c search_path={SCHEMA_NAME}"})
         self.recording_db: Any = None
+        if not make_schema:  # a reader of a queue its loop has made (the hub's pages, per request)
+            return
         with self.transaction() as db:
             # Replicas starting together: CREATE … IF NOT EXISTS is not safe against a concurrent
             # twin in PostgreSQL, so the schema is made under a lock.
@@ -355,9 +357,10 @@ class SharedQueue:
         self.engine.dispose()
 
 
-def open_queue(where: str | Path, replica: str = "", lease_seconds: float = 30.0) -> Queue | SharedQueue:
+def open_queue(where: str | Path, replica: str = "", lease_seconds: float = 30.0, make_schema: bool = True) -> Queue | SharedQueue:
     """The service's queue: the SQLite file at a path (the default, one service), or the shared
-    table at a PostgreSQL URL (replicas named ``replica``)."""
+    table at a PostgreSQL URL (replicas named ``replica``; ``make_schema``: its tables made if
+    missing, under a lock, which a reader of a running service's queue skips)."""
     if is_url(str(where)):
-        return SharedQueue(str(where), replica, lease_seconds)
+        return SharedQueue(str(where), replica, lease_seconds, make_schema)
     return Queue(Path(where))

@@ -111,7 +111,11 @@ def main() -> None:
         return single(self, message, *rest, **kwargs)
 
     sandbox.Submission._request = counted  # type: ignore[method-assign]
-    zygote = Zygote(warm_up="\n".join(s.warm_up_source() for s in suites.values()), cells=[cell for s in suites.values() for cell in s.release_cells()])
+    zygote = Zygote(
+        warm_up="\n".join(s.warm_up_source() for s in suites.values()),
+        cells=[cell for s in suites.values() for cell in s.release_cells()],
+        warm_up_cells=[cell for s in suites.values() for cell in s.warm_up_cells()],
+    )
     records: list[dict] = []
     collecting = {"started": 0.0, "spent": 0.0, "collections": 0}
 

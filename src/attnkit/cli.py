@@ -162,9 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit.add_argument("notebook", type=Path, help="the notebook to submit")
     submit.add_argument("--assignment", required=True, help="the assignment it is for (e.g. ch19-attention)")
-    submit.add_argument(
-        "--url", default=None, help="the service's address (default: $ATTNKIT_SERVICE_URL, e.g. https://hub.example.edu/services/attnkit/)"
-    )
+    submit.add_argument("--url", default=None, help="the service's address (default: $ATTNKIT_SERVICE_URL, e.g. https://hub.example.edu/services/attnkit/)")
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")

@@ -486,6 +486,23 @@ def scaled_attention(query, key, value, allowed=None):
 """
 
 
+# An unfinished multi_head_attention beside a broken split_heads (its dependency): the stub cannot
+# be finished by swapping references in, so its tests are not re-run with them.
+UNFINISHED_MULTI_HEAD = """
+def split_heads(x, num_heads):
+    return x.reshape(*x.shape[:-1], num_heads, -1)  # no transpose: heads and positions mixed
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context=None):
+    raise NotImplementedError()
+"""
+# A correct multi_head_attention with an unfinished causal_allowed, which some of its tests use:
+# the dependency's stub is swapped out like any failed dependency.
+UNFINISHED_CAUSAL = """
+def causal_allowed(size):
+    raise NotImplementedError()
+"""
+
+
 def submissions() -> dict[str, str | Path]:
     sources: dict[str, str | Path] = {
         "reference": REFERENCE,
@@ -507,6 +524,8 @@ def submissions() -> dict[str, str | Path]:
     for name, (_, source) in NEW_ENTRY_STYLES.items():
         sources[f"style_{name}"] = REFERENCE + "\n" + source
     sources["stasher"] = REFERENCE + "\n" + catalogue.by_id("softmax_wrong_axis").source + "\nimport torch\n" + STASHER
+    sources["unfinished_multi_head"] = REFERENCE + "\n" + UNFINISHED_MULTI_HEAD
+    sources["unfinished_causal"] = REFERENCE + "\n" + UNFINISHED_CAUSAL
     return sources
 
 
@@ -719,6 +738,25 @@ def test_a_swapped_dependency_is_named_on_the_page(autograder_results):
     assert all(not r["substituted"] for r in results if "scaled_attention" in r["functions"])
     # A correct submission's dependent tests run as they are, with nothing substituted.
     assert all(not r["substituted"] and not r["output"] for r in autograder_results["reference"])
+
+
+@pytest.mark.e2e
+def test_an_unfinished_function_is_not_rerun_with_references_swapped_in(autograder_results):
+    """A multi_head_attention still raising NotImplementedError beside a broken split_heads: are
+    its tests told it is unfinished, with nothing swapped in (a swapped re-run cannot finish a
+    stub, and used to blame "your own code" for it)? And an unfinished causal_allowed under a
+    correct multi_head_attention: is it still swapped out, so the multi-head tests pass?"""
+    results = autograder_results["unfinished_multi_head"]
+    multi_head = [r for r in results if r["grade_id"] == "check_multi_head"]
+    assert multi_head, summary(results)
+    for result in multi_head:
+        assert result["status"] == "failed" and not result["substituted"], summary(results)
+        assert "multi_head_attention 还没有完成" in result["output"], result["output"]
+    # The stub's own part and split_heads' part cost what they cost before: nothing else changes.
+    heads = [r for r in results if r["grade_id"] == "check_heads"]
+    assert heads and any(r["status"] == "failed" for r in heads), summary(results)
+    with_causal = [r for r in autograder_results["unfinished_causal"] if "causal_allowed" in r["substituted"]]
+    assert with_causal and all(r["status"] == "passed" for r in with_causal), summary(autograder_results["unfinished_causal"])
 
 
 @pytest.mark.e2e

@@ -181,6 +181,80 @@ def test_the_seed_forks_each_worker_a_zygote_of_its_own() -> None:
 
 
 @pytest.mark.e2e
+def test_the_warm_up_leaves_no_trace_in_a_sandbox() -> None:
+    """A zygote that ran the chapter's warm-up and its release's examples with the stand-ins (as a
+    worker's does, some of them drawing from torch's global generator): does a sandbox find none
+    of their names, no figure left open, and torch's generator as it was seeded, so that an
+    unseeded draw in a notebook gives what it would have given without the warm-up?"""
+    from attnkit.assignment.folder import discover
+
+    chapter = discover()["ch19-attention"]
+    assert chapter.warm_up_cells(), "the release has examples to warm up with"
+    probe = (
+        "import torch\n"
+        "import matplotlib.pyplot as plt\n"
+        "figures = plt.get_fignums()\n"
+        "unmoved = torch.equal(torch.randn(5), torch.randn(5, generator=torch.Generator().manual_seed(torch.initial_seed())))\n"
+        "leftover = sorted(n for n in ('scaled_attention', 'multi_head_attention', 'trace_output', 'query', 'x_demo', 'heads') if n in globals())\n"
+    )
+    zygote = Zygote(warm_up=chapter.warm_up_source(), cells=chapter.release_cells(), warm_up_cells=chapter.warm_up_cells())
+    try:
+        session = Submission(zygote, [CodeCell(0, probe)])
+        session.start()
+        try:
+            assert session.variable("leftover").value == []
+            assert session.variable("figures").value == []
+            assert session.variable("unmoved").value is True
+        finally:
+            session.close()
+    finally:
+        zygote.close()
+
+
+def network_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+@pytest.mark.e2e
+def test_each_zygote_keeps_its_sandboxes_in_an_empty_network_namespace_of_its_own() -> None:
+    """Two zygotes of one seed: is each in a network namespace that is neither the grader's nor
+    the other's, with no interface but loopback (down), and are its sandboxes, one after another,
+    cloned into it (a namespace per sandbox cost as much as 2 % of a class's CPU to make and tear
+    down)? And does a sandbox still get no socket at all?"""
+    seed = Seed()
+    zygotes = [Zygote(seed=seed.requests), Zygote(seed=seed.requests)]
+    probe = (
+        "import socket\n"
+        "interfaces = sorted(line.split(':')[0].strip() for line in open('/proc/net/dev').readlines()[2:])\n"
+        "try:\n"
+        "    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "    opened = 'opened'\n"
+        "except OSError as error:\n"
+        "    opened = type(error).__name__\n"
+    )
+    try:
+        if not all(zygote.isolation.get("kind") in ("root", "userns") for zygote in zygotes):
+            pytest.skip("this machine gives sandboxes no namespaces")
+        ours = network_namespace(os.getpid())
+        zygote_networks = [network_namespace(zygote.pid) for zygote in zygotes]
+        assert len({ours, *zygote_networks}) == 3, zygote_networks
+        for zygote, network in zip(zygotes, zygote_networks, strict=True):
+            for _ in range(2):
+                session = Submission(zygote, [CodeCell(0, probe)])
+                session.start()
+                try:
+                    assert session._pid is not None and network_namespace(session._pid) == network
+                    assert session.variable("interfaces").value == ["lo"]
+                    assert session.variable("opened").value == "PermissionError"
+                finally:
+                    session.close()
+    finally:
+        for zygote in zygotes:
+            zygote.close()
+        seed.close()
+
+
+@pytest.mark.e2e
 def test_a_zygote_ends_with_its_worker_and_the_seed_goes_on() -> None:
     """A worker gone (its end of the zygote closed, as when it is killed): does its zygote end, its
     sandboxes with it, while the seed still forks a zygote for the worker that replaces it?"""

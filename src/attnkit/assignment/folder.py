@@ -32,7 +32,7 @@ from typing import Any
 
 from attnkit import i18n
 from attnkit.constants import AUTOGRADER_ROOT, GraderError, SOLUTIONS_ROOT
-from attnkit.notebook import grade_cells
+from attnkit.notebook import CodeCell, grade_cells
 
 MANIFEST = "manifest.toml"
 
@@ -90,13 +90,25 @@ class Assignment:
 
     def release_cells(self) -> list[str]:
         """The code cells of the release notebook (``assignments/<name>/<notebook>`` beside the
-        source's folder), as students receive them: public, so the zygote may compile them ahead.
-        Empty where there is no release."""
+        source's folder) that a sandbox runs, as students receive them: public, so the zygote may
+        compile them ahead. Not the check cells (the hidden suite replaces them) nor those tagged
+        skip-grading (never run). Empty where there is no release."""
+        return [cell.source for cell in self._runnable_release_cells()]
+
+    def warm_up_cells(self) -> list[str]:
+        """The release's own cells between the answers (its examples and experiments), which the
+        zygote runs once after ``warm_up_source`` with the ``warm_up`` hook's stand-ins for the
+        student's functions, so that what every submission runs is warm before any sandbox."""
+        return [cell.source for cell in self._runnable_release_cells() if not cell.grade_id]
+
+    def _runnable_release_cells(self) -> list[CodeCell]:
         from attnkit.notebook import read_notebook
 
         # The source is solutions/<name>/<notebook> (or, in a bundle, the release itself).
         release = release_path(self.source.parent.parent, self.name, self.notebook)
-        return [cell.source for cell in read_notebook(release).cells] if release.is_file() else []
+        if not release.is_file():
+            return []
+        return [cell for cell in read_notebook(release).cells if not (cell.is_check or cell.skip or not cell.source.strip())]
 
     def warm_up_source(self) -> str:
         """The ``warm_up`` hook's code: what the zygote runs once before it forks sandboxes."""

@@ -43,6 +43,7 @@ class Zygote:
         trusted: bool = False,
         warm_up: str = "",
         cells: list[str] | None = None,
+        warm_up_cells: list[str] | None = None,
         seed: socket.socket | None = None,
         later: bool = False,
     ) -> None:
@@ -54,6 +55,7 @@ class Zygote:
         self._config = {
             "hide": self.hide,
             "warm_up": warm_up,
+            "warm_up_cells": warm_up_cells or [],
             "lang": i18n.language(),
             "cells": cells or [],
             # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.

@@ -276,6 +276,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
             trusted=limits.trusted,
             warm_up="\n".join(s.warm_up_source() for s in suites.values()),
             cells=[cell for suite in suites.values() for cell in suite.release_cells()],
+            warm_up_cells=[cell for suite in suites.values() for cell in suite.warm_up_cells()],
             seed=seed,
             later=True,
         )

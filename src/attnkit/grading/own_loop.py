@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,23 @@ class _Skipped:
 
 
 _SKIPPED = _Skipped()
+
+
+def unfinished(error: BaseException, swappable: Iterable[str]) -> bool:
+    """A function the test checks itself (none of ``swappable``, the test's dependencies) raised
+    NotImplementedError from its own body: an unfinished stub (the release's ``raise
+    NotImplementedError()``). Nothing swapped in for what it depends on can finish it, so the test
+    is not run again with the references swapped in: the re-run would fail the same way, at the
+    cost of a sandbox forked or replaced for it, and the page would blame the function's own code
+    instead of saying it is not finished. A dependency's stub is another matter: the reference
+    takes its place in the re-run, as for any failed dependency."""
+    return (
+        isinstance(error, StudentRaised)
+        and error.type_name == "NotImplementedError"
+        and isinstance(error.where, dict)
+        and error.where.get("function") == error.function
+        and error.function not in set(swappable)
+    )
 
 
 @dataclass
@@ -373,6 +390,8 @@ class OwnLoop:
         """Whether the failed ``item`` may be re-run with references swapped in: a dependency
         has failed its own tests, or one of its tests is itself waiting for such a re-run."""
         if isinstance(error, (pytest.skip.Exception, pytest.fail.Exception)) or not isinstance(error, Exception):
+            return False
+        if unfinished(error, dependencies_of(item)):
             return False
         failed = self.failed_functions.get(submission_id, {})
         waiting = {name for deferred in self._deferred for name in functions_of(deferred.item)}

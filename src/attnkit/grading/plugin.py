@@ -415,9 +415,7 @@ class GradingPlugin(OwnLoop):
 
         catalogue = assignment.catalogue()
         probes = catalogue.probes() if hasattr(catalogue, "probes") else None
-        return diagnose(
-            proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy), self._probes_once(proxy)
-        )
+        return diagnose(proxy.calls, catalogue.reference_namespace(), _diagnosable(catalogue), probes, self._probe_once(proxy), self._probes_once(proxy))
 
     @staticmethod
     def _probe_once(proxy: Student) -> Callable[[str, tuple, dict], Outcome]:

@@ -26,10 +26,10 @@ from attnkit.sandbox.lockdown import seccomp as seccomp_filter
 from attnkit.sandbox.lockdown import without_namespaces
 from attnkit.boundary import operations
 from attnkit.boundary import wire
-from attnkit.sandbox.warm_shell import warm_shell
+from attnkit.sandbox.warm_shell import warm_shell, warm_up
 from attnkit.sandbox.lockdown.cgroup import Cgroup, sweep_stale
 from attnkit.i18n import _
-from attnkit.sandbox.lockdown.zygote_namespace import SANDBOX_HOME, STAGE, IsolationError, Mode, build_root, detach_stage
+from attnkit.sandbox.lockdown.zygote_namespace import SANDBOX_HOME, STAGE, IsolationError, Mode, build_root, detach_stage, enter_own_network
 from attnkit.sandbox.lockdown.namespace_steps import clone_sandbox, die_with_parent, map_sandbox_user
 from attnkit.sandbox.lockdown.sequence import SandboxContext, home_environment, lock_down, our_modules
 from attnkit.boundary.policy import DEFAULT_MAX_PROCESSES, cgroup_memory_bytes
@@ -211,7 +211,7 @@ def _isolate(mode: Mode, hide: list[str]) -> Mode:
     device = os.stat(STAGE).st_dev
     try:
         mode.visible = build_root(hide)
-        return mode
+        return enter_own_network(mode)
     except OSError as error:
         # Half built: what was mounted on the stage goes (it covers this namespace's /tmp, where
         # the fallback's work folders are made), then the layer without namespaces, as above.
@@ -236,7 +236,7 @@ def _spawn(mode: Mode, sandboxes: Sandboxes, channel: socket.socket, settings: d
     our_modules()  # listed here, before the fork (the sandbox only reads the list)
     placed_read, placed_write = os.pipe()
     try:
-        pid = clone_sandbox() if mode.namespaced else os.fork()
+        pid = clone_sandbox(mode.own_network) if mode.namespaced else os.fork()
     except OSError:
         os.close(placed_read)
         os.close(placed_write)
@@ -276,11 +276,11 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
         pass
     if shell is None:
         shell = warm_shell()
-    # Run the kind of code every submission runs once here (the assignments' warm_up hooks), so
+    # Run the kind of code every submission runs once here (the assignments' warm_up hooks and,
+    # with their stand-ins for the student's functions, the release notebooks' own examples), so
     # each sandbox inherits warm caches (torch's op dispatch, IPython's compiler) instead of
-    # paying for them again.
-    shell.run_cell(str(config.get("warm_up", "")), store_history=False, silent=True)
-    shell.reset(new_session=False)  # and every sandbox starts from an empty namespace
+    # paying for them again; then every sandbox starts from an empty namespace.
+    warm_up(shell, str(config.get("warm_up", "")), [str(cell) for cell in config.get("warm_up_cells") or []])
     # The release notebooks' cells (public: the students' own starting point), compiled once here.
     for source in config.get("cells", []):
         shell.prepare_cell(str(source))  # type: ignore[attr-defined]  # added by attnkit.sandbox.warm_shell (fast path)

@@ -18,7 +18,7 @@ from typing import Any
 os.environ.setdefault("MPLBACKEND", "Agg")
 import math  # noqa: F401  (student code may import it: keep it warm)
 
-import numpy  # noqa: F401
+import numpy
 import torch
 
 torch.set_num_threads(1)  # before any op: a forked child of a multi-threaded libgomp can deadlock
@@ -252,6 +252,34 @@ def warm_failures(shell: InteractiveShell) -> None:
         pass
     finally:
         sys.stdout, sys.stderr = real
+
+
+def warm_up(shell: InteractiveShell, source: str, cells: list[str]) -> None:
+    """Run ``source`` (the assignments' ``warm_up`` hooks: imports and stand-ins for the
+    student's functions) and then ``cells`` (the release notebooks' examples, public), as a
+    sandbox would run a notebook, with what they print thrown away; then leave the shell as a
+    sandbox must find it: an empty namespace, no figure open, and the random generators of torch,
+    numpy and Python where they were (an unseeded draw in a notebook gives what it gave before)."""
+    import random
+
+    import matplotlib.pyplot as pyplot
+
+    generators = torch.get_rng_state(), numpy.random.get_state(), random.getstate()
+    default_dtype = torch.get_default_dtype()
+    real = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = io.StringIO()
+    try:
+        shell.run_cell(source, store_history=False, silent=True)
+        for cell in cells:
+            shell.run_cell(cell, store_history=False, silent=False)
+    finally:
+        sys.stdout, sys.stderr = real
+        pyplot.close("all")
+        torch.set_default_dtype(default_dtype)
+        torch.set_rng_state(generators[0])
+        numpy.random.set_state(generators[1])
+        random.setstate(generators[2])
+        shell.reset(new_session=False)
 
 
 def warm_shell() -> InteractiveShell:

@@ -51,14 +51,16 @@ from attnkit.sandbox.lockdown.zygote_namespace import (
 from attnkit.boundary.policy import SCRATCH_SIZE
 
 
-def clone_sandbox() -> int:
-    """``os.fork()``, but the child starts in new user, mount, PID, network and IPC namespaces.
+def clone_sandbox(shared_network: bool = False) -> int:
+    """``os.fork()``, but the child starts in new user, mount, PID, network and IPC namespaces
+    (with ``shared_network``, in the zygote's own empty network namespace instead of a new one:
+    ``zygote_namespace.enter_own_network``).
 
     One clone(2): no keeper process between the zygote and the sandbox. The sandbox is PID 1 of
     its namespace, so every process it leaves dies with it. Python's own fork bookkeeping runs
     around the call exactly as ``os.fork()`` does it.
     """
-    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | signal.SIGCHLD
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if shared_network else CLONE_NEWNET) | signal.SIGCHLD
     assert SYS_CLONE is not None  # enter_private_namespace gives this layer only where it is known
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = _libc.syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(flags), None, None, None, None)

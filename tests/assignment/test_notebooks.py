@@ -104,7 +104,15 @@ def execute(path: Path, kernel: str, workdir: Path, allow_errors: bool) -> nbfor
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(workdir)}},
     )
-    client.execute()
+    # The kernel inherits this process's environment: a test that imported the sandbox's shell
+    # in this session (attnkit.sandbox.warm_shell sets MPLBACKEND=Agg for its own process) left a
+    # backend that draws nothing inline, and test_figure_one_is_drawn saw no image after it.
+    backend = os.environ.pop("MPLBACKEND", None)
+    try:
+        client.execute()
+    finally:
+        if backend is not None:
+            os.environ["MPLBACKEND"] = backend
     return notebook
 
 

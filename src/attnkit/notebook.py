@@ -142,6 +142,12 @@ class CodeCell:
     # run in its place, without its experiments.
     definitions_only: bool = False
 
+    @property
+    def runs_in_sandbox(self) -> bool:
+        """Whether grading runs this cell: not a visible check (the hidden suite replaces it), not
+        a skip-grading demo, not empty. The zygote prepares and warms up on exactly these."""
+        return not (self.is_check or self.skip or not self.source.strip())
+
 
 def defined_names(source: str) -> set[str]:
     """The names a cell binds at its top level (``def``, ``class`` and plain assignments), read

@@ -93,14 +93,17 @@ class Assignment:
         source's folder) that a sandbox runs, as students receive them: public, so the zygote may
         compile them ahead. Not the check cells (the hidden suite replaces them) nor those tagged
         skip-grading (never run). Empty where there is no release."""
-        return [cell.source for cell in self._runnable_release_cells()]
+        return [cell.source for cell in self._runnable_release_cells]
 
     def warm_up_cells(self) -> list[str]:
         """The release's own cells between the answers (its examples and experiments), which the
         zygote runs once after ``warm_up_source`` with the ``warm_up`` hook's stand-ins for the
         student's functions, so that what every submission runs is warm before any sandbox."""
-        return [cell.source for cell in self._runnable_release_cells() if not cell.grade_id]
+        return [cell.source for cell in self._runnable_release_cells if not cell.grade_id]
 
+    # Read once per Assignment (two lists a worker asks for at start): only the zygote's ahead-of-time
+    # compilation and warm-up use it, so a release edited during a run makes them colder, no more.
+    @functools.cached_property
     def _runnable_release_cells(self) -> list[CodeCell]:
         from attnkit.notebook import read_notebook
 
@@ -108,7 +111,7 @@ class Assignment:
         release = release_path(self.source.parent.parent, self.name, self.notebook)
         if not release.is_file():
             return []
-        return [cell for cell in read_notebook(release).cells if not (cell.is_check or cell.skip or not cell.source.strip())]
+        return [cell for cell in read_notebook(release).cells if cell.runs_in_sandbox]
 
     def warm_up_source(self) -> str:
         """The ``warm_up`` hook's code: what the zygote runs once before it forks sandboxes."""

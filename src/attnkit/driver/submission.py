@@ -80,7 +80,7 @@ class Submission(SwappedCalls, ReplyDecoding):
         if sent alone; after a cell that hangs or kills the sandbox, the rest run one by one on
         a recovered sandbox."""
         self._boot()
-        runnable = [cell for cell in self.cells if not (cell.is_check or cell.skip or not cell.source.strip())]
+        runnable = [cell for cell in self.cells if cell.runs_in_sandbox]
         deadline = time.monotonic() + self.limits.notebook_seconds
         replies, failure = self._batch(
             [operations.cell(cell.source) for cell in runnable],

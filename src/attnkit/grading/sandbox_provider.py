@@ -181,7 +181,7 @@ class SandboxProvider(Provider):
         solutions) costs only what it defines, and the plan just asks less."""
         assert self.assignment is not None
         source = self.assignment.source
-        cells = [cell.source for cell in read_notebook(source).cells if not (cell.is_check or cell.skip)]
+        cells = [cell.source for cell in read_notebook(source).cells if cell.runs_in_sandbox]
         # The notebook's own printing is not the TA's business.
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             backend = LocalBackend.from_cells(cells, str(source))

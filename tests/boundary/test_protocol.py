@@ -171,3 +171,78 @@ def test_a_huge_tensor_is_refused_both_ways() -> None:
     forged = struct.pack("!II", len(body), count) + body + bytes(count)
     with pytest.raises(protocol.ProtocolError, match="too large"):
         protocol.decode(forged)
+
+
+def _fingerprint_corpus() -> list[object]:
+    """Values whose frames are equal or differ in the ways that matter: numbers a plain ``==``
+    confuses (True and 1, 1 and 1.0, 0.0 and -0.0), strings cut at the limit, big ints and
+    non-finite floats, containers and their order, subclasses and numpy scalars that travel as
+    their plain base, and tensors by dtype, layout, strides, grad and sign of zero."""
+    import numpy
+
+    point = namedtuple("point", "a b")
+    grid = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    long = "x" * protocol.MAX_STRING
+    values: list[object] = [None, True, False, 0, 1, -1, 1.0, 0.0, -0.0, 2.5, float("nan"), float("inf"), float("-inf")]
+    values += [2**63, 2**64, float(2**64), "", "a", "1", long, long + "x", long + "yz"]
+    values += [(), [], {}, (1, 2), [1, 2], (1, (2,)), (1, [2]), point(1, 2), torch.Size([1, 2]), {"a": 1}, {"b": 1}]
+    values += [{"a": 1, "b": 2}, {"b": 2, "a": 1}, {"__tensor__": 0}, {"__dict__": {}}, [{"a": (1.0,)}], [{"a": (1,)}]]
+    values += [numpy.float64(2.5), numpy.int64(1), numpy.bool_(True), numpy.float32(0.5), 0.5]
+    values += [grid, grid.clone(), grid.T, grid.T.contiguous(), grid[:, :2], grid[:, :2].contiguous(), grid.double(), grid.half()]
+    values += [grid.bfloat16(), grid.requires_grad_(False).clone().requires_grad_(True), torch.nn.Parameter(grid.clone())]
+    values += [grid.as_subclass(_Detour), -grid, torch.tensor([0.0]), torch.tensor([-0.0]), torch.tensor([True]), torch.tensor([1], dtype=torch.uint8)]
+    values += [torch.zeros(0), torch.zeros(0, 3), torch.eye(2).to_sparse(), torch.eye(2), torch.arange(24.0).reshape(2, 3, 4).permute(2, 0, 1)]
+    values += [(grid, {"k": [grid]}), (grid, {"k": [grid.clone()]}), (grid.T, {"k": [grid]}), {"op": "call", "name": "f", "args": (grid,), "kwargs": {}}]
+    return values
+
+
+def test_fingerprints_are_equal_exactly_when_frames_are() -> None:
+    """Does ``fingerprint`` (how a request is compared with the plan's, and the key of the probe and
+    replay caches) tell two values apart exactly when their frames differ, for every pair of a
+    corpus built to confuse it, and agree with the image of the general walker on each value?"""
+    values = _fingerprint_corpus()
+    frames = [protocol.encode(value) for value in values]
+    prints = [protocol.fingerprint(value) for value in values]
+    for print_ in prints:
+        hash(print_)
+    wrong = [
+        (i, j)
+        for i in range(len(values))
+        for j in range(len(values))
+        if (prints[i] == prints[j]) != (frames[i] == frames[j])
+    ]
+    assert not wrong, [(values[i], values[j]) for i, j in wrong[:5]]
+    assert len(set(frames)) < len(frames), "the corpus must hold values that encode alike"
+    for value, print_ in zip(values, prints, strict=True):
+        blobs: list[bytes] = []
+        assert protocol._image(protocol._walk(value, 0, blobs), blobs) == print_, value
+
+
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("value", [object(), {1: 2}, torch.zeros(2, dtype=torch.complex64), _nested(protocol.MAX_DEPTH + 1)])
+def test_a_value_the_wire_refuses_has_no_fingerprint(value: object) -> None:
+    """Does ``fingerprint`` refuse what ``encode`` refuses, rather than match it to something?"""
+    with pytest.raises(protocol.Unsupported):
+        protocol.encode(value)
+    with pytest.raises(protocol.Unsupported):
+        protocol.fingerprint(value)
+
+
+def test_a_header_with_anything_around_its_json_is_refused() -> None:
+    """Is a frame whose header holds more than one JSON value (or none) refused as malformed?"""
+    good = protocol.encode({"a": [1, 2]})
+    body_length, payload_length = struct.unpack_from("!II", good)
+    body = good[8 : 8 + body_length]
+    (sizes_length,) = struct.unpack_from("!I", body)
+    header = body[4 + sizes_length :]
+    for changed in (header + b" 1", header + b"x", b"", b" " + header):
+        new_body = body[: 4 + sizes_length] + changed
+        with pytest.raises(protocol.ProtocolError):
+            protocol.decode(struct.pack("!II", len(new_body), payload_length) + new_body + good[8 + body_length :])
+    assert protocol.decode(good) == {"a": [1, 2]}

@@ -34,6 +34,22 @@ STUDENTS = ("lilei", "sunmei", "xiaolin", "zhaoqiang")
 LATE = "chenjing"  # -> shard 1
 
 
+# Two of shard 2's three students end their notebook with a cell that waits (the same grade, more
+# time): whichever order the shard grades them in, once its first results.json is written at
+# least one of these is still being graded for SLOW_SECONDS, so ``interrupt`` lands half way
+# instead of racing the shard's last two submissions (≈ 0.1 s).
+SLOW = ("xiaolin", "zhaoqiang")
+SLOW_SECONDS = 2
+
+
+def take_a_while(notebook: Path) -> None:
+    import nbformat
+
+    book = nbformat.read(notebook, as_version=4)
+    book.cells.append(nbformat.v4.new_code_cell(f"import time\ntime.sleep({SLOW_SECONDS})"))
+    nbformat.write(book, notebook)
+
+
 def grade_shard(submitted: Path, out: Path, index: int, *extra: str, count: int = 2) -> subprocess.CompletedProcess[str]:
     progress = tool_env(ATTNKIT_PROGRESS_SECONDS="0")  # a line per graded submission: the log is no terminal
     return attnkit("grade", "--submitted", submitted, "--out", out, "--jobs", "1", "--shard", f"{index}/{count}", *extra, env=progress)
@@ -83,6 +99,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("shard-set")
     for student in STUDENTS:
         shutil.copytree(DEMO / student / ASSIGNMENT, base / "submitted" / student / ASSIGNMENT)
+    for student in SLOW:
+        take_a_while(base / "submitted" / student / ASSIGNMENT / "attention.ipynb")
     for index in (1, 2):
         run = grade_shard(base / "submitted", base / f"shard{index}", index)
         assert run.returncode == 0, run.stderr[-3000:]

@@ -4,7 +4,8 @@ state, munge key and socket under tmp_path and ports the OS gives, torn down at 
 
 The array (submit.sh: SHARDS tasks counted from 0, a fixed count, --jobs from the task's CPUs) and
 its afterany merge give the grades.csv of one run; a task cancelled half way is refused by the
-merge, then resubmitted alone and resumes; a late student is graded by one task only.
+merge, then resubmitted alone and resumes (two of its students wait a few seconds in a cell, so that the
+cancel lands half way); a late student is graded by one task only.
 Five students of the demo class in two shards (sunmei, wangfang -> 1; lilei, xiaolin, zhaoqiang ->
 2; the late chenjing -> 1), one CPU per task so both tasks run at once on two cores.
 """
@@ -185,6 +186,22 @@ def rows(out: Path) -> dict[str, dict[str, str]]:
         return {row["student_id"]: row for row in csv.DictReader(handle)}
 
 
+# Two of shard 2's three students end their notebook with a cell that waits (the same grade, more
+# time): whichever order the task grades them in, once its first results.json is written at
+# least one of these is still being graded for SLOW_SECONDS, so a cancel sent then lands half way.
+# Without them the cancel raced the task's last two submissions (≈ 0.1 s) and sometimes lost.
+SLOW = ("xiaolin", "zhaoqiang")
+SLOW_SECONDS = 4
+
+
+def take_a_while(notebook: Path) -> None:
+    import nbformat
+
+    book = nbformat.read(notebook, as_version=4)
+    book.cells.append(nbformat.v4.new_code_cell(f"import time\ntime.sleep({SLOW_SECONDS})"))
+    nbformat.write(book, notebook)
+
+
 def results_files(out: Path) -> dict[str, tuple[int, int]]:
     found = {}
     for path in out.glob(f"students/*/{ASSIGNMENT}/results.json"):
@@ -201,6 +218,8 @@ def test_an_array_and_its_afterany_merge_equal_one_run_resume_a_cancelled_task_a
     submitted = tmp_path / "submitted"
     for student in STUDENTS:
         shutil.copytree(DEMO / student / ASSIGNMENT, submitted / student / ASSIGNMENT)
+    for student in SLOW:
+        take_a_while(submitted / student / ASSIGNMENT / "attention.ipynb")
     shard_dir, merged = tmp_path / "shards", tmp_path / "merged"
     env = {**cluster.env, "SHARDS": str(SHARDS), "SUBMITTED": str(submitted), "SHARD_DIR": str(shard_dir), "OUT": str(merged)}
 

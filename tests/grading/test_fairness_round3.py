@@ -164,19 +164,20 @@ def test_the_empty_row_probes_tell_the_catalogued_checks_apart():
     """Issue 41: the probes separate the chapter's check, the one over the keys and the one with
     any and all swapped: each pair differs on some probe."""
     from attnkit.boundary import wire
+    from attnkit.boundary.outcome import Call, Outcome
     from attnkit.grading.diagnosis import _replay, outcomes_match
 
     swapped = catalogue.reference_source() + "\n" + ROUND3["empty_any_all_swapped"].source
     implementations = {"reference": catalogue.reference_namespace(), "on_keys": catalogue.mistake_namespaces()["empty_check_on_keys"]}
     implementations["swapped"] = {}
     exec(compile(swapped, "<swapped>", "exec"), implementations["swapped"])
-    probes = [wire.encode(call) for call in catalogue.probes()["scaled_attention"]]
+    probes = [(Call("scaled_attention", tuple(args), kwargs, Outcome()), wire.fingerprint((args, kwargs))) for args, kwargs in catalogue.probes()["scaled_attention"]]
     names = list(implementations)
     for i, first in enumerate(names):
         for second in names[i + 1 :]:
             assert any(
-                not outcomes_match(_replay(implementations[first], "scaled_attention", data), _replay(implementations[second], "scaled_attention", data))
-                for data in probes
+                not outcomes_match(_replay(implementations[first], call, data), _replay(implementations[second], call, data))
+                for call, data in probes
             ), (first, second)
 
 

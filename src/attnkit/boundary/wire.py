@@ -13,6 +13,7 @@ import math
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy
@@ -50,8 +51,22 @@ _NUMPY_DTYPES = frozenset(dtype for dtype in DTYPES.values() if dtype is not tor
 _NUMPY_OF = {dtype: torch.empty(0, dtype=dtype).numpy().dtype for dtype in _NUMPY_DTYPES}
 
 _LENGTH = struct.Struct("!II")  # header bytes, payload bytes
-# One encoder for every header (``json.dumps`` with options builds a new one per call).
+_SIZES_LENGTH = struct.Struct("!I")  # the blob table's bytes, at the start of the header
+# One encoder for every header (``json.dumps`` with options builds a new one per call), and json's
+# C encoder made once from its settings (``JSONEncoder.encode`` makes one per call). No cycle
+# check: a header is a tree ``_walk`` has just built (a cyclic value stops there, too deep).
 _HEADER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_header_text: Callable[[Any], str] = _HEADER.encode  # an interpreter without json's C speedups
+if _make_c_encoder is not None:
+    _c_header = _make_c_encoder(None, _HEADER.default, json.encoder.encode_basestring, None, ": ", ", ", False, False, False)
+
+    def _c_header_text(node: Any) -> str:
+        return "".join(_c_header(node, 0))
+
+    _header_text = _c_header_text
+# json's own scanner (C), which ``json.loads`` wraps: one value from a position, and where it ends.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in JSONDecoder.__init__, not in the stubs
 
 
 class ProtocolError(Exception):
@@ -116,7 +131,13 @@ def _walk_tensor(item: torch.Tensor, blobs: list[bytes]) -> dict:
     order = memory_order(item)
     if order is not None:
         item = item.permute(order)
-    tensor, data = item, _numpy_bytes(item)
+    return _tensor_node(item, order, _numpy_bytes(item), blobs)
+
+
+def _tensor_node(item: torch.Tensor, order: list[int] | None, data: bytes | None, blobs: list[bytes]) -> dict:
+    """``item`` (in memory order: ``order`` applied) as a header node; ``data``: its bytes where
+    ``_numpy_bytes`` had them, else None (the general path)."""
+    tensor = item
     if data is None:
         tensor = _plain_tensor(item)
         if tensor.dtype not in DTYPE_NAMES:
@@ -169,10 +190,74 @@ def _walk(item: Any, depth: int, blobs: list[bytes]) -> Any:
     raise Unsupported(_("不支持的值类型 {type}").format(type=kind.__name__))
 
 
+# -- fingerprints: equality of encodings without encoding --------------------------------------
+# Comparing a request with the requests of the plan (is this the call the plan asked, so that its
+# answer is already here?), keying a cache by a call's inputs: only whether two values would
+# encode to the same frame matters, and building the frame (its JSON header above all) is most of
+# that cost. A fingerprint is a hashable image of what ``_walk`` makes of a value, its header
+# node with each tensor's bytes in place of the tensor's index: the frame is a function of it and
+# it of the frame, so two fingerprints are equal exactly when the two frames are. Built directly
+# for the common exact types (``_print``); anything else goes through ``_walk`` itself and the
+# same image is taken of its node (``_image``), so the two ways agree by construction.
+def fingerprint(value: Any) -> Any:
+    """A hashable that equals another value's fingerprint exactly when ``encode`` would give the
+    two the same bytes (and raises ``Unsupported`` where ``encode`` would)."""
+    return _print(value, 0)
+
+
+def _print(item: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise Unsupported(_("嵌套层数过多"))
+    kind = type(item)
+    if kind is torch.Tensor:
+        _within_limit(torch.Tensor.numel(item))
+        order = memory_order(item)
+        if order is not None:
+            item = item.permute(order)
+        data = _numpy_bytes(item)
+        if data is not None:  # the usual tensor, exactly as ``_tensor_node`` describes it
+            fields: tuple = (("__tensor__", data), ("dtype", DTYPE_NAMES[item.dtype]), ("shape", ("l", tuple(item.shape))))
+            return ("d", fields + (("order", ("l", tuple(order))),) if order is not None else fields)
+        blobs: list[bytes] = []
+        return _image(_tensor_node(item, order, data, blobs), blobs)
+    if item is None or kind is str and len(item) <= MAX_STRING:
+        return item
+    if kind is bool:
+        return ("b", item)
+    if kind is int and abs(item) < 2**63:
+        return item
+    if kind is float and math.isfinite(item):
+        return ("f", repr(item))
+    if kind is tuple:
+        return ("d", (("__tuple__", ("l", tuple([_print(element, depth + 1) for element in item]))),))
+    if kind is list:
+        return ("l", tuple([_print(element, depth + 1) for element in item]))
+    if kind is dict and all(type(key) is str for key in item):
+        return ("d", (("__dict__", ("d", tuple([(key, _print(val, depth + 1)) for key, val in item.items()]))),))
+    blobs = []
+    return _image(_walk(item, depth, blobs), blobs)
+
+
+def _image(node: Any, blobs: list[bytes]) -> Any:
+    """The fingerprint of a header node that ``_walk`` made (its tensors' bytes in ``blobs``)."""
+    kind = type(node)
+    if node is None or kind is str or kind is int:
+        return node
+    if kind is bool:
+        return ("b", node)
+    if kind is float:
+        return ("f", repr(node))
+    if kind is list:
+        return ("l", tuple([_image(element, blobs) for element in node]))
+    if "__dict__" in node:  # a dict of the value's own: its keys are the value's, not node fields
+        return ("d", (("__dict__", ("d", tuple([(key, _image(val, blobs)) for key, val in node["__dict__"].items()]))),))
+    return ("d", tuple([(key, blobs[val] if key == "__tensor__" else _image(val, blobs)) for key, val in node.items()]))
+
+
 def encode(value: Any) -> bytes:
     """Serialise ``value`` into one frame (header + tensor blobs)."""
     blobs: list[bytes] = []
-    header = _HEADER.encode(_walk(value, 0, blobs)).encode()
+    header = _header_text(_walk(value, 0, blobs)).encode()
     payload = b"".join(blobs)
     sizes = ("[" + ", ".join([str(len(blob)) for blob in blobs]) + "]").encode()  # json.dumps' own form
     body = struct.pack("!I", len(sizes)) + sizes + header
@@ -192,6 +277,19 @@ def decode(frame: bytes) -> Any:
         raise ProtocolError(f"malformed frame: {type(error).__name__}") from None
 
 
+def _json(data: bytes) -> Any:
+    """One JSON value that is the whole of ``data`` (the sender writes no whitespace around it).
+    The C scanner directly: ``json.loads`` adds two regular-expression passes per call."""
+    text = data.decode()
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ProtocolError("bad header: no JSON value") from None
+    if end != len(text):
+        raise ProtocolError("bad header: extra data")
+    return value
+
+
 def _decode(frame: bytes) -> Any:
     if len(frame) < _LENGTH.size:
         raise ProtocolError("frame too short")
@@ -202,36 +300,41 @@ def _decode(frame: bytes) -> Any:
         raise ProtocolError("frame length mismatch")
     body = frame[_LENGTH.size : _LENGTH.size + body_length]
     base = _LENGTH.size + body_length  # where the tensor bytes start
-    (sizes_length,) = struct.unpack_from("!I", body)
+    (sizes_length,) = _SIZES_LENGTH.unpack_from(body)
     try:
-        sizes = json.loads(body[4 : 4 + sizes_length].decode())
-        tree = json.loads(body[4 + sizes_length :].decode())
+        sizes = _json(body[4 : 4 + sizes_length])
+        tree = _json(body[4 + sizes_length :])
     except ValueError as error:  # UnicodeDecodeError included
         raise ProtocolError(f"bad header: {error}") from None
-    if not isinstance(sizes, list) or not all(type(size) is int and size >= 0 for size in sizes):
+    if type(sizes) is not list:
         raise ProtocolError("bad blob table")
     offsets = [0]
+    total = 0
     for size in sizes:
-        offsets.append(offsets[-1] + size)
-    if offsets[-1] != payload_length:
+        if type(size) is not int or size < 0:
+            raise ProtocolError("bad blob table")
+        total += size
+        offsets.append(total)
+    if total != payload_length:
         raise ProtocolError("blob sizes do not add up")
 
     def build(item: Any, depth: int) -> Any:
         if depth > MAX_DEPTH + 2:
             raise ProtocolError("too deep")
-        if item is None or type(item) in (bool, int, float, str):
+        kind = type(item)
+        if item is None or kind is str or kind is int or kind is float or kind is bool:
             return item
-        if type(item) is list:
+        if kind is list:
             return [build(element, depth + 1) for element in item]
-        if type(item) is dict:
+        if kind is dict:
+            if "__tensor__" in item:
+                return _tensor(item)
             if "__tuple__" in item:
-                return tuple(build(element, depth + 1) for element in _field(item, "__tuple__", list))
+                return tuple([build(element, depth + 1) for element in _field(item, "__tuple__", list)])
             if "__dict__" in item:
                 return {str(k): build(v, depth + 1) for k, v in _field(item, "__dict__", dict).items()}
             if "__float__" in item:
                 return float(_field(item, "__float__", (str, float)))
-            if "__tensor__" in item:
-                return _tensor(item)
         raise ProtocolError("unknown node")
 
     def _tensor(node: dict) -> torch.Tensor:
@@ -245,14 +348,19 @@ def _decode(frame: bytes) -> Any:
         return tensor.permute([order.index(dim) for dim in range(tensor.dim())])
 
     def _dense(node: dict) -> torch.Tensor:
-        index = _field(node, "__tensor__", int)
-        dtype = DTYPES.get(_field(node, "dtype", str))
-        shape = _field(node, "shape", list)
-        if dtype is None or not 0 <= index < len(sizes) or not all(type(n) is int and n >= 0 for n in shape):
+        index, name, shape = node.get("__tensor__"), node.get("dtype"), node.get("shape")
+        if type(index) is not int or type(name) is not str or type(shape) is not list:
+            raise ProtocolError("bad tensor node")
+        dtype = DTYPES.get(name)
+        if dtype is None or not 0 <= index < len(sizes):
             raise ProtocolError("bad tensor node")
         if len(shape) > MAX_DEPTH * 4:
             raise ProtocolError("too many dimensions")
-        numel = math.prod(shape)
+        numel = 1
+        for n in shape:
+            if type(n) is not int or n < 0:
+                raise ProtocolError("bad tensor node")
+            numel *= n
         if numel > MAX_TENSOR_ELEMENTS:
             raise ProtocolError("tensor too large")
         if numel * _ITEMSIZE[dtype] != sizes[index]:

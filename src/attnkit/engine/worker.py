@@ -33,6 +33,12 @@ from attnkit.driver.replies import CellRun
 from attnkit.driver.zygote_handle import Zygote
 from attnkit.grading.sandbox_provider import PLANNING, Opened, SandboxProvider, evidence
 
+# torch imports this module (and sympy with it: ~0.4 s of CPU) the first time one of its functions
+# checks an argument with ``torch._check_with`` (``nn.MultiheadAttention`` with a
+# ``key_padding_mask``, which the hidden tests call): imported here, in the parent before it forks
+# the workers, it is paid once per run instead of once in each worker's first session.
+import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
 
 def cell_record(run: CellRun, session: Submission) -> CellRecord:
     """A cell's run (every field of it), with the section it sits in (a student finds a cell by

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from types import BuiltinFunctionType, CodeType, FunctionType, ModuleType
+from typing import Any
 
 import torch
 
@@ -31,22 +32,24 @@ ATOL = 1e-4
 
 
 # The hidden tests use fixed inputs, so across a class the same calls are replayed on the same
-# implementations again and again: remember the outcomes (bounded; keys are the inputs' bytes and
-# the implementation's identity below). Per process, cleared when full: an outcome is a function
-# of its key (the implementation by its code and constants, the inputs by their bytes).
-_REPLAYS: dict[tuple[int, str, bytes], Outcome] = {}
+# implementations again and again: remember the outcomes (bounded; keys are the inputs'
+# fingerprints, ``wire.fingerprint``, and the implementation's identity below). Per process,
+# cleared when full: an outcome is a function of its key (the implementation by its code and
+# constants, the inputs by their wire bytes, which their fingerprint stands for).
+_REPLAYS: dict[tuple[int, str, Any], Outcome] = {}
 _REPLAYS_MAX = 20_000
 
 
-def _replay(namespace: dict, name: str, inputs: bytes) -> Outcome:
-    """``namespace[name]`` on the encoded ``inputs`` (fresh copies each time: an implementation
-    must not see another's in-place edits), remembered."""
-    key = (_identity(namespace), name, inputs)
+def _replay(namespace: dict, call: Call, inputs: Any) -> Outcome:
+    """``namespace[call.name]`` on ``call``'s inputs, whose fingerprint is ``inputs`` (fresh
+    copies each time, as the wire would give them: an implementation must not see another's
+    in-place edits), remembered."""
+    key = (_identity(namespace), call.name, inputs)
     if key not in _REPLAYS:
         if len(_REPLAYS) >= _REPLAYS_MAX:
             _REPLAYS.clear()
-        args, kwargs = wire.decode(inputs)
-        _REPLAYS[key] = run_in_namespace(namespace, name, args, kwargs)
+        args, kwargs = wire.decode(wire.encode((call.args, call.kwargs)))
+        _REPLAYS[key] = run_in_namespace(namespace, call.name, args, kwargs)
     return _REPLAYS[key]
 
 
@@ -263,7 +266,7 @@ def diagnose(
         if not relevant:
             return []
 
-    inputs = [wire.encode((call.args, call.kwargs)) for call in relevant]
+    inputs = [wire.fingerprint((call.args, call.kwargs)) for call in relevant]
     names = frozenset(call.name for call in relevant)
     expected: list[Outcome] | None = None
     found, exact = [], []
@@ -272,14 +275,14 @@ def diagnose(
             continue  # it would run only the reference's code on these calls
         outcomes = []
         for call, data in zip(relevant, inputs, strict=False):  # stops at the first outcome it does not reproduce
-            got = _replay(namespace, call.name, data)
+            got = _replay(namespace, call, data)
             if not outcomes_match(call.outcome, got):
                 break
             outcomes.append(got)
         if len(outcomes) < len(relevant):
             continue  # most mistakes stop here: no need to compare them with the reference too
         if expected is None:
-            expected = [_replay(reference, call.name, data) for call, data in zip(relevant, inputs, strict=False)]
+            expected = [_replay(reference, call, data) for call, data in zip(relevant, inputs, strict=False)]
         if any(not outcomes_match(got, ref) for got, ref in zip(outcomes, expected, strict=False)):
             found.append(mistake_id)
             if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes, strict=False)):
@@ -295,11 +298,11 @@ def agreeing(ids: Iterable[str], calls: Iterable[Call], mistakes: Mapping[str, d
     back when the same mistake would have failed a test the student passed, or raised where the
     student returned (an empty-row check over the wrong axis raises for a padded key, which the
     student's padding test did not): a name must agree with every test of its function."""
-    by_function: dict[str, dict[bytes, Call]] = {}
+    by_function: dict[str, dict[Any, Call]] = {}
     for call in calls:
         if call.is_variable or call.outcome.error_type in ("NotImplementedError", *GRADER_MARKERS):
             continue
-        by_function.setdefault(call.name, {}).setdefault(wire.encode((call.args, call.kwargs)), call)
+        by_function.setdefault(call.name, {}).setdefault(wire.fingerprint((call.args, call.kwargs)), call)
     kept = []
     for mistake_id in ids:
         function = function_of.get(mistake_id)
@@ -308,7 +311,7 @@ def agreeing(ids: Iterable[str], calls: Iterable[Call], mistakes: Mapping[str, d
         if (
             function is None
             or not variants
-            or any(all(outcomes_match(call.outcome, _replay(namespace, call.name, data)) for data, call in recorded.items()) for namespace in variants)
+            or any(all(outcomes_match(call.outcome, _replay(namespace, call, data)) for data, call in recorded.items()) for namespace in variants)
         ):
             kept.append(mistake_id)
     return kept

@@ -437,7 +437,7 @@ class GradingPlugin(OwnLoop):
         """A probe's place in the submission's cache: the substitution mode, the name, the inputs."""
         from attnkit.boundary import wire as protocol
 
-        return (tuple(sorted(proxy.substitutes)), name, protocol.encode((args, kwargs)))
+        return (tuple(sorted(proxy.substitutes)), name, protocol.fingerprint((args, kwargs)))
 
     @staticmethod
     def _probes_once(proxy: Student) -> Callable[[list[tuple[str, tuple, dict]]], list[Outcome]]:

@@ -76,9 +76,10 @@ PLANNING = ".plan"
 @dataclass
 class Plan:
     """Test key -> the requests (``call``/``get`` messages) the test made on the source notebook,
-    each with its wire form, and the batch that asks them all (encoded once per worker)."""
+    each with its fingerprint (``wire.fingerprint``), and the batch that asks them all (encoded
+    once per worker)."""
 
-    tests: dict[str, list[tuple[bytes, operations.Asked]]]
+    tests: dict[str, list[tuple[Any, operations.Asked]]]
     requests: list[operations.Asked] = field(default_factory=list)
     batch: bytes = b""
     # The batch's digest (the plan's name for a zygote that holds it, ``Zygote.hold_plan``), and
@@ -92,7 +93,7 @@ class Plan:
 
     @classmethod
     def of(cls, asked: dict[str, list[operations.Asked]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
-        tests = {key: [(protocol.encode(request), request) for request in requests] for key, requests in asked.items()}
+        tests = {key: [(protocol.fingerprint(request), request) for request in requests] for key, requests in asked.items()}
         requests = [request for entries in tests.values() for _wire, request in entries]
         batch = batch_frame(requests)
         digest = frame_digest(batch)
@@ -199,8 +200,8 @@ class SandboxProvider(Provider):
         held = session.plan == self.plan.digest
         outcomes = iter(session.prefetch(self.plan.requests, self.plan.held_batch if held else self.plan.batch))
         for key, entries in self.plan.tests.items():
-            for (wire, _request), outcome in zip(entries, outcomes, strict=False):
-                student.prefetched.setdefault(key, []).append((wire, outcome))
+            for (printed, _request), outcome in zip(entries, outcomes, strict=False):
+                student.prefetched.setdefault(key, []).append((printed, outcome))
 
     def open(self, submission_id: str) -> Student:
         if submission_id == PLANNING:

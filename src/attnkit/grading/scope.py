@@ -83,13 +83,13 @@ class ScopedReference:
         except (TypeError, ValueError):
             self._signature = None
         self._planned: list[dict] = []
-        self._exact: set[bytes] = set()
+        self._exact: set[Any] = set()  # fingerprints (``wire.fingerprint``)
         for wire in dict.fromkeys(planned):
             call = protocol.decode(wire)
             bound = self._bound(tuple(call["args"]), call["kwargs"])
             if bound is not None:
                 self._planned.append(bound)
-                self._exact.add(protocol.encode(bound))
+                self._exact.add(protocol.fingerprint(bound))
 
     def _bound(self, args: tuple, kwargs: dict) -> dict | None:
         """The arguments by parameter name, defaults filled in: ``f(q, k, v, None)`` and
@@ -108,7 +108,7 @@ class ScopedReference:
         if bound is None:
             return False
         try:
-            if protocol.encode(bound) in self._exact:
+            if protocol.fingerprint(bound) in self._exact:
                 return True
         except protocol.Unsupported:
             return False

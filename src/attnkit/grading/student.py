@@ -62,15 +62,16 @@ class Student:
     # makes one of its requests again, with the very same inputs, gets that outcome instead of a
     # round trip to the sandbox; anything else (inputs built from the student's own results, a
     # swapped re-run, diagnosis probes) is asked as usual.
-    prefetched: dict[str, list[tuple[bytes, Outcome]]] = field(default_factory=dict)
-    ahead: list[tuple[bytes, Outcome]] = field(default_factory=list)
+    # Each request by its fingerprint (``wire.fingerprint``: equal exactly when the wire bytes are).
+    prefetched: dict[str, list[tuple[Any, Outcome]]] = field(default_factory=dict)
+    ahead: list[tuple[Any, Outcome]] = field(default_factory=list)
     # Set by the plugin while a test is judged again against the student's own function (its
     # ``rests_on`` concept failed its own tests): the test's checks read it and take their
     # expectations from the student's own results instead of the reference's.
     judged_by_own: str = ""
     # Answers a test's checks asked for ahead, in one round trip (``ask_ahead``), until the
     # test ends: a later call with the very same inputs takes its answer from here.
-    asked_ahead: list[tuple[bytes, Outcome]] = field(default_factory=list)
+    asked_ahead: list[tuple[Any, Outcome]] = field(default_factory=list)
 
     def begin_test(self, key: str | None) -> None:
         """The test ``key`` starts (None: no test is running): its prefetched answers apply."""
@@ -91,10 +92,10 @@ class Student:
             return
         requests = [operations.call(name, snapshot(args), snapshot(kwargs)) for name, args, kwargs in calls]
         outcomes = prefetch(requests)
-        self.asked_ahead.extend((protocol.encode(request), outcome) for request, outcome in zip(requests, outcomes, strict=False))
+        self.asked_ahead.extend((protocol.fingerprint(request), outcome) for request, outcome in zip(requests, outcomes, strict=False))
 
     def _asked(self, request: operations.Asked) -> Outcome | None:
-        wire = protocol.encode(request)
+        wire = protocol.fingerprint(request)
         for position, (asked, outcome) in enumerate(self.asked_ahead):
             if asked == wire:
                 del self.asked_ahead[position]
@@ -113,7 +114,7 @@ class Student:
     def _prefetched(self, request: operations.Asked) -> Outcome | None:
         if not self.ahead or self.substitutes:
             return None
-        wire = protocol.encode(request)
+        wire = protocol.fingerprint(request)
         for position, (asked, outcome) in enumerate(self.ahead):
             if asked == wire:
                 del self.ahead[: position + 1]

@@ -274,6 +274,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
         os.sched_setaffinity(0, [int(cpu) for cpu in config.get("cpus") or []] or os.sched_getaffinity(0))
     except (OSError, ValueError, TypeError):
         pass
+    started_alone = shell is None
     if shell is None:
         shell = warm_shell()
     # Run the kind of code every submission runs once here (the assignments' warm_up hooks and,
@@ -293,7 +294,11 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     gc.collect()
     gc.freeze()
     gc.enable()  # student code may rely on it
-    if os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
+    # A zygote started on its own collapses its heap here. One forked from the seed does not
+    # again: the seed's 2 MiB pages it has not written stay whole, and re-collapsing the ones its
+    # start-up split (~0.9 s of CPU per zygote) made its sandboxes no cheaper (24.2/24.8/25.1 ms
+    # of CPU per sandbox running a notebook, against 23.8/24.3/25.4 without: docs/speed.md).
+    if started_alone and os.environ.get("ATTNKIT_HUGE_PAGES", "1") != "0":
         collapse_into_huge_pages()
     # The hidden folders (the course, the class, OUT) are needed only to build the sandboxes' view:
     # out of the configuration once it is built, so that no sandbox finds them in this frame's

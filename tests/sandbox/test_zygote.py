@@ -180,6 +180,35 @@ def test_the_seed_forks_each_worker_a_zygote_of_its_own() -> None:
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
+def small_anon_kb(pid: int) -> int:
+    """The process's private anonymous memory in 4 KiB pages: what a fork copies entry by entry."""
+    fields = {line.split(":")[0]: int(line.split()[1]) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]}
+    return fields["Anonymous"] - fields["AnonHugePages"]
+
+
+@pytest.mark.skipif(not kernel_collapses(), reason="this kernel cannot collapse memory into huge pages")
+@pytest.mark.e2e
+def test_a_zygote_of_the_seed_collapses_its_heap_only_once_idle() -> None:
+    """A zygote forked from the seed splits most of the seed's huge pages by running at all. Does
+    it put them back together only once no request has come for a while (a class being graded
+    never pays for it; a service between submissions does, for nothing), and do its sandboxes
+    still run cells after?"""
+    seed = Seed()
+    zygote = Zygote(seed=seed.requests, collapse_idle_seconds=1.0)
+    try:
+        split = small_anon_kb(zygote.pid)
+        assert split > 40_000, "the zygote collapsed at start, before it was idle"
+        deadline = time.monotonic() + 30
+        while small_anon_kb(zygote.pid) > split / 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert small_anon_kb(zygote.pid) <= split / 2, (split, small_anon_kb(zygote.pid))
+        assert anon_huge_kb(zygote.process.pid if zygote.process else zygote.pid) > 50_000
+        assert answers(zygote) == 42
+    finally:
+        zygote.close()
+        seed.close()
+
+
 @pytest.mark.e2e
 def test_the_warm_up_leaves_no_trace_in_a_sandbox() -> None:
     """A zygote that ran the chapter's warm-up and its release's examples with the stand-ins (as a

@@ -46,10 +46,13 @@ class Zygote:
         warm_up_cells: list[str] | None = None,
         seed: socket.socket | None = None,
         later: bool = False,
+        collapse_idle_seconds: float | None = None,
     ) -> None:
         """``seed``: ask it for the zygote (``attnkit.driver.seed``), else start one of our own. ``later``:
         return once it is asked for, and wait for it to be ready only when it is first needed
-        (``wait_ready``), so that the caller's own start runs meanwhile."""
+        (``wait_ready``), so that the caller's own start runs meanwhile. ``collapse_idle_seconds``:
+        how long the seed's zygote waits without a request before it collapses its heap into huge
+        pages (``fork_server.COLLAPSE_IDLE_SECONDS`` when None)."""
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
         self._config = {
@@ -61,6 +64,8 @@ class Zygote:
             # The CPUs we keep to (engine.worker_cpus): a zygote of our own inherits them, the seed's is told.
             "cpus": sorted(os.sched_getaffinity(0)),
         }
+        if collapse_idle_seconds is not None:
+            self._config["collapse_idle_seconds"] = collapse_idle_seconds
         self._trusted = trusted
         self.process: subprocess.Popen | None = None
         self.pid = 0

@@ -171,7 +171,10 @@ def test_the_empty_row_probes_tell_the_catalogued_checks_apart():
     implementations = {"reference": catalogue.reference_namespace(), "on_keys": catalogue.mistake_namespaces()["empty_check_on_keys"]}
     implementations["swapped"] = {}
     exec(compile(swapped, "<swapped>", "exec"), implementations["swapped"])
-    probes = [(Call("scaled_attention", tuple(args), kwargs, Outcome()), wire.fingerprint((args, kwargs))) for args, kwargs in catalogue.probes()["scaled_attention"]]
+    probes = [
+        (Call("scaled_attention", tuple(args), kwargs, Outcome()), wire.fingerprint((args, kwargs)))
+        for args, kwargs in catalogue.probes()["scaled_attention"]
+    ]
     names = list(implementations)
     for i, first in enumerate(names):
         for second in names[i + 1 :]:

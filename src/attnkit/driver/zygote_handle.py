@@ -55,7 +55,7 @@ class Zygote:
         pages (``fork_server.COLLAPSE_IDLE_SECONDS`` when None)."""
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         # Cells are public (the release notebook's): the zygote compiles them ahead for sandboxes.
-        self._config = {
+        self._config: dict[str, Any] = {
             "hide": self.hide,
             "warm_up": warm_up,
             "warm_up_cells": warm_up_cells or [],

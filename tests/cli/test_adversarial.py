@@ -189,7 +189,10 @@ def students(s: Setting) -> list[Student]:
         ),
         Student(
             "monkeypatch",
-            lambda: with_cells(release, [C.monkeypatch_checker(), C.forged_usage()]),
+            # The work whose usage it then hides first: with isinstance patched, IPython cannot run
+            # a later cell (the sandbox itself goes on answering: json's C encoder, which frames
+            # its replies, never calls the patched builtin).
+            lambda: with_cells(release, [C.forged_usage(), C.monkeypatch_checker()]),
             "release",
             "torch/numpy/math comparisons and isinstance patched, resource.getrusage made to report nothing",
         ),

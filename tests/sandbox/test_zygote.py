@@ -209,6 +209,23 @@ def test_a_zygote_of_the_seed_collapses_its_heap_only_once_idle() -> None:
         seed.close()
 
 
+def test_an_idle_collapse_stops_for_a_request_and_goes_on_later() -> None:
+    """Does collapsing step by step stop before its next step once a request has come (False: not
+    done, so the zygote serves it first), and go through every region when none comes (True)?
+    (This process's own heap, torch's among it, is what gets collapsed here.)"""
+    from attnkit.sandbox.fork_server import collapse_into_huge_pages
+
+    asked: list[int] = []
+
+    def second_look_finds_a_request() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    assert collapse_into_huge_pages(second_look_finds_a_request) is False
+    assert len(asked) == 2, "it went on after a request had come"
+    assert collapse_into_huge_pages(lambda: False) is True
+
+
 @pytest.mark.e2e
 def test_the_warm_up_leaves_no_trace_in_a_sandbox() -> None:
     """A zygote that ran the chapter's warm-up and its release's examples with the stand-ins (as a

@@ -18,6 +18,7 @@ import select
 import signal
 import socket
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -164,30 +165,40 @@ HUGE_PAGE = 2 << 20
 # How long a zygote forked from the seed waits without a request before it collapses its heap
 # (``serve_forever``): longer than any pause between a worker's submissions in a graded class.
 COLLAPSE_IDLE_SECONDS = 10.0
+# What an idle zygote collapses between two looks at its control socket: a request that comes
+# meanwhile waits for one step at most (a few ms; ~0.2 s where fresh memory is slow to come).
+COLLAPSE_STEP = 8 * HUGE_PAGE
 
 
-def collapse_into_huge_pages() -> int:
+def collapse_into_huge_pages(interrupted: Callable[[], bool] | None = None) -> bool:
     """Back the zygote's large private heaps (torch's import alone leaves ~140 MB of them) with
     2 MiB pages, where the kernel can: a fork then copies one page-table entry per 2 MiB instead
     of 512, and a sandbox's exit tears down as few. Pages a sandbox writes are still copied 4 KiB
     at a time. Only what exists now is collapsed (no MADV_HUGEPAGE): a sandbox's own new memory
-    stays in small pages. Returns the bytes collapsed; an older kernel (EINVAL) or a machine
-    without huge pages just leaves everything as it was."""
-    collapsed = 0
+    stays in small pages. An older kernel (EINVAL) or a machine without huge pages just leaves
+    everything as it was. ``interrupted`` is asked before each ``COLLAPSE_STEP`` (a zygote
+    collapsing while idle: has a request come?); when it says so, collapsing stops there and
+    False is returned, and a later call goes on where this one stopped (what is whole already
+    costs the kernel a glance). True once every region was gone through."""
     try:
         with open("/proc/self/maps") as maps:
             regions = [line.split() for line in maps]
     except OSError:
-        return 0
+        return True
     for fields in regions:
         start, end = (int(value, 16) for value in fields[0].split("-"))
         anonymous = len(fields) < 6 or fields[5] == "[heap]"
         if fields[1] != "rw-p" or not anonymous:
             continue
         low, high = -(-start // HUGE_PAGE) * HUGE_PAGE, end // HUGE_PAGE * HUGE_PAGE
-        if high - low >= 2 * HUGE_PAGE and _libc.madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_COLLAPSE) == 0:
-            collapsed += high - low
-    return collapsed
+        if high - low < 2 * HUGE_PAGE:
+            continue
+        step = high - low if interrupted is None else COLLAPSE_STEP
+        for at in range(low, high, step):
+            if interrupted is not None and interrupted():
+                return False
+            _libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(min(step, high - at)), MADV_COLLAPSE)
+    return True
 
 
 def _address_space() -> int:
@@ -331,8 +342,9 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     )
     while True:
         if collapse_when_idle and not select.select([control], [], [], idle_seconds)[0]:
-            collapse_into_huge_pages()
-            collapse_when_idle = False
+            # Step by step, stopping for a request (a submission in a service): it is served
+            # first, and the collapse goes on at the next idle moment.
+            collapse_when_idle = not collapse_into_huge_pages(lambda: bool(select.select([control], [], [], 0)[0]))
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 1)
         except OSError:

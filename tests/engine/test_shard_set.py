@@ -25,6 +25,7 @@ from attnkit import __version__
 from attnkit.engine.fan_out import shard_of
 from attnkit.records import Job
 from attnkit.report.store import TOTAL_COLUMNS, output_lock
+from notebooks import wait_in_last_cell
 from commands import ROOT, attnkit, start_attnkit, tool_env
 
 DEMO = ROOT / "examples" / "submitted"
@@ -40,14 +41,6 @@ LATE = "chenjing"  # -> shard 1
 # instead of racing the shard's last two submissions (≈ 0.1 s).
 SLOW = ("xiaolin", "zhaoqiang")
 SLOW_SECONDS = 2
-
-
-def take_a_while(notebook: Path) -> None:
-    import nbformat
-
-    book = nbformat.read(notebook, as_version=4)
-    book.cells.append(nbformat.v4.new_code_cell(f"import time\ntime.sleep({SLOW_SECONDS})"))
-    nbformat.write(book, notebook)
 
 
 def grade_shard(submitted: Path, out: Path, index: int, *extra: str, count: int = 2) -> subprocess.CompletedProcess[str]:
@@ -100,7 +93,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for student in STUDENTS:
         shutil.copytree(DEMO / student / ASSIGNMENT, base / "submitted" / student / ASSIGNMENT)
     for student in SLOW:
-        take_a_while(base / "submitted" / student / ASSIGNMENT / "attention.ipynb")
+        wait_in_last_cell(base / "submitted" / student / ASSIGNMENT / "attention.ipynb", SLOW_SECONDS)
     for index in (1, 2):
         run = grade_shard(base / "submitted", base / f"shard{index}", index)
         assert run.returncode == 0, run.stderr[-3000:]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from notebooks import wait_in_last_cell
 from commands import BIN, ROOT, attnkit, run_command, tool_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.e2e]
@@ -194,14 +195,6 @@ SLOW = ("xiaolin", "zhaoqiang")
 SLOW_SECONDS = 4
 
 
-def take_a_while(notebook: Path) -> None:
-    import nbformat
-
-    book = nbformat.read(notebook, as_version=4)
-    book.cells.append(nbformat.v4.new_code_cell(f"import time\ntime.sleep({SLOW_SECONDS})"))
-    nbformat.write(book, notebook)
-
-
 def results_files(out: Path) -> dict[str, tuple[int, int]]:
     found = {}
     for path in out.glob(f"students/*/{ASSIGNMENT}/results.json"):
@@ -219,7 +212,7 @@ def test_an_array_and_its_afterany_merge_equal_one_run_resume_a_cancelled_task_a
     for student in STUDENTS:
         shutil.copytree(DEMO / student / ASSIGNMENT, submitted / student / ASSIGNMENT)
     for student in SLOW:
-        take_a_while(submitted / student / ASSIGNMENT / "attention.ipynb")
+        wait_in_last_cell(submitted / student / ASSIGNMENT / "attention.ipynb", SLOW_SECONDS)
     shard_dir, merged = tmp_path / "shards", tmp_path / "merged"
     env = {**cluster.env, "SHARDS": str(SHARDS), "SUBMITTED": str(submitted), "SHARD_DIR": str(shard_dir), "OUT": str(merged)}
 

@@ -125,13 +125,20 @@ def memory_order(item: torch.Tensor) -> list[int] | None:
     return order
 
 
-def _walk_tensor(item: torch.Tensor, blobs: list[bytes]) -> dict:
+def _in_memory_order(item: torch.Tensor) -> tuple[torch.Tensor, list[int] | None, bytes | None]:
+    """``item`` viewed in memory order, that order (None: as it is), and its bytes where
+    ``_numpy_bytes`` has them (None: the general path). What a frame and a fingerprint both take
+    of a tensor."""
     # Before any copy: an expanded view of one element can claim 10**12 of them.
     _within_limit(torch.Tensor.numel(item))
     order = memory_order(item)
     if order is not None:
         item = item.permute(order)
-    return _tensor_node(item, order, _numpy_bytes(item), blobs)
+    return item, order, _numpy_bytes(item)
+
+
+def _walk_tensor(item: torch.Tensor, blobs: list[bytes]) -> dict:
+    return _tensor_node(*_in_memory_order(item), blobs)
 
 
 def _tensor_node(item: torch.Tensor, order: list[int] | None, data: bytes | None, blobs: list[bytes]) -> dict:
@@ -210,11 +217,7 @@ def _print(item: Any, depth: int) -> Any:
         raise Unsupported(_("嵌套层数过多"))
     kind = type(item)
     if kind is torch.Tensor:
-        _within_limit(torch.Tensor.numel(item))
-        order = memory_order(item)
-        if order is not None:
-            item = item.permute(order)
-        data = _numpy_bytes(item)
+        item, order, data = _in_memory_order(item)
         if data is not None:  # the usual tensor, exactly as ``_tensor_node`` describes it
             fields: tuple = (("__tensor__", data), ("dtype", DTYPE_NAMES[item.dtype]), ("shape", ("l", tuple(item.shape))))
             return ("d", fields + (("order", ("l", tuple(order))),) if order is not None else fields)

@@ -165,8 +165,9 @@ HUGE_PAGE = 2 << 20
 # How long a zygote forked from the seed waits without a request before it collapses its heap
 # (``serve_forever``): longer than any pause between a worker's submissions in a graded class.
 COLLAPSE_IDLE_SECONDS = 10.0
-# What an idle zygote collapses between two looks at its control socket: a request that comes
-# meanwhile waits for one step at most (a few ms; ~0.2 s where fresh memory is slow to come).
+# How much one madvise collapses; an idle zygote looks at its control socket between two, so a
+# request that comes meanwhile waits for one step at most (a few ms; ~0.2 s where fresh memory is
+# slow to come).
 COLLAPSE_STEP = 8 * HUGE_PAGE
 
 
@@ -176,7 +177,7 @@ def collapse_into_huge_pages(interrupted: Callable[[], bool] | None = None) -> b
     of 512, and a sandbox's exit tears down as few. Pages a sandbox writes are still copied 4 KiB
     at a time. Only what exists now is collapsed (no MADV_HUGEPAGE): a sandbox's own new memory
     stays in small pages. An older kernel (EINVAL) or a machine without huge pages just leaves
-    everything as it was. ``interrupted`` is asked before each ``COLLAPSE_STEP`` (a zygote
+    everything as it was. It goes ``COLLAPSE_STEP`` at a time; ``interrupted`` is asked before each (a zygote
     collapsing while idle: has a request come?); when it says so, collapsing stops there and
     False is returned, and a later call goes on where this one stopped (what is whole already
     costs the kernel a glance). True once every region was gone through."""
@@ -193,11 +194,10 @@ def collapse_into_huge_pages(interrupted: Callable[[], bool] | None = None) -> b
         low, high = -(-start // HUGE_PAGE) * HUGE_PAGE, end // HUGE_PAGE * HUGE_PAGE
         if high - low < 2 * HUGE_PAGE:
             continue
-        step = high - low if interrupted is None else COLLAPSE_STEP
-        for at in range(low, high, step):
+        for at in range(low, high, COLLAPSE_STEP):
             if interrupted is not None and interrupted():
                 return False
-            _libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(min(step, high - at)), MADV_COLLAPSE)
+            _libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(min(COLLAPSE_STEP, high - at)), MADV_COLLAPSE)
     return True
 
 

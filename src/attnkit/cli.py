@@ -225,6 +225,7 @@ def command_grade(args: argparse.Namespace) -> int:
     from attnkit.assignment.folder import discover, solutions_beside
     from attnkit.console import LogProgress, console, grading_progress, print_graded, print_grade_end
     from attnkit.engine.fan_out import grade_jobs, shard_of
+    from attnkit.files import DurableBatch
     from attnkit.intake.jobs import find_jobs
     from attnkit.driver.seed import take as take_seed
     from attnkit.report.shard_set import begin_shard, finish_shard
@@ -281,11 +282,13 @@ def command_grade(args: argparse.Namespace) -> int:
     gc.freeze()
     written: dict[str, ResultsJson] = {}
     log_progress = LogProgress(len(todo), args.quiet)  # a batch log's periodic lines (no terminal, no bar)
-    with grading_progress(args.quiet) as progress:
+    # The records' files are made durable a batch at a time (one sync of OUT's file system per
+    # batch, not an fsync per file); leaving the block commits what is pending, however it ends.
+    with grading_progress(args.quiet) as progress, DurableBatch() as batch:
         task = progress.add_task("grade", total=len(todo))
 
         def on_record(record: SubmissionRecord) -> None:
-            results = write_record(args.out, record, suites, add_facts)
+            results = write_record(args.out, record, suites, add_facts, batch)
             written[f"{results['student_id']}/{results['assignment']}"] = results
             if args.verbose:
                 print_graded(progress, results)

@@ -1,11 +1,14 @@
 """Writing the grader's own files: atomically (a crash leaves the old file or the new one, never
 half of one), reproducibly (a zip of unchanged files is byte-identical) and, in a CSV, as text a
-spreadsheet will not run (``csv_text``)."""
+spreadsheet will not run (``csv_text``). Many files at once (a class's records) are made durable
+together (:class:`DurableBatch`): one sync of their file system instead of one per file."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,13 +26,89 @@ def csv_text(value: str) -> str:
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:
+    """Replace ``path`` with ``text``: written beside it, made durable, then renamed over it."""
+    temporary = _write_beside(path, text, durable=True)
+    os.replace(temporary, path)
+
+
+def _write_beside(path: Path, text: str | bytes, durable: bool) -> Path:
+    """``text`` in a temporary file beside ``path`` (a name ``store.repair_outputs`` removes if a
+    run dies before the rename); fsync'd first if ``durable``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(temporary, "wb") as handle:
         handle.write(text.encode("utf-8") if isinstance(text, str) else text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    return temporary
+
+
+_libc = ctypes.CDLL(None, use_errno=True)  # syncfs (Linux, glibc 2.14+)
+
+
+def sync_file_system(folder: Path) -> bool:
+    """Make everything written to the file system holding ``folder`` durable (``syncfs``: its
+    dirty data and one journal commit); False where the call is missing or fails."""
+    syncfs = getattr(_libc, "syncfs", None)
+    if syncfs is None:
+        return False
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        return bool(syncfs(descriptor) == 0)
+    finally:
+        os.close(descriptor)
+
+
+class DurableBatch:
+    """Files replaced as :func:`atomic_write` replaces one (a crash leaves the old file or the new
+    one, never half of one), made durable together: each is written beside its path at once, and
+    :meth:`commit` syncs their file system once and then renames each over its path, in the order
+    written. A class's records take one sync per ``max_files`` files (or ``max_seconds``) instead
+    of one fsync each, whose journal commits cost a run of 1,000 submissions ~1.4 s (docs/speed.md).
+
+    Used as a context manager it commits on the way out, whatever ends the block: what was written
+    is whole. A process killed before a commit leaves the old files and the temporaries, which the
+    next run removes (``store.repair_outputs``); its records are then not current and are graded again."""
+
+    def __init__(self, max_files: int = 64, max_seconds: float = 1.0) -> None:
+        self.max_files = max_files
+        self.max_seconds = max_seconds
+        self._pending: dict[Path, Path] = {}  # path -> its temporary, in the order written
+        self._since = 0.0  # when the oldest pending file was written
+
+    def write(self, path: Path, text: str | bytes) -> None:
+        """``path`` gets ``text`` at the next commit; a commit follows once enough is pending."""
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending.pop(path, None)  # written again: renamed in its new place in the order
+        self._pending[path] = _write_beside(path, text, durable=False)
+        if len(self._pending) >= self.max_files or time.monotonic() - self._since >= self.max_seconds:
+            self.commit()
+
+    def commit(self) -> None:
+        """Sync every file system a pending file lies in (fsync each file where that fails), then
+        rename each into place."""
+        pending, self._pending = self._pending, {}
+        folders: dict[int, Path] = {}
+        for temporary in pending.values():
+            folders.setdefault(os.stat(temporary.parent).st_dev, temporary.parent)
+        unsynced = {device for device, folder in folders.items() if not sync_file_system(folder)}
+        for temporary in pending.values():
+            if unsynced and os.stat(temporary.parent).st_dev in unsynced:
+                with open(temporary, "rb") as handle:
+                    os.fsync(handle.fileno())
+        for path, temporary in pending.items():
+            os.replace(temporary, path)
+
+    def __enter__(self) -> DurableBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.commit()
 
 
 def readable_json(value: Any) -> str:

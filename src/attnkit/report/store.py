@@ -28,7 +28,7 @@ from attnkit import i18n
 from attnkit.assignment.folder import Assignment
 from attnkit.constants import STUDENTS_FOLDER, GraderError
 from attnkit.report.pages import feedback_html, report_html
-from attnkit.files import atomic_write, csv_text, readable_json
+from attnkit.files import DurableBatch, atomic_write, csv_text, readable_json
 from attnkit.i18n import _
 from attnkit.report.isolation_level import class_line as isolation_line
 from attnkit.records import ResultsJson, SubmissionRecord
@@ -91,21 +91,32 @@ def output_lock(out: Path) -> Iterator[None]:
         handle.close()
 
 
-def write_record(out: Path, record: SubmissionRecord, suites: dict[str, Assignment], add_facts: Callable[[ResultsJson], object] | None = None) -> ResultsJson:
-    """A worker's record as results.json and feedback.html, each written once: ``add_facts``
-    first puts in what comes from beside the submission (its lateness), known before the write."""
+def write_record(
+    out: Path,
+    record: SubmissionRecord,
+    suites: dict[str, Assignment],
+    add_facts: Callable[[ResultsJson], object] | None = None,
+    batch: DurableBatch | None = None,
+) -> ResultsJson:
+    """A worker's record as results.json and feedback.html, each written once (through ``batch``
+    if given): ``add_facts`` first puts in what comes from beside the submission (its lateness),
+    known before the write."""
     results = results_json(record, suites[record["assignment"]])
     if add_facts is not None:
         add_facts(results)
-    write_results(out, results, suites)
+    write_results(out, results, suites, batch)
     return results
 
 
-def write_results(out: Path, results: ResultsJson, suites: dict[str, Assignment]) -> None:
-    """A submission's results.json and its feedback.html (the only writer of the two)."""
+def write_results(out: Path, results: ResultsJson, suites: dict[str, Assignment], batch: DurableBatch | None = None) -> None:
+    """A submission's results.json and its feedback.html (the only writer of the two), each
+    atomically: one after the other, or through ``batch`` (a class being graded). The page goes
+    first, so that a run killed between the two never leaves a new results.json, which makes the
+    submission current for the next run, beside an earlier run's page."""
     folder = results_path(out, results).parent
-    atomic_write(folder / "results.json", readable_json(results))
-    atomic_write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
+    write = batch.write if batch is not None else atomic_write
+    write(folder / "feedback.html", bounded_feedback(results, suites[results["assignment"]]))
+    write(folder / "results.json", readable_json(results))
 
 
 def bounded_feedback(results: ResultsJson, assignment: Assignment) -> str:

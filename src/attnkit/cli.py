@@ -283,7 +283,8 @@ def command_grade(args: argparse.Namespace) -> int:
     written: dict[str, ResultsJson] = {}
     log_progress = LogProgress(len(todo), args.quiet)  # a batch log's periodic lines (no terminal, no bar)
     # The records' files are made durable a batch at a time (one sync of OUT's file system per
-    # batch, not an fsync per file); leaving the block commits what is pending, however it ends.
+    # batch, not an fsync per file), each on disk within about half a second of its grading;
+    # leaving the block commits what is pending, however it ends.
     with grading_progress(args.quiet) as progress, DurableBatch() as batch:
         task = progress.add_task("grade", total=len(todo))
 
@@ -298,7 +299,7 @@ def command_grade(args: argparse.Namespace) -> int:
 
         # The suites and the source notebooks they take points from (model answers), wherever they lie.
         hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
-        grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed())
+        grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed(), every_turn=batch.commit_if_due)
     if not args.quiet:  # what follows the bar can take a minute under load: say what it is
         console.print(_("评分完毕；正在写出 grades.csv、report.html 与每名学生的反馈页面（{out}）…").format(out=args.out), markup=False, soft_wrap=True)
     # The class: what this run wrote (in memory) and, unchanged since an earlier run, what is on

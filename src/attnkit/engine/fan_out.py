@@ -168,16 +168,21 @@ def grade_jobs(
     hide: list[str],
     on_record: Callable[[SubmissionRecord], None],
     seed: Seed | None = None,
+    every_turn: Callable[[], None] | None = None,
 ) -> list[str]:
     """Run ``jobs`` on ``workers`` processes; call ``on_record`` (in this process) for each result,
     including a "not graded" record for a submission that kills or stalls a worker on its own.
     Returns the keys of those not graded. ``seed``: where workers get their zygotes
-    (``attnkit.driver.seed``); it is closed here."""
+    (``attnkit.driver.seed``); it is closed here. ``every_turn``: called after each turn of the
+    loop that waits for the workers, at least twice a second (the caller's periodic work, such as
+    committing the records written so far)."""
     if not jobs:
         if seed is not None:
             seed.close()
         return []
-    return FanOut(jobs, autograder, max(1, min(workers, len(jobs))), limits, hide, on_record, seed).run()
+    fan_out = FanOut(jobs, autograder, max(1, min(workers, len(jobs))), limits, hide, on_record, seed)
+    fan_out.every_turn = every_turn
+    return fan_out.run()
 
 
 class FanOut:
@@ -205,6 +210,7 @@ class FanOut:
         self.pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
         self.lanes = worker_cpus(workers)
         self.keep: set[int] = set()  # other children of ours that end_orphans must spare (attnkit serve's recorder)
+        self.every_turn: Callable[[], None] | None = None  # see grade_jobs
 
     def run(self) -> list[str]:
         """Grade every job; the keys of those not graded. GraderError when grading cannot run."""
@@ -216,6 +222,8 @@ class FanOut:
                 for ready in multiprocessing.connection.wait(list(self.pool), timeout=0.5):
                     self.receive(self.pool[ready])
                 self.check_health()
+                if self.every_turn is not None:
+                    self.every_turn()
         finally:
             self.shut_down()
         if self.remaining:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import glob
+import json
 import os
 import re
 import shutil
@@ -56,7 +57,7 @@ def grade_on_a_fresh_clone(python: str, folder: Path) -> dict[str, object]:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     ran, wanted = python_version(clone / ".venv" / "bin" / "python"), python_version(python)
     assert ran == wanted, f"the clone's .venv runs {ran}, not {python}'s {wanted}"
-    return graded_demo_class(clone, wanted, run.stdout).graded()
+    return {**graded_demo_class(clone, wanted, run.stdout).graded(), "clone": clone}
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,48 @@ def test_make_grade_on_a_fresh_clone_scores_the_demo_class_as_3_11_does(
     assert graded["python"].startswith(version + ".")
     assert graded["grades"] == reference["grades"], f"{version}'s grades.csv differs from {reference['python']}'s"
     assert graded["tests"] == reference["tests"], f"{version}'s per-test results differ from {reference['python']}'s"
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_correct_styles_score_100_under_the_syscall_allowlist_on_3_12(others: dict[str, dict[str, object] | BaseException | None], tmp_path: Path) -> None:
+    """Issue 37's default-deny seccomp filter on 3.12 as well as on 3.11: every correct style of
+    tests/grading/test_autograder.py's ALTERNATIVES (einsum, -1e9, a manual softmax, a loop over
+    heads, printing and warning...), each the solution with its functions redefined in a last cell,
+    graded by the 3.12 clone's own .venv in sandboxes that load the filters, scores 100 with no
+    diagnosis, as on 3.11 (tests/sandbox/test_same_uid_sandbox.py grades the same corpus there, as
+    a TA under Landlock ABI 4: 3.12 is only under root's pyenv here, out of a TA's reach). The
+    filters are the same syscall allowlist in every layer; here the namespaces layer's (as root)."""
+    from attacks import ASSIGNMENT, SOLUTION, load, with_cells, write
+    from test_autograder import ALTERNATIVES
+
+    graded = others["3.12"]
+    if graded is None:
+        pytest.skip("no Python 3.12 on this machine")
+    if isinstance(graded, BaseException):
+        raise graded
+    assert str(graded["python"]).startswith("3.12.")
+    clone = Path(str(graded["clone"]))
+    submitted, out = tmp_path / "submitted", tmp_path / "out"
+    for name, source in ALTERNATIVES.items():
+        write(with_cells(load(SOLUTION), [source], after_code_cell=-1), submitted / name / ASSIGNMENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST"))}
+    run = subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "-m", "attnkit", "grade", "--submitted", str(submitted), "--out", str(out), "--jobs", "2", "--quiet"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = {path.parent.parent.name: json.loads(path.read_text(encoding="utf-8")) for path in out.glob(f"students/*/{ASSIGNMENT}/results.json")}
+    assert sorted(results) == sorted(ALTERNATIVES)
+    for name, result in results.items():
+        assert float(result["score"]) == 100, (name, [t for t in result["tests"] if t["status"] != "passed"])
+        assert not result.get("diagnoses"), (name, result.get("diagnoses"))
+        assert "seccomp-filter" in result["sandbox"]["isolation"], (name, result["sandbox"])
 
 
 def normalized(name: str) -> str:

@@ -102,12 +102,13 @@ class DurableBatch:
         """Sync every file system a pending file lies in (fsync each file where that fails), then
         rename each into place."""
         pending, self._pending = self._pending, {}
+        device_of = {temporary: os.stat(temporary.parent).st_dev for temporary in pending.values()}
         folders: dict[int, Path] = {}
-        for temporary in pending.values():
-            folders.setdefault(os.stat(temporary.parent).st_dev, temporary.parent)
+        for temporary, device in device_of.items():
+            folders.setdefault(device, temporary.parent)
         unsynced = {device for device, folder in folders.items() if not sync_file_system(folder)}
-        for temporary in pending.values():
-            if unsynced and os.stat(temporary.parent).st_dev in unsynced:
+        for temporary, device in device_of.items():
+            if device in unsynced:
                 with open(temporary, "rb") as handle:
                     os.fsync(handle.fileno())
         for path, temporary in pending.items():

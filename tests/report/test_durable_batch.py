@@ -11,6 +11,7 @@ take an fsync of its own.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -58,6 +59,28 @@ def test_a_batch_commits_once_its_oldest_file_has_waited_max_seconds(tmp_path: P
     time.sleep(0.3)
     batch.commit_if_due()  # what the grading loop calls at least twice a second
     assert (tmp_path / "graded").read_text(encoding="utf-8") == "soon"
+
+
+def test_where_the_file_system_cannot_be_synced_each_file_is_fsynced_before_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No syncfs (another libc, or the call fails): each pending file gets its own fsync, still
+    before any file of the batch replaces its path."""
+    from attnkit import files
+
+    fsynced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        fsynced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        assert not (tmp_path / "one").exists() and not (tmp_path / "two").exists()  # nothing renamed yet
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(files, "sync_file_system", lambda folder: False)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with DurableBatch(max_files=10, max_seconds=3600) as batch:
+        batch.write(tmp_path / "one", "1")
+        batch.write(tmp_path / "two", "2")
+    assert sorted(Path(path).name for path in fsynced) == sorted([f".one.{os.getpid()}.tmp", f".two.{os.getpid()}.tmp"])
+    assert (tmp_path / "one").read_text(encoding="utf-8") == "1" and (tmp_path / "two").read_text(encoding="utf-8") == "2"
 
 
 def test_a_batch_left_by_an_exception_is_committed_whole(tmp_path: Path) -> None:

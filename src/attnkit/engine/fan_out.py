@@ -180,9 +180,7 @@ def grade_jobs(
         if seed is not None:
             seed.close()
         return []
-    fan_out = FanOut(jobs, autograder, max(1, min(workers, len(jobs))), limits, hide, on_record, seed)
-    fan_out.every_turn = every_turn
-    return fan_out.run()
+    return FanOut(jobs, autograder, max(1, min(workers, len(jobs))), limits, hide, on_record, seed, every_turn).run()
 
 
 class FanOut:
@@ -190,7 +188,15 @@ class FanOut:
     still without a record. Every method runs in the parent, between ``wait``s on the pool."""
 
     def __init__(
-        self, jobs: list[Job], autograder: Path, workers: int, limits: Limits, hide: list[str], on_record: Callable[[SubmissionRecord], None], seed: Seed | None
+        self,
+        jobs: list[Job],
+        autograder: Path,
+        workers: int,
+        limits: Limits,
+        hide: list[str],
+        on_record: Callable[[SubmissionRecord], None],
+        seed: Seed | None,
+        every_turn: Callable[[], None] | None = None,
     ) -> None:
         self.autograder = autograder
         self.workers = workers
@@ -210,7 +216,7 @@ class FanOut:
         self.pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
         self.lanes = worker_cpus(workers)
         self.keep: set[int] = set()  # other children of ours that end_orphans must spare (attnkit serve's recorder)
-        self.every_turn: Callable[[], None] | None = None  # see grade_jobs
+        self.every_turn = every_turn  # see grade_jobs
 
     def run(self) -> list[str]:
         """Grade every job; the keys of those not graded. GraderError when grading cannot run."""

@@ -90,7 +90,7 @@ class Bench:
         with open(self.course / "nbgrader_config.py", "a") as config:
             config.write(f"\nc.Exchange.root = {str(self.exchange)!r}\nc.AttnkitServe.policies = {{{ASSIGNMENT!r}: {{'attempts': 0}}}}\n")
             if self.queue_url:  # the queue and nbgrader's gradebook in the same PostgreSQL database
-                from attnkit.service.shared_queue import engine_url
+                from attnkit.service.queue.postgres import engine_url
 
                 config.write(f"c.AttnkitServe.queue_url = {self.queue_url!r}\nc.CourseDirectory.db_url = {engine_url(self.queue_url)!r}\n")
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")

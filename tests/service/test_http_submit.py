@@ -10,7 +10,8 @@ import pytest
 from attnkit.notebook import MAX_SUBMITTED_BYTES
 from attnkit.service.exchange import parse_name
 from attnkit.service.http_submit import SPOOL, Refused, spool, student_id, take_spooled
-from attnkit.service.queue import QUEUED, Queue
+from attnkit.service.queue import QUEUED
+from attnkit.service.queue.sqlite import SqliteQueue
 
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
 
@@ -49,7 +50,7 @@ def test_spool_refuses_an_empty_notebook_and_one_over_intakes_cap(tmp_path: Path
 
 
 def test_the_loop_queues_each_notice_once_and_drops_one_without_its_copy(tmp_path: Path) -> None:
-    queue = Queue(tmp_path / "service.db")
+    queue = SqliteQueue(tmp_path / "service.db")
     first = spool(tmp_path, "ana", "ch19-attention", "attention.ipynb", NOTEBOOK)
     second = spool(tmp_path, "bo", "ch19-attention", "attention.ipynb", NOTEBOOK)
     orphan = tmp_path / SPOOL / "http+cy+x+1+ff.json"  # a notice whose copy is gone

@@ -2,7 +2,7 @@
 
 One PostgreSQL server for the module (Debian's, ``make postgresql``; ``tests/support/postgres.py``
 starts it with initdb and pg_ctl as an unprivileged user on a free port of 127.0.0.1), a fresh
-database per test. First the shared queue itself (``attnkit.service.shared_queue``): leases, rows
+database per test. First the shared queue itself (``attnkit.service.queue.postgres``): leases, rows
 taken once by concurrent replicas, one in flight per student, first come first served, one
 recorder at a time. Then two real ``attnkit serve`` processes on one course, a burst of
 submissions from real unix students through nbgrader's exchange, one replica killed with
@@ -32,7 +32,7 @@ from commands import service_events
 from postgres import PostgresServer, free_port
 
 from attnkit.service.queue import DELIVERED, GRADING, QUEUED
-from attnkit.service.shared_queue import SharedQueue, engine_url
+from attnkit.service.queue.postgres import PostgresQueue, engine_url
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -56,7 +56,7 @@ def queue_url(postgres: PostgresServer, request: pytest.FixtureRequest) -> str:
 
 
 def test_a_live_lease_is_not_retaken_and_an_expired_one_is(queue_url: str) -> None:
-    first, second = SharedQueue(queue_url, "r1", lease_seconds=2.0), SharedQueue(queue_url, "r2", lease_seconds=2.0)
+    first, second = PostgresQueue(queue_url, "r1", lease_seconds=2.0), PostgresQueue(queue_url, "r2", lease_seconds=2.0)
     try:
         first.notice("a1", "ana", "x", "t1")
         (taken,) = first.claim(4)
@@ -82,7 +82,7 @@ def test_a_live_lease_is_not_retaken_and_an_expired_one_is(queue_url: str) -> No
         # A replica restarted under its own name (a pod's container) takes its rows back at once.
         second.notice("b1", "bo", "x", "t1")
         (held,) = second.claim(1)
-        again_r2 = SharedQueue(queue_url, "r2", lease_seconds=60)
+        again_r2 = PostgresQueue(queue_url, "r2", lease_seconds=60)
         assert again_r2.recover() == 1 and again_r2.row(held.id).state == QUEUED
         again_r2.close()
     finally:
@@ -97,7 +97,7 @@ def test_the_hubs_pages_read_the_replicas_shared_queue(queue_url: str, tmp_path:
     from attnkit.assignment.folder import discover
     from attnkit.service import hub
 
-    queue = SharedQueue(queue_url, "r1")
+    queue = PostgresQueue(queue_url, "r1")
     try:
         for inbound, student in [("a1", "ana"), ("b1", "bo"), ("a2", "ana"), ("c1", "cy")]:
             queue.notice(inbound, student, "ch19-attention", inbound)
@@ -117,7 +117,7 @@ def test_the_hubs_pages_read_the_replicas_shared_queue(queue_url: str, tmp_path:
 
 
 def test_first_come_first_served_and_one_in_flight_per_student(queue_url: str) -> None:
-    queue, other = SharedQueue(queue_url, "r1"), SharedQueue(queue_url, "r2")
+    queue, other = PostgresQueue(queue_url, "r1"), PostgresQueue(queue_url, "r2")
     try:
         for name, student in [("a1", "ana"), ("a2", "ana"), ("a3", "ana"), ("b1", "bo"), ("c1", "cy")]:
             queue.notice(name, student, "x", name)
@@ -134,7 +134,7 @@ def test_first_come_first_served_and_one_in_flight_per_student(queue_url: str) -
 def test_concurrent_replicas_never_take_one_row_twice_nor_two_of_one_student(queue_url: str) -> None:
     """Four replicas (threads, each with its own connections) claim as fast as they can from 240
     rows of 12 students: each row is taken once, and no student ever has two rows in flight."""
-    setup = SharedQueue(queue_url, "setup")
+    setup = PostgresQueue(queue_url, "setup")
     for n in range(240):
         setup.notice(f"s{n % 12}+{n}", f"s{n % 12}", "x", str(n))
     setup.close()
@@ -144,7 +144,7 @@ def test_concurrent_replicas_never_take_one_row_twice_nor_two_of_one_student(que
     problems: list[str] = []
 
     def replica(name: str) -> None:
-        queue = SharedQueue(queue_url, name)
+        queue = PostgresQueue(queue_url, name)
         chooser = random.Random(name)
         try:
             idle = 0
@@ -180,13 +180,13 @@ def test_concurrent_replicas_never_take_one_row_twice_nor_two_of_one_student(que
     ids = [id for _name, id in taken]
     assert sorted(ids) == list(range(1, 241)), "every row taken exactly once"
     assert len({name for name, _id in taken}) > 1, "the replicas shared the work"
-    check = SharedQueue(queue_url, "check")
+    check = PostgresQueue(queue_url, "check")
     assert check.counts()[DELIVERED] == 240
     check.close()
 
 
 def test_one_recorder_at_a_time_and_a_batch_marked_once(queue_url: str) -> None:
-    first, second = SharedQueue(queue_url, "r1"), SharedQueue(queue_url, "r2")
+    first, second = PostgresQueue(queue_url, "r1"), PostgresQueue(queue_url, "r2")
     try:
         first.notice("a1", "ana", "x", "t")
         (row,) = first.claim(1)
@@ -280,7 +280,7 @@ def test_two_replicas_a_kill_9_mid_burst_every_submission_delivered_once_and_rec
 
     course = type("Course", (), {"exchange": replicas_course["exchange"]})()
     root, users, url = replicas_course["root"], replicas_course["users"], replicas_course["url"]
-    queue = SharedQueue(url, "the-test")
+    queue = PostgresQueue(url, "the-test")
     # A submission that keeps its replica busy for a few seconds (a sleeping cell): the one
     # whose replica is killed while grading it, so that a lease is surely left behind.
     slow = replicas_course["base"] / "slow.ipynb"

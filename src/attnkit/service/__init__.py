@@ -4,11 +4,11 @@ The on-submit service, the top layer below the command line: it may use every la
 (intake's caps, the engine's warm workers, the report's pages, the course's gradebook) and
 nothing below imports it.
 
-- ``queue``: the service's own SQLite database (WAL) in the course, each submission's state
-  (queued -> grading -> delivered | failed; refused), one in flight per student, first come
-  first served between students, and what a restart finds after a crash.
-- ``shared_queue``: the same queue in PostgreSQL for replicas on several machines (leases,
-  ``SELECT … FOR UPDATE SKIP LOCKED``, one recorder at a time).
+- ``queue``: the service's database, one interface (``queue.base.Queue``: the table, its schema
+  and every query) over SQLite (``queue.sqlite``, the default: WAL, in the course) and PostgreSQL
+  (``queue.postgres``: replicas on several machines, leases, ``SELECT … FOR UPDATE SKIP LOCKED``,
+  one recorder at a time): each submission's state (queued -> grading -> delivered | failed;
+  refused), one in flight per student, turns between students, what a restart finds after a crash.
 - ``exchange``: nbgrader's exchange: a finished folder in ``inbound/``, whose it is (the uid
   owning it, never its name), the copy graded, and the feedback placed where ``nbgrader
   fetch_feedback`` looks (nbgrader's own ``notebook_hash`` of the submission's secret).

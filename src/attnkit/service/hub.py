@@ -45,8 +45,7 @@ from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
 from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, hub_missing, spool, student_id
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
-from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue
-from attnkit.service.shared_queue import SharedQueue, open_queue
+from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, open_queue
 
 PR_SET_PDEATHSIG = 1
 NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
@@ -86,7 +85,7 @@ class Kit:
     # loop, in the environment: never on a command line, where a password would show).
     queue_at: str = ""
 
-    def queue(self) -> Queue | SharedQueue:
+    def queue(self) -> Queue:
         """The queue the loop writes (read here only: ``rows``, the SQL both databases speak)."""
         return open_queue(self.queue_at or self.state / "service.db", f"hub-{os.getpid()}", make_schema=False)
 
@@ -110,17 +109,12 @@ def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, A
     }
 
 
-def positions(queue: Queue | SharedQueue) -> dict[int, int]:
-    """Each queued submission's place in the queue (1: next), first come first served."""
-    return {row["id"]: index + 1 for index, row in enumerate(queue.rows("SELECT id FROM submissions WHERE state = :state ORDER BY id", state=QUEUED))}
-
-
 def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
     """A student's own submissions per assignment, what is queued, and when the next feedback comes."""
     queue = kit.queue()
     try:
-        places = positions(queue)
-        rows = queue.rows("SELECT * FROM submissions WHERE student = :student AND state != :refused ORDER BY id DESC", student=student, refused=REFUSED)
+        places = queue.positions()
+        rows = queue.of_student(student)
         assignments = []
         for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
             policy = kit.policies.get(name, DEFAULT)
@@ -148,9 +142,9 @@ def class_status(kit: Kit) -> dict[str, Any]:
     """The class: counts by state, the queue and what is being graded, the latest submissions."""
     queue = kit.queue()
     try:
-        places = positions(queue)
-        waiting = queue.rows("SELECT * FROM submissions WHERE state IN (:grading, :queued) ORDER BY id", grading=GRADING, queued=QUEUED)
-        latest = queue.rows("SELECT * FROM submissions ORDER BY id DESC LIMIT 500")
+        places = queue.positions()
+        waiting = queue.in_state(GRADING, QUEUED)
+        latest = queue.latest(500)
         return {
             "counts": queue.counts(),
             "queue": [row_view(row, places.get(row["id"])) for row in waiting],
@@ -219,7 +213,7 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         """Submission ``id`` if it is the user's own (or the user is a TA): 404 when there is none, 403 when it is another's."""
         queue = self.kit.queue()
         try:
-            row = next(iter(queue.rows("SELECT * FROM submissions WHERE id = :id", id=id)), None)
+            row = queue.find(id)
         finally:
             queue.close()
         if row is None:
@@ -248,7 +242,7 @@ class HealthHandler(web.RequestHandler):
             try:
                 queue = kit.queue()
                 try:
-                    queue.rows("SELECT 1 FROM submissions LIMIT 1")
+                    queue.ping()
                 finally:
                     queue.close()
             except Exception:  # sqlite3's or SQLAlchemy's: the database cannot be read
@@ -276,7 +270,7 @@ class AttemptHandler(Handler):
         row = self.own_row(int(id))
         queue = self.kit.queue()
         try:
-            places = positions(queue) if row["state"] == QUEUED else {}
+            places = queue.positions() if row["state"] == QUEUED else {}
         finally:
             queue.close()
         self.page("hub_attempt.html.j2", attempt=row_view(row, places.get(row["id"])))
@@ -333,9 +327,9 @@ class SubmitHandler(Handler):
         queue = self.kit.queue()  # one connection for the wait (a shared queue's costs a few ms to open)
         try:
             while time.monotonic() < deadline:
-                row = next(iter(queue.rows("SELECT id FROM submissions WHERE inbound = :inbound", inbound=inbound)), None)
-                if row is not None:
-                    return int(row["id"])
+                found = queue.id_of(inbound)
+                if found is not None:
+                    return found
                 await asyncio.sleep(0.05)
         finally:
             queue.close()

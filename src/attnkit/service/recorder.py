@@ -12,7 +12,7 @@ records the whole batch with ``course.gradebook.record_grades`` (one registratio
 then marks the batch recorded in one transaction. Killed half-way, the batch is recorded again
 at the next start: nbgrader's ``update_or_create`` makes that the same single record.
 
-With replicas sharing a PostgreSQL queue (``shared_queue``), each replica runs a recorder, and
+With replicas sharing a PostgreSQL queue (``queue.postgres``), each replica runs a recorder, and
 one at a time records (``Queue.recording``: a lock held by the transaction that marks the batch
 recorded); the gradebook is then nbgrader's ``CourseDirectory.db_url`` (PostgreSQL too).
 """
@@ -28,9 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from attnkit.service import queue as queue_module
+from attnkit.service.queue import Queue, is_url, open_queue
 from attnkit.service.policies import DEFAULT, Policy
-from attnkit.service.shared_queue import SharedQueue, engine_url, open_queue
+from attnkit.service.queue.postgres import engine_url
 
 STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (serve.STATE_FOLDER)
 
@@ -39,19 +39,6 @@ STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (serve
 BATCH = 50
 PR_SET_PDEATHSIG = 1
 IDLE_SECONDS = 0.5
-
-
-def counted(queue: queue_module.Queue | SharedQueue, student: str, assignment: str, policy: Policy) -> int | None:
-    """The id of the delivered submission that counts for ``student`` on ``assignment``."""
-    order = "id DESC" if policy.counts == "latest" else "score DESC, id DESC"
-    found = queue.rows(
-        "SELECT id FROM submissions WHERE student = :student AND assignment = :assignment AND state = :delivered AND score IS NOT NULL"
-        f" ORDER BY {order} LIMIT 1",
-        student=student,
-        assignment=assignment,
-        delivered=queue_module.DELIVERED,
-    )
-    return int(found[0]["id"]) if found else None
 
 
 def place_submitted(course_root: Path, staged: Path, student: str, assignment: str) -> None:
@@ -98,7 +85,7 @@ def commit_without_fsync(gradebook: Path) -> bool:
 
 def record_batch(
     course_root: Path,
-    queue: queue_module.Queue | SharedQueue,
+    queue: Queue,
     gradebook: str | Path,
     policies: dict[str, Policy],
     registered: set[str],
@@ -107,7 +94,7 @@ def record_batch(
     """Record one batch: up to BATCH students (with an assignment) who have deliveries not yet
     recorded, each with the one submission that counts; how many deliveries it settled (0:
     nothing was waiting, or another replica's recorder holds the gradebook now). ``queue``:
-    the service's (``shared_queue.open_queue``); ``gradebook``: nbgrader's SQLite file or its ``db_url``.
+    the service's (``queue.open_queue``); ``gradebook``: nbgrader's SQLite file or its ``db_url``.
     ``registered``: the assignments this process registered already (nbgrader
     generate_assignment, seconds each: once per assignment per start of the service).
     ``done``: the submission recorded last per student and assignment by this process (a newer
@@ -117,12 +104,7 @@ def record_batch(
     with queue.recording() as ours:
         if not ours:
             return 0
-        pairs = queue.rows(
-            "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = :delivered AND recorded = 0"
-            " GROUP BY student, assignment ORDER BY MIN(id) LIMIT :batch",
-            delivered=queue_module.DELIVERED,
-            batch=BATCH,
-        )
+        pairs = queue.unrecorded_pairs(BATCH)
         if not pairs:
             return 0
         attempts = course_root / STATE_FOLDER / "attempts"
@@ -130,15 +112,14 @@ def record_batch(
         chosen: dict[tuple[str, str], int] = {}
         for pair in pairs:
             key = (pair["student"], pair["assignment"])
-            found = counted(queue, key[0], key[1], policies.get(key[1], DEFAULT))
-            if found is None or done.get(key) == found:
+            attempt = queue.counted(key[0], key[1], best=policies.get(key[1], DEFAULT).counts == "best")
+            if attempt is None or done.get(key) == int(attempt["id"]):
                 continue  # nothing that counts (not graded), or what counts is in the gradebook already
-            (attempt,) = queue.rows("SELECT inbound, results FROM submissions WHERE id = :id", id=found)
             place_submitted(course_root, attempts / attempt["inbound"] / key[0] / key[1], key[0], key[1])
             results.append(json.loads(attempt["results"]))
-            chosen[key] = found
+            chosen[key] = int(attempt["id"])
         if results:
-            url = engine_url(str(gradebook)) if queue_module.is_url(str(gradebook)) else None
+            url = engine_url(str(gradebook)) if is_url(str(gradebook)) else None
             target = course_root / "gradebook.db" if url else Path(gradebook)
             for notice in record_grades(target, results, course_root / "submitted", registered=registered, db_url=url):
                 print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
@@ -151,8 +132,8 @@ def main(argv: list[str]) -> int:
     """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON PARENT [REPLICA]``:
     record until SIGTERM (DATABASE, GRADEBOOK: a SQLite file or a database URL)."""
     course_root, parent = Path(argv[0]), int(argv[4])
-    database: str | Path = argv[1] if queue_module.is_url(argv[1]) else Path(argv[1])
-    gradebook: str | Path = argv[2] if queue_module.is_url(argv[2]) else Path(argv[2])
+    database: str | Path = argv[1] if is_url(argv[1]) else Path(argv[1])
+    gradebook: str | Path = argv[2] if is_url(argv[2]) else Path(argv[2])
     replica = argv[5] if len(argv) > 5 else ""
     policies = {name: Policy(**entry) for name, entry in json.loads(argv[3]).items()}
     stopping = False

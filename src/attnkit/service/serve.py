@@ -9,7 +9,7 @@ workers that replace a dead one are forked from this process, which must hold no
 at a fork (the engine's rule).
 
 Its queue is the SQLite file in the course (one service), or a PostgreSQL table shared by
-replicas (``--queue-url``, ``c.AttnkitServe.queue_url``: ``shared_queue``), each renewing the
+replicas (``--queue-url``, ``c.AttnkitServe.queue_url``: ``queue.postgres``), each renewing the
 leases of what it grades from this loop (``heartbeat``).
 """
 
@@ -44,8 +44,7 @@ from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, Row, is_url
-from attnkit.service.shared_queue import open_queue
+from attnkit.service.queue import FAILED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
@@ -112,7 +111,7 @@ def due_dates(gradebook: Path | str) -> dict[str, float]:
     if isinstance(gradebook, str) and is_url(gradebook):
         from sqlalchemy import create_engine, exc, text
 
-        from attnkit.service.shared_queue import engine_url
+        from attnkit.service.queue.postgres import engine_url
 
         engine = GRADEBOOK_ENGINES.get(gradebook)
         if engine is None:  # one per URL for the service's life: read every few seconds
@@ -394,7 +393,7 @@ class Service:
             ex.place_feedback(self.course, name, page)
         graded = not results.get("not_graded")
         score = results["score"] if graded else None
-        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now):  # type: ignore[arg-type]
+        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now):
             return
         latency = time.time() - row.noticed
         self.metrics.graded += 1
@@ -475,16 +474,11 @@ class Service:
             due = self.due(assignment) if policy.visibility == "after-due" else None
             if due is None or time.time() < due:
                 continue
-            rows = self.queue.rows(
-                "SELECT id, inbound, feedback FROM submissions WHERE assignment = :assignment AND shown = 'after-due' AND state = :delivered",
-                assignment=assignment,
-                delivered=DELIVERED,
-            )
-            for row in rows:
+            for row in self.queue.withheld_until_due(assignment):
                 kept = self.attempts / row["inbound"] / "feedback.html"
                 if kept.is_file():
                     ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
-                if self.queue.execute("UPDATE submissions SET shown = 'released' WHERE id = :id AND shown = 'after-due'", id=row["id"]):
+                if self.queue.mark_shown(row["id"], "after-due", "released"):
                     self.emit("released", id=row["id"], assignment=assignment)
 
     # -- metrics and health ------------------------------------------------------------------
@@ -661,30 +655,21 @@ def status(root: Path, queue_url: str | None = None) -> str:
         counts = queue.counts()
         lines = [" ".join(f"{state}={count}" for state, count in counts.items())]
         for state in (GRADING, QUEUED):
-            for row in queue.rows("SELECT * FROM submissions WHERE state = :state ORDER BY id LIMIT 20", state=state):
+            for row in queue.in_state(state, limit=20):
                 held = f" {row['replica']}" if "replica" in row.keys() and row["replica"] else ""  # which replica grades it
                 lines.append(f"{state:9} #{row['id']} {row['student']} {row['assignment']} {time.time() - row['noticed']:.1f}s{held}")
         hour = time.time() - 3600
-        latencies = [
-            r["latency"]
-            for r in queue.rows(
-                "SELECT finished - noticed AS latency FROM submissions WHERE state = :delivered AND finished >= :hour", delivered=DELIVERED, hour=hour
-            )
-        ]
-        hourly = dict.fromkeys(("delivered", "failed", "refused"), 0)
-        for r in queue.rows("SELECT state, COUNT(*) AS n FROM submissions WHERE finished >= :hour GROUP BY state", hour=hour):
-            hourly[r["state"]] = r["n"]
+        latencies = queue.latencies_since(hour)
+        hourly = dict.fromkeys(("delivered", "failed", "refused"), 0) | queue.finished_since(hour)
         lines.append(
             "last hour: "
             + " ".join(f"{state}={count}" for state, count in hourly.items())
             + (f" latency p50={percentile(latencies, 0.5):.3f}s p99={percentile(latencies, 0.99):.3f}s" if latencies else "")
         )
-        unrecorded = queue.rows("SELECT COUNT(*) AS n FROM submissions WHERE state = :delivered AND recorded = 0", delivered=DELIVERED)[0]["n"]
-        lines.append(f"not yet in the gradebook: {unrecorded}")
-        for row in queue.rows("SELECT id, inbound, cause FROM submissions WHERE state = 'refused' ORDER BY id DESC LIMIT 20"):
-            lines.append(f"refused   #{row['id']} {row['inbound']}: {row['cause']}")
-        for row in queue.rows("SELECT id, inbound, cause FROM submissions WHERE state = 'failed' ORDER BY id DESC LIMIT 20"):
-            lines.append(f"failed    #{row['id']} {row['inbound']}: {row['cause']}")
+        lines.append(f"not yet in the gradebook: {queue.unrecorded()}")
+        for state in (REFUSED, FAILED):
+            for row in queue.in_state(state, limit=20, newest_first=True):
+                lines.append(f"{state:9} #{row['id']} {row['inbound']}: {row['cause']}")
         return "\n".join(lines)
     finally:
         queue.close()

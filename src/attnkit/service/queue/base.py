@@ -1,0 +1,413 @@
+"""The queue's interface: the ``submissions`` table, its schema, its states and every query.
+
+A submission is written here before anything grades it; its state then moves ``queued ->
+grading -> delivered`` (or ``failed`` with the cause); a folder that is not its claimed
+student's is ``refused`` and never graded. Every transition is one transaction, so a ``kill -9``
+leaves each row in one state; at start, ``recover`` puts what was ``grading`` back in the queue
+(nothing is lost, and a row is delivered once: ``deliver`` only moves a row that is ``grading``
+by this replica).
+
+**A row never stops the service twice.** A row whose grading was cut short ``MAX_TRIES`` times
+(the service or its replica died while grading it) is ``failed`` with that cause instead of being
+put back: whatever it does to a service, it cannot do it on every restart.
+
+**Fair between students** (``claim``): one submission in flight per student; among the students
+who have work waiting, the one whose *turn* is oldest goes first, a turn being the later of
+when their oldest waiting submission arrived and when their last one finished. So a student's
+burst waits behind every classmate who submitted while their previous one was being graded,
+however many older submissions they queued. ``MAX_WAITING`` bounds what one student may have
+waiting (the service refuses beyond it, with the reason).
+
+The SQL here is the subset both databases speak (``:name`` parameters); a subclass supplies the
+connection, transactions and what only its database can do (claiming under leases and locks,
+the recorder's lock, the id of an inserted row).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from attnkit.i18n import _
+
+QUEUED, GRADING, DELIVERED, FAILED, REFUSED = "queued", "grading", "delivered", "failed", "refused"
+STATES = (QUEUED, GRADING, DELIVERED, FAILED, REFUSED)
+MAX_TRIES = 3  # grading starts cut short by the service's death before a row is failed instead
+MAX_WAITING = 20  # submissions one student may have queued at once (beyond: refused)
+
+# The table, once for both databases: ``{id}`` and ``{real}`` are each database's spelling.
+COLUMNS = f"""
+    id {{id}},
+    inbound TEXT NOT NULL UNIQUE,          -- the folder's name in the exchange's inbound/ (validated)
+    student TEXT NOT NULL,                 -- the name the folder claims (proved by its uid, or refused)
+    assignment TEXT NOT NULL,
+    timestamp TEXT NOT NULL,               -- nbgrader's timestamp.txt, as the student wrote it (shown only)
+    noticed {{real}} NOT NULL,              -- when the service saw the folder complete (its clock: lateness)
+    state TEXT NOT NULL CHECK (state IN ({", ".join(repr(s) for s in STATES)})),
+    cause TEXT NOT NULL DEFAULT '',        -- why failed or refused
+    tries INTEGER NOT NULL DEFAULT 0,      -- grading starts (a restart after a crash adds one)
+    started {{real}},
+    finished {{real}},
+    attempt INTEGER,                       -- the student's n-th delivered submission of the assignment
+    shown TEXT NOT NULL DEFAULT '',        -- what the page showed: full, scores, withheld, after-due, released
+    score {{real}},
+    max_score {{real}},
+    feedback TEXT NOT NULL DEFAULT '',     -- the page's file name in the exchange's feedback/
+    results TEXT,                          -- results.json of the graded submission
+    recorded INTEGER NOT NULL DEFAULT 0,   -- 1: the gradebook has it (or it does not count there)
+    replica TEXT NOT NULL DEFAULT '',      -- who holds it in grading ('' with one service)
+    leased_until {{real}}                  -- until when (replicas: the database's clock)
+"""
+# Columns added since the first release of the table: added to an older database at start.
+ADDED_COLUMNS = {"replica": "TEXT NOT NULL DEFAULT ''", "leased_until": "{real}"}
+INDEXES = [
+    "CREATE INDEX IF NOT EXISTS by_state ON {table} (state, id)",
+    "CREATE INDEX IF NOT EXISTS by_student ON {table} (student, assignment, state)",
+    "CREATE INDEX IF NOT EXISTS by_student_state ON {table} (student, state, id)",
+]
+
+# A waiting submission's turn: the later of when it arrived and when its student's last
+# submission finished (delivered or failed). ``{greatest}``: each database's two-argument maximum.
+TURN = (
+    "{greatest}(s.noticed, COALESCE((SELECT MAX(d.finished) FROM submissions d"
+    " WHERE d.student = s.student AND d.state IN ('delivered', 'failed')), 0))"
+)
+# Each student's oldest waiting submission, none of a student with one in flight, in turn order.
+CANDIDATES = (
+    "SELECT s.id, s.student{extra} FROM submissions s"
+    " WHERE s.state = 'queued'"
+    " AND s.id = (SELECT MIN(q.id) FROM submissions q WHERE q.student = s.student AND q.state = 'queued')"
+    " AND NOT EXISTS (SELECT 1 FROM submissions g WHERE g.student = s.student AND g.state = 'grading')"
+    " ORDER BY {turn}, s.id LIMIT :scan"
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    id: int
+    inbound: str
+    student: str
+    assignment: str
+    timestamp: str
+    noticed: float
+    state: str
+    cause: str
+    tries: int
+    attempt: int | None
+    score: float | None
+    max_score: float | None
+
+    @classmethod
+    def of(cls, found: Mapping[str, Any]) -> Row:
+        return cls(**{name: found[name] for name in cls.__dataclass_fields__})
+
+
+def is_url(where: str) -> bool:
+    """A database URL (``postgresql://…``) rather than the path of the SQLite file."""
+    return "://" in where
+
+
+def gave_up_cause() -> str:
+    return _("评分服务在评这份提交时中断了 {tries} 次：不再重试（请联系助教）").format(tries=MAX_TRIES)
+
+
+class Queue(ABC):
+    """The submissions table and its transitions; one subclass per database."""
+
+    url: str  # where it is: the SQLite file's path, or the PostgreSQL URL
+    replica: str  # this process's name among replicas ('' for the one service of a course)
+    greatest: str  # the database's two-argument maximum
+
+    # -- what each database does its own way ---------------------------------------------------
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One write transaction, committed whole or not at all; yields the handle ``run`` takes."""
+
+    @abstractmethod
+    def run(self, db: Any, sql: str, **params: Any) -> int:
+        """One statement in transaction ``db``; rows changed."""
+
+    @abstractmethod
+    def fetch(self, db: Any, sql: str, **params: Any) -> list[Mapping[str, Any]]:
+        """One query in transaction ``db``; its rows as mappings."""
+
+    @abstractmethod
+    def rows(self, sql: str, **params: Any) -> list[Mapping[str, Any]]:
+        """One read-only query outside any transaction (this module's queries only)."""
+
+    @abstractmethod
+    def insert(self, db: Any, sql: str, **params: Any) -> int | None:
+        """An ``INSERT … ON CONFLICT DO NOTHING``: the new row's id, or None when it was there."""
+
+    @abstractmethod
+    def claim(self, count: int) -> list[Row]:
+        """Up to ``count`` queued submissions moved to grading, in turn order (the module's
+        text), at most one per student, none of a student who has one in flight."""
+
+    @abstractmethod
+    def recover(self) -> int:
+        """At start: what this service was grading when it last ended goes back to the queue (or
+        is failed, after ``MAX_TRIES``). How many went back."""
+
+    @abstractmethod
+    def recording(self) -> AbstractContextManager[bool]:
+        """The gradebook's writer for one batch: True while this process may record."""
+
+    @abstractmethod
+    def recording_transaction(self) -> AbstractContextManager[Any]:
+        """The transaction ``mark_recorded`` writes in (the recorder's lock's, where there is one)."""
+
+    def heartbeat(self) -> int:
+        """Renew this replica's leases (a shared queue's); rows renewed."""
+        return 0
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # -- intake --------------------------------------------------------------------------------
+    def known(self) -> set[str]:
+        """The inbound folder names already recorded (whatever their state)."""
+        return {row["inbound"] for row in self.rows("SELECT inbound FROM submissions")}
+
+    def waiting(self, student: str) -> int:
+        """How many submissions ``student`` has queued (not yet graded)."""
+        return int(self.rows("SELECT COUNT(*) AS n FROM submissions WHERE student = :student AND state = 'queued'", student=student)[0]["n"])
+
+    def notice(
+        self, inbound: str, student: str, assignment: str, timestamp: str, noticed: float | None = None, stage: Callable[[], object] | None = None
+    ) -> int | None:
+        """Record a new submission as queued; its id, or None if this folder was recorded before.
+        ``stage``: the copy graded, made in the same transaction once the row is ours (a row in
+        the queue always has its copy; an exception undoes the row)."""
+        with self.transaction() as db:
+            found = self.insert(
+                db,
+                "INSERT INTO submissions (inbound, student, assignment, timestamp, noticed, state)"
+                " VALUES (:inbound, :student, :assignment, :timestamp, :noticed, 'queued') ON CONFLICT (inbound) DO NOTHING",
+                inbound=inbound,
+                student=student,
+                assignment=assignment,
+                timestamp=timestamp,
+                noticed=noticed if noticed is not None else time.time(),
+            )
+            if found is not None and stage is not None:
+                stage()
+            return found
+
+    def refuse(self, inbound: str, student: str, assignment: str, timestamp: str, cause: str, noticed: float | None = None) -> int | None:
+        """Record a folder that is never graded (not its claimed student's, over a cap), with why."""
+        now = noticed if noticed is not None else time.time()
+        with self.transaction() as db:
+            return self.insert(
+                db,
+                "INSERT INTO submissions (inbound, student, assignment, timestamp, noticed, state, cause, finished, recorded)"
+                " VALUES (:inbound, :student, :assignment, :timestamp, :noticed, 'refused', :cause, :noticed, 1) ON CONFLICT (inbound) DO NOTHING",
+                inbound=inbound,
+                student=student,
+                assignment=assignment,
+                timestamp=timestamp,
+                noticed=now,
+                cause=cause,
+            )
+
+    # -- grading -------------------------------------------------------------------------------
+    def give_up(self, db: Any, where: str, **params: Any) -> int:
+        """Rows in grading (those ``where`` selects) cut short ``MAX_TRIES`` times: failed."""
+        return self.run(
+            db,
+            "UPDATE submissions SET state = 'failed', cause = :cause, finished = :now, recorded = 1, leased_until = NULL"
+            f" WHERE state = 'grading' AND tries >= :tries AND ({where})",
+            cause=gave_up_cause(),
+            now=time.time(),
+            tries=MAX_TRIES,
+            **params,
+        )
+
+    def deliver(
+        self, id: int, results: dict[str, Any], feedback: str, shown: str, score: float | None, max_score: float, finished: float | None = None
+    ) -> bool:
+        """Grading (by this replica) -> delivered, with what was delivered; False if the row was
+        not (then nothing changes: a row is delivered once). The attempt's number counts the
+        student's deliveries before it (none can be delivered meanwhile: one in flight per student)."""
+        with self.transaction() as db:
+            return bool(
+                self.run(
+                    db,
+                    "UPDATE submissions SET state = 'delivered', finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
+                    " feedback = :feedback, results = :results, leased_until = NULL,"
+                    " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = submissions.student"
+                    " AND d.assignment = submissions.assignment AND d.state = 'delivered')"
+                    " WHERE id = :id AND state = 'grading' AND replica = :me",
+                    finished=finished if finished is not None else time.time(),
+                    shown=shown,
+                    score=score,
+                    max_score=max_score,
+                    feedback=feedback,
+                    results=json.dumps(results),
+                    id=id,
+                    me=self.replica,
+                )
+            )
+
+    def fail(self, id: int, cause: str) -> bool:
+        """Grading (by this replica) -> failed, with the cause (for the TA; the student's page says it too)."""
+        with self.transaction() as db:
+            return bool(
+                self.run(
+                    db,
+                    "UPDATE submissions SET state = 'failed', cause = :cause, finished = :now, recorded = 1, leased_until = NULL"
+                    " WHERE id = :id AND state = 'grading' AND replica = :me",
+                    cause=cause,
+                    now=time.time(),
+                    id=id,
+                    me=self.replica,
+                )
+            )
+
+    # -- reading -------------------------------------------------------------------------------
+    def row(self, id: int) -> Row:
+        (found,) = self.rows("SELECT * FROM submissions WHERE id = :id", id=id)
+        return Row.of(found)
+
+    def find(self, id: int) -> Mapping[str, Any] | None:
+        """Submission ``id``, every column, or None."""
+        return next(iter(self.rows("SELECT * FROM submissions WHERE id = :id", id=id)), None)
+
+    def id_of(self, inbound: str) -> int | None:
+        """The id of the submission noticed as ``inbound``, once it is queued."""
+        found = self.rows("SELECT id FROM submissions WHERE inbound = :inbound", inbound=inbound)
+        return int(found[0]["id"]) if found else None
+
+    def ping(self) -> None:
+        """Raises the database's own error when it cannot be read."""
+        self.rows("SELECT 1 AS one FROM submissions LIMIT 1")
+
+    def counts(self) -> dict[str, int]:
+        counted = dict.fromkeys(STATES, 0)
+        for row in self.rows("SELECT state, COUNT(*) AS n FROM submissions GROUP BY state"):
+            counted[row["state"]] = int(row["n"])
+        return counted
+
+    def shown_times(self, student: str, assignment: str, since: float) -> list[float]:
+        """When each graded page of the window was delivered, oldest first (for when the next one comes)."""
+        return [
+            float(row["finished"])
+            for row in self.rows(
+                "SELECT finished FROM submissions WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+                " AND finished >= :since AND shown IN ('full', 'scores') ORDER BY finished",
+                student=student,
+                assignment=assignment,
+                since=since,
+            )
+        ]
+
+    def positions(self) -> dict[int, int]:
+        """Each queued submission's place (1: next), as ``claim`` would take them with one worker
+        at a time: each student's in arrival order, students by turn."""
+        order = self.rows(
+            f"SELECT s.id, s.student FROM submissions s WHERE s.state = 'queued' ORDER BY {TURN.format(greatest=self.greatest)}, s.id"
+        )
+        by_student: dict[str, list[int]] = {}
+        for row in order:
+            by_student.setdefault(row["student"], []).append(int(row["id"]))
+        for ids in by_student.values():
+            ids.sort()
+        places: dict[int, int] = {}
+        round_ = 0
+        while len(places) < len(order):
+            for ids in by_student.values():
+                if round_ < len(ids):
+                    places[ids[round_]] = len(places) + 1
+            round_ += 1
+        return places
+
+    def of_student(self, student: str) -> list[Mapping[str, Any]]:
+        """A student's own submissions (refused folders left out: they were not theirs), newest first."""
+        return self.rows("SELECT * FROM submissions WHERE student = :student AND state != 'refused' ORDER BY id DESC", student=student)
+
+    def in_state(self, *states: str, limit: int = 1_000_000, newest_first: bool = False) -> list[Mapping[str, Any]]:
+        """Submissions in ``states``, in arrival order (or newest first), at most ``limit``."""
+        names = {f"s{index}": state for index, state in enumerate(states)}
+        return self.rows(
+            f"SELECT * FROM submissions WHERE state IN ({', '.join(':' + name for name in names)})"
+            f" ORDER BY id {'DESC' if newest_first else ''} LIMIT :limit",
+            limit=limit,
+            **names,
+        )
+
+    def latest(self, limit: int) -> list[Mapping[str, Any]]:
+        """The last ``limit`` submissions noticed, newest first."""
+        return self.rows("SELECT * FROM submissions ORDER BY id DESC LIMIT :limit", limit=limit)
+
+    def latencies_since(self, since: float) -> list[float]:
+        """From noticed to delivered, for each delivery since ``since``."""
+        return [
+            float(row["latency"])
+            for row in self.rows("SELECT finished - noticed AS latency FROM submissions WHERE state = 'delivered' AND finished >= :since", since=since)
+        ]
+
+    def finished_since(self, since: float) -> dict[str, int]:
+        """How many submissions ended in each state since ``since``."""
+        return {
+            row["state"]: int(row["n"])
+            for row in self.rows("SELECT state, COUNT(*) AS n FROM submissions WHERE finished >= :since GROUP BY state", since=since)
+        }
+
+    def unrecorded(self) -> int:
+        """Deliveries the gradebook does not have yet."""
+        return int(self.rows("SELECT COUNT(*) AS n FROM submissions WHERE state = 'delivered' AND recorded = 0")[0]["n"])
+
+    # -- pages withheld until the due date -------------------------------------------------------
+    def withheld_until_due(self, assignment: str) -> list[Mapping[str, Any]]:
+        """Delivered submissions of ``assignment`` whose full page waits for the due date."""
+        return self.rows(
+            "SELECT * FROM submissions WHERE assignment = :assignment AND shown = 'after-due' AND state = 'delivered' ORDER BY id",
+            assignment=assignment,
+        )
+
+    def mark_shown(self, id: int, was: str, now: str) -> bool:
+        """What submission ``id``'s page shows, from ``was`` to ``now``; False if it was not ``was``."""
+        with self.transaction() as db:
+            return bool(self.run(db, "UPDATE submissions SET shown = :now WHERE id = :id AND shown = :was", id=id, was=was, now=now))
+
+    # -- the recorder --------------------------------------------------------------------------
+    def unrecorded_pairs(self, limit: int) -> list[Mapping[str, Any]]:
+        """Up to ``limit`` (student, assignment) pairs with deliveries not yet in the gradebook,
+        oldest first: ``student``, ``assignment``, ``newest`` (id), ``waiting`` (how many)."""
+        return self.rows(
+            "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = 'delivered' AND recorded = 0"
+            " GROUP BY student, assignment ORDER BY MIN(id) LIMIT :limit",
+            limit=limit,
+        )
+
+    def counted(self, student: str, assignment: str, best: bool) -> Mapping[str, Any] | None:
+        """The delivered, graded submission that counts for ``student`` on ``assignment``: the
+        latest (nbgrader's rule), or the best score (``best``); its ``id``, ``inbound`` and ``results``."""
+        order = "score DESC, id DESC" if best else "id DESC"
+        found = self.rows(
+            "SELECT id, inbound, results FROM submissions WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+            f" AND score IS NOT NULL ORDER BY {order} LIMIT 1",
+            student=student,
+            assignment=assignment,
+        )
+        return found[0] if found else None
+
+    def mark_recorded(self, pairs: list[tuple[str, str, int]]) -> None:
+        """Each (student, assignment)'s deliveries up to the given id are in the gradebook, in one
+        transaction (the recorder's lock's, with replicas)."""
+        with self.recording_transaction() as db:
+            for student, assignment, newest in pairs:
+                self.run(
+                    db,
+                    "UPDATE submissions SET recorded = 1 WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+                    " AND id <= :newest AND recorded = 0",
+                    student=student,
+                    assignment=assignment,
+                    newest=newest,
+                )
+

@@ -190,3 +190,30 @@ def place_feedback(course: Course, name: str, page: bytes) -> Path:
         os.fchmod(handle.fileno(), FEEDBACK_MODE)
     os.replace(temporary, final)
     return final
+
+
+def inbound_key(name: str) -> str:
+    """``name`` as the queue keeps it: itself when it is a name nbgrader's submit could make
+    (UTF-8, no control character, no backslash), else ``#`` and its bytes in hex (a name read
+    from the file system carries undecodable bytes as surrogates, which no database takes). Two
+    different names never share a key: a name kept as itself never starts with ``#`` here."""
+    raw = name.encode("utf-8", "surrogateescape")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if text and not text.startswith("#") and "\\" not in text and all(" " <= char != "\x7f" for char in text):
+        return text
+    return "#" + raw.hex()
+
+
+def changed(folder: Path) -> float:
+    """When the kernel last recorded a change of the folder itself (its ctime: set by the kernel at
+    each entry made or removed, each mode change and each rename, and by no call a user can make
+    to set it), as epoch seconds; now if it cannot be read."""
+    import time
+
+    try:
+        return os.lstat(folder).st_ctime
+    except OSError:
+        return time.time()

@@ -41,12 +41,22 @@ PR_SET_PDEATHSIG = 1
 IDLE_SECONDS = 0.5
 
 
-def place_submitted(course_root: Path, staged: Path, student: str, assignment: str) -> None:
-    """The counted attempt's files (``staged``) as ``submitted/<student>/<assignment>/`` (replaced whole)."""
+def place_submitted(course_root: Path, staged: Path, student: str, assignment: str, noticed: float) -> None:
+    """The counted attempt's files (``staged``) as ``submitted/<student>/<assignment>/`` (replaced
+    whole), with the service's time as its ``timestamp.txt`` (``noticed``: when the service saw it
+    complete): the gradebook's lateness is the page's, never the time the student wrote. Unlike
+    ``nbgrader collect``, which copies the student's own timestamp.txt (docs/service.md)."""
+    import datetime
+
+    from attnkit.course.gradebook import TIMESTAMP_FORMAT
+
     target = course_root / "submitted" / student / assignment
     fresh = target.with_name(f".{assignment}.{os.getpid()}.new")
     shutil.rmtree(fresh, ignore_errors=True)
     shutil.copytree(staged, fresh)
+    when = datetime.datetime.fromtimestamp(noticed, tz=datetime.UTC).replace(tzinfo=None)
+    (fresh / "timestamp.txt").unlink(missing_ok=True)  # the student's, kept with the service's copy only
+    (fresh / "timestamp.txt").write_text(when.strftime(TIMESTAMP_FORMAT))
     old = target.with_name(f".{assignment}.{os.getpid()}.old")
     if target.exists():
         os.replace(target, old)
@@ -115,7 +125,7 @@ def record_batch(
             attempt = queue.counted(key[0], key[1], best=policies.get(key[1], DEFAULT).counts == "best")
             if attempt is None or done.get(key) == int(attempt["id"]):
                 continue  # nothing that counts (not graded), or what counts is in the gradebook already
-            place_submitted(course_root, attempts / attempt["inbound"] / key[0] / key[1], key[0], key[1])
+            place_submitted(course_root, attempts / attempt["inbound"] / key[0] / key[1], key[0], key[1], float(attempt["noticed"]))
             results.append(json.loads(attempt["results"]))
             chosen[key] = int(attempt["id"])
         if results:

@@ -26,9 +26,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from inotify_simple import flags
 
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.boundary.policy import Limits
@@ -44,12 +48,31 @@ from attnkit.service import exchange as ex
 from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import FAILED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
+from attnkit.service.queue import FAILED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
+RECHECK_UNFINISHED_SECONDS = 30.0  # an unfinished folder no event names is looked at again this often
+NAMES_PER_TURN = 256  # folder names looked at per turn of the loop (events and rescans together)
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
 PR_SET_PDEATHSIG = 1
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """The queue's databases' own errors: the service's failures, never a submission's."""
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (sqlite3.Error, SQLAlchemyError)
+
+
+DATABASE_ERRORS = database_errors()
+
+
+def is_the_services(error: BaseException) -> bool:
+    """A failure of the service itself, which stops it (exit 2: the grader's ``GraderError``, the
+    suite or the sandbox; or its database's), rather than of the one submission it was raised for."""
+    return isinstance(error, (GraderError, *DATABASE_ERRORS))
 BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -238,9 +261,13 @@ class Service:
         self.log = log
         self.metrics = Metrics()
         self.digests: dict[tuple[Path, str], str] = {}
-        self.in_flight: dict[str, InFlight] = {}  # by the job's key, student/assignment
+        self.in_flight: dict[int, InFlight] = {}  # by the submission's id in the queue
         self.known = self.queue.known()
-        self.pending: set[str] = set()  # folders seen unfinished: looked at again on every event
+        # Folders seen unfinished, with when: looked at again when an event names them, or by a
+        # rescan once RECHECK_UNFINISHED_SECONDS have passed (never all of them on every event).
+        self.pending: dict[str, float] = {}
+        self.to_look: dict[str, None] = {}  # names waiting to be looked at, in order, each once
+        self.scanning: Any = None  # the rescan under way (os.scandir's iterator), NAMES_PER_TURN at a time
         self.uid = os.geteuid()
         self.stopping = False
         self.dues: dict[str, float] = {}
@@ -251,7 +278,7 @@ class Service:
         if metrics_port is not None:
             self.listener = socket.create_server((metrics_host, metrics_port))
             self.listener.setblocking(False)
-        from inotify_simple import INotify, flags
+        from inotify_simple import INotify
 
         self.inotify = INotify()
         self.inotify.add_watch(str(course.inbound), flags.CREATE | flags.ATTRIB | flags.MOVED_TO | flags.CLOSE_WRITE)
@@ -289,85 +316,184 @@ class Service:
 
     # -- intake ------------------------------------------------------------------------------
     def emit(self, event: str, **fields: Any) -> None:
-        print(json.dumps({"time": round(time.time(), 3), "event": event, **fields}, ensure_ascii=False), file=self.log, flush=True)
+        line = json.dumps({"time": round(time.time(), 3), "event": event, **fields}, ensure_ascii=False)
+        # A name's undecodable bytes (surrogates) written escaped: a log line never raises.
+        print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=self.log, flush=True)
 
-    def look(self, names: list[str] | None = None) -> None:
-        """Check ``names`` in inbound/ (every folder there when None) and the unfinished ones."""
-        if names is None:
-            try:
-                names = os.listdir(self.course.inbound)
-            except OSError:
-                return
+    def look(self, names: list[str]) -> None:
+        """Names in inbound/ to look at (an event's), after those already waiting."""
+        for name in names:
+            self.to_look[name] = None
+
+    def rescan(self) -> None:
+        """Start a full look at inbound/ (spread over the next turns: ``take_turn``), and take what
+        the hub's side spooled."""
         if self.hub:
+            self.take_spooled()
+        if self.scanning is None:
+            try:
+                self.scanning = os.scandir(self.course.inbound)
+            except OSError:
+                self.scanning = None
+
+    def take_turn(self) -> bool:
+        """Look at up to NAMES_PER_TURN names: the events' first, then the rescan's. True when
+        more are waiting (the loop then does not sleep). However many names a student makes, a
+        turn of the loop costs a bounded amount: a classmate's page and /health never wait on them."""
+        budget = NAMES_PER_TURN
+        while budget and self.to_look:
+            name = next(iter(self.to_look))
+            del self.to_look[name]
+            budget -= self.consider(name)
+        now = time.monotonic()
+        while budget and self.scanning is not None:
+            entry = next(self.scanning, None)
+            if entry is None:
+                self.scanning.close()
+                self.scanning = None
+                break
+            name = entry.name
+            budget -= 1
+            if name in self.known or now - self.pending.get(name, -math.inf) < RECHECK_UNFINISHED_SECONDS:
+                continue
+            budget -= self.consider(name)
+            budget = max(budget, 0)
+        return bool(self.to_look) or self.scanning is not None
+
+    def take_spooled(self) -> None:
+        try:
             for taken in take_spooled(self.state, self.notice_http):
                 self.emit("queued", inbound=taken.name, student=taken.student, assignment=taken.assignment, channel="hub")
-        for name in set(names) | set(self.pending):
-            if name in self.known:
-                self.pending.discard(name)
-                continue
-            self.consider(name)
+        except Exception as error:  # a spooled notice is the hub side's own (validated there): logged, never fatal
+            if is_the_services(error):
+                raise
+            self.emit("spool-problem", error=f"{type(error).__name__}: {error}")
 
     def notice_http(self, name: str, student: str, assignment: str, timestamp: str, noticed: float) -> None:
         self.known.add(name)
         self.queue.notice(name, student, assignment, timestamp, noticed)
 
-    def consider(self, name: str) -> None:
+    def consider(self, name: str) -> int:
+        """Look at folder ``name`` of inbound/ once; its cost in the turn's budget. Nothing a
+        folder holds can stop the service: whatever is raised on its behalf makes it ``refused``
+        with the cause (the database's own failures and the grader's are the service's: they stop it)."""
+        if name in self.known:
+            self.pending.pop(name, None)
+            return 0
+        try:
+            return self.take_in(name)
+        except Exception as error:
+            if is_the_services(error):
+                raise
+            self.pending.pop(name, None)
+            self.known.add(name)
+            key = ex.inbound_key(name)
+            claimed = ex.parse_name(key) if key == name else None
+            cause = _("无法接收这个提交文件夹（{kind}：{message}），未评分").format(kind=type(error).__name__, message=str(error)[:200])
+            if self.queue.refuse(key, claimed.student if claimed else "", claimed.assignment if claimed else "", "", cause) is not None:
+                self.metrics.refused += 1
+                self.emit("refused", inbound=key, cause=cause)
+            return 1
+
+    def take_in(self, name: str) -> int:
+        key = ex.inbound_key(name)
+        if key != name:  # bytes that are not a name a student's nbgrader makes: recorded (escaped) and refused
+            self.known.add(name)
+            cause = _("提交文件夹的名字含有无效的字节或控制字符，未评分")
+            if self.queue.refuse(key, "", "", "", cause) is not None:
+                self.metrics.refused += 1
+                self.emit("refused", inbound=key, cause=cause)
+            return 1
         claimed = ex.parse_name(name)
         if claimed is None:
-            return
+            return 1
         folder = self.course.inbound / name
         timestamp = ex.finished(folder)
         if timestamp is None:
-            self.pending.add(name)
-            return
-        self.pending.discard(name)
+            self.pending[name] = time.monotonic()
+            return 1
+        self.pending.pop(name, None)
         self.known.add(name)
-        noticed = time.time()
+        # The service's clock: when it first saw the folder complete, or the kernel's record of
+        # the folder's last change where that is earlier (the service was down when it came).
+        # Never the student's timestamp.txt, which is theirs to write (kept for display).
+        noticed = min(time.time(), ex.changed(folder))
         problem = ex.owner_problem(folder, claimed.student, self.uid)
+        if not problem and self.queue.waiting(claimed.student) >= MAX_WAITING:
+            problem = _("你已有 {count} 份提交在排队等待评分（上限）：这份未评分，请等反馈后再提交").format(count=MAX_WAITING)
         if problem:
             if self.queue.refuse(name, claimed.student, claimed.assignment, timestamp, problem, noticed) is None:
-                return  # another replica refused it already
+                return 2  # another replica refused it already
             self.metrics.refused += 1
             self.emit("refused", inbound=name, student=claimed.student, assignment=claimed.assignment, cause=problem)
-            return
+            return 2
         # A row in the queue always has its copy (made before the row is seen; with replicas, by
         # the one whose row it became).
         staged = self.attempts / name / claimed.student / claimed.assignment
         if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed, stage=lambda: ex.stage(folder, staged)) is not None:
             self.emit("queued", inbound=name, student=claimed.student, assignment=claimed.assignment)
+        return 4
 
     # -- grading -----------------------------------------------------------------------------
     def dispatch(self) -> None:
-        """Fair jobs to idle workers (``Queue.claim``)."""
+        """Fair jobs to idle workers (``Queue.claim``); a row whose start raises is failed with the cause."""
         for row in self.queue.claim(self.pool.free()):
-            if row.assignment not in self.suites:
-                self.queue.fail(row.id, _("作业 {assignment} 没有隐藏测试").format(assignment=row.assignment))
+            with self.on_behalf_of(row):
+                self.start(row)
+
+    @contextmanager
+    def on_behalf_of(self, row: Row) -> Iterator[None]:
+        """The boundary around one submission's work: anything raised for it (its files, its
+        secret, its record turned into a page) makes that row ``failed`` with the cause, on the
+        student's page and in ``--status``, never the service's exit. The grader's own failures
+        (``GraderError``: the suite, the sandbox) and the database's stop the service, as before."""
+        try:
+            yield
+        except Exception as error:
+            if is_the_services(error):
+                raise
+            self.in_flight.pop(row.id, None)
+            cause = _("评分服务无法处理这份提交（{kind}：{message}）").format(kind=type(error).__name__, message=str(error)[:200])
+            if self.queue.fail(row.id, cause):
                 self.metrics.failed += 1
-                self.emit("failed", id=row.id, student=row.student, assignment=row.assignment, cause="no hidden suite")
-                continue
-            root = self.attempts / row.inbound
-            if not (root / row.student / row.assignment).is_dir():  # lost with a power cut: copied again, checked again
-                folder = self.course.inbound / row.inbound
-                problem = ex.owner_problem(folder, row.student, self.uid) if folder.is_dir() else _("提交文件夹已不在交换目录里")
-                if problem:
-                    self.queue.fail(row.id, problem)
-                    self.metrics.failed += 1
-                    continue
-                ex.stage(folder, root / row.student / row.assignment)
-            intake = find_jobs(root, self.suites, row.assignment, self.digests)
-            job = next((job for job in intake.jobs if job.student_id == row.student), None)
-            if job is None:
-                self.queue.fail(row.id, _("提交里没有可评分的内容"))
+                self.emit("failed", id=row.id, student=row.student, assignment=row.assignment, cause=cause)
+
+    def start(self, row: Row) -> None:
+        """Row ``row`` (just claimed) to a worker, or failed with why it cannot be graded."""
+        if row.assignment not in self.suites:
+            self.queue.fail(row.id, _("作业 {assignment} 没有隐藏测试").format(assignment=row.assignment))
+            self.metrics.failed += 1
+            self.emit("failed", id=row.id, student=row.student, assignment=row.assignment, cause="no hidden suite")
+            return
+        root = self.attempts / row.inbound
+        if not (root / row.student / row.assignment).is_dir():  # lost with a power cut: copied again, checked again
+            folder = self.course.inbound / row.inbound
+            problem = ex.owner_problem(folder, row.student, self.uid) if folder.is_dir() else _("提交文件夹已不在交换目录里")
+            if problem:
+                self.queue.fail(row.id, problem)
                 self.metrics.failed += 1
-                continue
-            self.in_flight[job.key] = InFlight(row, job, root / row.student / row.assignment)
-            self.pool.submit(job)
+                return
+            ex.stage(folder, root / row.student / row.assignment)
+        intake = find_jobs(root, self.suites, row.assignment, self.digests)
+        job = next((job for job in intake.jobs if job.student_id == row.student), None)
+        if job is None:
+            self.queue.fail(row.id, _("提交里没有可评分的内容"))
+            self.metrics.failed += 1
+            return
+        self.in_flight[row.id] = InFlight(row, job, root / row.student / row.assignment)
+        self.pool.submit(job)
 
     def on_record(self, record: SubmissionRecord) -> None:
         key = f"{record['student_id']}/{record['assignment']}"
-        flight = self.in_flight.pop(key, None)
+        flight = next((flight for flight in self.in_flight.values() if flight.job.key == key), None)
         if flight is None:
             return
+        with self.on_behalf_of(flight.row):
+            self.deliver(flight, record)
+            self.in_flight.pop(flight.row.id, None)
+
+    def deliver(self, flight: InFlight, record: SubmissionRecord) -> None:
+        """The record as results, its page placed as the policy allows, the row delivered."""
         row = flight.row
         received = time.time()
         # The results and the page as `attnkit grade` writes them (report.store), kept in the
@@ -420,20 +546,17 @@ class Service:
         """How late the submission is by the gradebook's due date, and what nbgrader's late rule
         (the course's ``LateSubmissionPlugin``) takes for it: the fields ``gradebook_totals.lateness``
         reads back once the recorder has saved it, so the page says now what ``nbgrader export``
-        will say (the total before any manual points). None when it is not late or there is no due date."""
+        will say (the total before any manual points). None when it is not late or there is no due date.
+        The submission's time is the service's (``row.noticed``: when it saw the folder complete,
+        the recorder writes the same into ``submitted/``), never the student's own timestamp.txt."""
         import datetime
 
         from nbgrader.plugins import LateSubmissionPlugin
-        from nbgrader.utils import parse_utc
 
         due = self.due(row.assignment)
-        try:
-            submitted = parse_utc(row.timestamp)
-        except (ValueError, OverflowError):
+        if due is None:
             return None
-        if due is None or submitted is None:
-            return None
-        seconds_late = submitted.replace(tzinfo=datetime.UTC).timestamp() - due
+        seconds_late = row.noticed - due
         if seconds_late <= 0:
             return None
         score = 0.0 if results.get("not_graded") else float(results["score"])
@@ -443,7 +566,7 @@ class Service:
             "penalty": penalty,
             "total": max(0.0, score - penalty),
             "max": float(results["max_score"]),
-            "timestamp": submitted.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "timestamp": datetime.datetime.fromtimestamp(row.noticed, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "duedate": datetime.datetime.fromtimestamp(due, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         }
 
@@ -578,25 +701,32 @@ class Service:
         gc.collect()
         gc.freeze()
         last_scan = 0.0
+        more = False  # names still waiting to be looked at: no sleep in the next wait
         try:
             while not self.stopping:
                 waiting: list[Any] = [*self.pool.connections(), self.inotify.fileno()]
                 if self.listener is not None:
                     waiting.append(self.listener)
-                ready = multiprocessing.connection.wait(waiting, timeout=0.25)
+                ready = multiprocessing.connection.wait(waiting, timeout=0 if more else 0.25)
                 if self.inotify.fileno() in ready:
                     events = self.inotify.read(timeout=0)
                     self.look([event.name for event in events if event.name and event.wd != self.spool_watch])
+                    if any(event.wd == self.spool_watch for event in events):
+                        self.take_spooled()
+                    if any(event.mask & flags.Q_OVERFLOW for event in events):  # events lost: look at everything
+                        self.pending.clear()
+                        self.rescan()
                 if self.listener is not None and self.listener in ready:
                     self.answer_metrics()
                 self.pool.pump([r for r in ready if r in self.pool.pool])
                 if time.monotonic() - last_scan > RESCAN_SECONDS:
-                    self.look()
+                    self.rescan()
                     self.release_after_due()
                     self.start_hub()
                     last_scan = time.monotonic()
                 if self.recorder is not None and self.recorder.poll() is not None:
                     raise GraderError(_("成绩册记录进程意外退出（退出码 {code}）").format(code=self.recorder.returncode))
+                more = self.take_turn()
                 self.queue.heartbeat()  # the leases of what this replica grades (shared queue)
                 self.dispatch()
         except GraderError as error:

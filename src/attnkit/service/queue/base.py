@@ -387,10 +387,12 @@ class Queue(ABC):
 
     def counted(self, student: str, assignment: str, best: bool) -> Mapping[str, Any] | None:
         """The delivered, graded submission that counts for ``student`` on ``assignment``: the
-        latest (nbgrader's rule), or the best score (``best``); its ``id``, ``inbound`` and ``results``."""
-        order = "score DESC, id DESC" if best else "id DESC"
+        latest by the service's clock (nbgrader's rule: when each was complete, whatever order the
+        folders were noticed in), or the best score (``best``); its ``id``, ``inbound``, ``noticed``
+        and ``results``."""
+        order = "score DESC, noticed DESC, id DESC" if best else "noticed DESC, id DESC"
         found = self.rows(
-            "SELECT id, inbound, results FROM submissions WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+            "SELECT id, inbound, noticed, results FROM submissions WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
             f" AND score IS NOT NULL ORDER BY {order} LIMIT 1",
             student=student,
             assignment=assignment,

@@ -1,0 +1,257 @@
+"""Issue 48: no input stops ``attnkit serve``; lateness by the service's clock; turns between students.
+
+Real unix students, nbgrader's real exchange and the real service (``--jobs 1``), as in
+test_service_exchange.py. An attacker makes, in their own name and with their own uid, the
+folders that stopped the service for the whole class (each one alone did: the service exited,
+the row went back to the head of the queue, and every restart took it first and exited again):
+
+- a folder name with a byte that is not UTF-8 (the queue's INSERT raised);
+- a ``submission_secret.txt`` that is not UTF-8 (the page's name raised);
+- a ``timestamp.txt`` whose zone dateutil cannot read, and one in year 9999 (the recorder raised
+  OverflowError and the service exited 2);
+- a folder named ``x.ipynb`` beside the notebook, with an empty secret (IsADirectoryError);
+- a second file whose name is not UTF-8;
+- and a ``timestamp.txt`` written by hand (2020) on a late submission, which made it on time on
+  the page and in the gradebook.
+
+After them a classmate submits with nbgrader's own ``submit``: the service is still running, the
+classmate's page arrives, each attack's row is ``refused``/``failed`` with its cause or graded as
+what it is, and the same holds after a restart. Then a student's burst of slow submissions and a
+classmate who comes while the first is graded: the classmate goes next.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from notebooks import wait_in_last_cell
+from test_nbgrader_exchange import as_user, instructor, nbgrader_utc
+from test_service_exchange import ASSIGNMENT, BIN, CORRECT, ROOT, WAIT, Course
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
+GOOD_STAMP = "2026-12-07 07:00:00.000000 UTC"
+
+
+class Attacks:
+    """The attack folders made, by name (as bytes: one is not UTF-8), and what the service did."""
+
+    def __init__(self, course: Course) -> None:
+        self.course = course
+        self.made: dict[str, bytes] = {}
+
+    @property
+    def inbound(self) -> Path:
+        return self.course.exchange / "ch19" / "inbound"
+
+    def make(self, kind: str, user: str, *, name_tail: bytes = b"", files: dict[bytes, bytes] | None = None, folders: tuple[bytes, ...] = ()) -> bytes:
+        """A finished folder as ``nbgrader submit`` leaves it, owned by ``user``, with ``files``
+        replacing or adding to the usual three; the mode 0777 set last."""
+        n = len(self.made)
+        name = f"{user}+{ASSIGNMENT}+2026-12-07 07:00:{n:02d}.000000 UTC+".encode() + (name_tail or f"poison{n}".encode())
+        folder = os.path.join(bytes(self.inbound), name)
+        os.mkdir(folder)
+        contents = {b"attention.ipynb": CORRECT.read_bytes(), b"timestamp.txt": GOOD_STAMP.encode(), b"submission_secret.txt": f"{n:0128x}".encode()}
+        contents.update(files or {})
+        for file_name, data in contents.items():
+            with open(os.path.join(folder, file_name), "wb") as handle:
+                handle.write(data)
+        for sub in folders:
+            os.mkdir(os.path.join(folder, sub))
+        for path in [folder, *(os.path.join(folder, entry) for entry in os.listdir(folder))]:
+            shutil.chown(path, user, user)
+        os.chmod(folder, 0o777)
+        self.made[kind] = name
+        return name
+
+    def row(self, kind: str) -> sqlite3.Row | None:
+        from attnkit.service.exchange import inbound_key
+
+        key = inbound_key(os.fsdecode(self.made[kind]))
+        with self.course.db() as db:
+            found: sqlite3.Row | None = db.execute("SELECT * FROM submissions WHERE inbound = ?", (key,)).fetchone()
+            return found
+
+
+def settled(course: Course, count: int) -> list[sqlite3.Row]:
+    """Wait until at least ``count`` rows are out of the queue (delivered, failed or refused)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        assert course.service is not None and course.service.poll() is None, "the service stopped:\n" + course.log.read_text()[-4000:]
+        with course.db() as db:
+            rows = db.execute("SELECT * FROM submissions WHERE state IN ('delivered', 'failed', 'refused') ORDER BY id").fetchall()
+        if len(rows) >= count:
+            return list(rows)
+        time.sleep(0.2)
+    raise AssertionError(f"only {len(rows)} of {count} settled\n" + course.log.read_text()[-4000:])
+
+
+@pytest.fixture(scope="module")
+def attacked() -> Iterator[tuple[Course, Attacks]]:
+    if shutil.which("useradd") is None or os.geteuid() != 0:
+        pytest.fail("this test creates unix users: run it as root (useradd)")
+    base = Path(tempfile.mkdtemp(prefix="attnkit-poison-"))
+    base.chmod(0o755)
+    course = Course(base)
+    suffix = f"{os.getpid() % 100000}"
+    users = {"attacker": f"ak48a{suffix}", "classmate": f"ak48c{suffix}", "burst": f"ak48b{suffix}"}
+    created: list[str] = []
+    try:
+        course.exchange.mkdir()
+        course.exchange.chmod(0o777)
+        course.root.mkdir()
+        (base / "home").mkdir(mode=0o755)
+        for user in users.values():
+            home = base / "home" / user
+            subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/sh", user], check=True, capture_output=True)
+            created.append(user)
+            course.homes[user] = home
+            (home / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(course.exchange)!r}\nc.CourseDirectory.course_id = 'ch19'\n")
+        shutil.copy(ROOT / "nbgrader_config.py", course.root / "nbgrader_config.py")
+        shutil.copytree(ROOT / "solutions", course.root / "solutions")
+        shutil.copytree(ROOT / "assignments", course.root / "assignments")
+        with open(course.root / "nbgrader_config.py", "a") as config:
+            config.write(f"\nc.Exchange.root = {str(course.exchange)!r}\n")
+        # Due an hour ago: every submission of this module is late by the service's clock.
+        due = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(hours=1)
+        instructor(course.root, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(due)}")
+        instructor(course.root, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
+        for user in users.values():
+            as_user(user, course.homes[user], str(BIN / "nbgrader"), "fetch_assignment", ASSIGNMENT)
+        course.users = users  # type: ignore[attr-defined]
+        course.policy(attempts=0, visibility="full")
+        course.start()
+        attacks = Attacks(course)
+        attacker = users["attacker"]
+        attacks.make("name-not-utf8", attacker, name_tail=b"\xff\xfe-not-utf8")
+        attacks.make("secret-not-utf8", attacker, files={b"submission_secret.txt": b"\xff\xfe\x00secret"})
+        attacks.make("zone-dateutil-cannot-read", attacker, files={b"timestamp.txt": b"2026-12-07 07:00:00.000000 XYZ+99:99"})
+        attacks.make("year-9999", attacker, files={b"timestamp.txt": b"9999-12-31 23:59:59.999999 UTC"})
+        attacks.make("folder-named-ipynb", attacker, files={b"submission_secret.txt": b""}, folders=(b"x.ipynb",))
+        attacks.make("file-name-not-utf8", attacker, files={b"notes-\xff.txt": b"hello"})
+        attacks.make("forged-early-timestamp", attacker, files={b"timestamp.txt": b"2020-01-01 00:00:00.000000 UTC"})
+        yield course, attacks
+    finally:
+        if course.service is not None:
+            course.service.kill()
+            course.service.wait()
+        for user in created:
+            subprocess.run(["userdel", "--remove", user], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def after_attacks(attacked: tuple[Course, Attacks]) -> tuple[Course, Attacks, str]:
+    """The classmate submits after the attacks, with nbgrader's own submit; their page arrives."""
+    course, attacks = attacked
+    classmate = course.users["classmate"]  # type: ignore[attr-defined]
+    page = course.submit(classmate, CORRECT)
+    text = course.fetch(classmate, page)
+    settled(course, len(attacks.made) + 1)
+    return course, attacks, text
+
+
+def test_the_classmate_is_graded_after_every_poison_folder_and_the_service_runs_on(after_attacks: tuple[Course, Attacks, str]) -> None:
+    course, _attacks, page = after_attacks
+    assert 'id="score"' in page
+    assert course.service is not None and course.service.poll() is None
+    assert course.events("stopped") == []
+
+
+@pytest.mark.parametrize("kind", ["name-not-utf8", "secret-not-utf8", "folder-named-ipynb", "file-name-not-utf8"])
+def test_a_poison_folder_is_refused_or_failed_with_its_cause_or_graded_as_what_it_is(after_attacks: tuple[Course, Attacks, str], kind: str) -> None:
+    course, attacks, _page = after_attacks
+    row = attacks.row(kind)
+    assert row is not None, f"{kind}: no row\n{course.log.read_text()[-3000:]}"
+    assert row["state"] in ("refused", "failed", "delivered"), (kind, row["state"])
+    if row["state"] != "delivered":
+        assert row["cause"], f"{kind}: {row['state']} without a cause"
+    else:
+        assert row["score"] == row["max_score"], "what was graded is the student's own correct notebook"
+
+
+@pytest.mark.parametrize("kind", ["zone-dateutil-cannot-read", "year-9999", "forged-early-timestamp"])
+def test_a_timestamp_the_student_wrote_is_shown_never_used(after_attacks: tuple[Course, Attacks, str], kind: str) -> None:
+    """Graded, and late by the service's clock (the due date passed an hour before the module began)."""
+    course, attacks, _page = after_attacks
+    row = attacks.row(kind)
+    assert row is not None and row["state"] == "delivered", (kind, row and dict(row), course.log.read_text()[-3000:])
+    late = __import__("json").loads(row["results"]).get("late")
+    assert late is not None and late["seconds_late"] > 0, (kind, late)
+    assert not late["timestamp"].startswith(("2020", "9999")), late
+
+
+def test_the_gradebook_takes_the_services_time_not_the_students(after_attacks: tuple[Course, Attacks, str]) -> None:
+    """The attacker's counted attempt is recorded with the service's time: late in nbgrader's gradebook too."""
+    from nbgrader.api import Gradebook
+
+    course, _attacks, _page = after_attacks
+    attacker = course.users["attacker"]  # type: ignore[attr-defined]
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with course.db() as db:
+            if db.execute("SELECT COUNT(*) FROM submissions WHERE state = 'delivered' AND recorded = 0").fetchone()[0] == 0:
+                break
+        time.sleep(0.5)
+    stamp = (course.root / "submitted" / attacker / ASSIGNMENT / "timestamp.txt").read_text()
+    assert not stamp.startswith(("2020", "9999", "2026-12-07 07:00:")), stamp
+    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}") as gradebook:
+        submission = gradebook.find_submission(ASSIGNMENT, attacker)
+        assert submission.timestamp is not None and submission.timestamp > submission.duedate
+        assert submission.total_seconds_late > 0
+
+
+def test_after_a_restart_the_poison_is_not_taken_again_and_a_classmate_is_graded(after_attacks: tuple[Course, Attacks, str]) -> None:
+    course, attacks, _page = after_attacks
+    assert course.stop() == 0
+    course.start()
+    classmate = course.users["classmate"]  # type: ignore[attr-defined]
+    page = course.submit(classmate, CORRECT)
+    assert 'id="score"' in course.fetch(classmate, page)
+    assert course.service is not None and course.service.poll() is None and course.events("stopped")[-1]["reason"] == "signal"
+    for kind in attacks.made:
+        row = attacks.row(kind)
+        assert row is not None and row["state"] != "queued", kind
+
+
+def test_a_students_burst_waits_behind_a_classmate_who_came_while_it_was_graded(after_attacks: tuple[Course, Attacks, str], tmp_path: Path) -> None:
+    """Six slow submissions from one student (each waits 2 s in its last cell), then a classmate's:
+    the classmate's is graded as soon as the burst's first is done (on the old claim, by id, it
+    was graded after all six: 47.9 s against 0.4 s in the issue)."""
+    from test_service_exchange import forge_submission
+
+    course, _attacks, _page = after_attacks
+    burst, classmate = course.users["burst"], course.users["classmate"]  # type: ignore[attr-defined]
+    slow = tmp_path / "attention.ipynb"
+    shutil.copy(CORRECT, slow)
+    wait_in_last_cell(slow, 2.0)
+    before = {e["id"] for e in course.events("delivered")}
+    names = [forge_submission(course, burst, slow, 100 + n)[0] for n in range(6)]
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:  # the burst's first is being graded (2 s in its last cell)
+        with course.db() as db:
+            found = db.execute("SELECT state FROM submissions WHERE inbound = ?", (names[0],)).fetchone()
+            if found is not None and found["state"] == "grading":
+                break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the burst's first was never graded\n" + course.log.read_text()[-3000:])
+    forge_submission(course, classmate, CORRECT, 200)
+    deadline = time.monotonic() + WAIT
+    while len([e for e in course.events("delivered") if e["id"] not in before]) < 7 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    delivered = [e for e in course.events("delivered") if e["id"] not in before]
+    order = [e["student"] for e in delivered]
+    assert len(order) == 7, order
+    assert order.index(classmate) == 1, f"the classmate waited behind the burst: {[(e['student'], e['waited'], e['grading']) for e in delivered]}"
+    assert nbformat.read(slow, as_version=4).cells[-1].source.startswith("import time")

@@ -280,6 +280,25 @@ class SharedQueue:
             )
         ]
 
+    def withheld_after_due(self, assignment: str) -> list[Mapping[str, Any]]:
+        """The delivered pages of ``assignment`` of every student with a page withheld until the due
+        date (``shown = 'after-due'``), those and the ones that showed a score (they count in the
+        attempt limit's windows); ``id, student, inbound, feedback, finished, shown``, by student,
+        oldest first (``Service.release_after_due``, ``policies.released_at_due``)."""
+        return self.rows(
+            "SELECT id, student, inbound, feedback, finished, shown FROM submissions"
+            " WHERE assignment = :assignment AND state = :delivered AND shown IN ('after-due', 'full', 'scores', 'released')"
+            " AND student IN (SELECT student FROM submissions WHERE assignment = :assignment AND state = :delivered AND shown = 'after-due')"
+            " ORDER BY student, finished, id",
+            assignment=assignment,
+            delivered=DELIVERED,
+        )
+
+    def release_shown(self, id: int, shown: str) -> bool:
+        """A page withheld until the due date, now ``shown`` (``released``: its full page; ``withheld``:
+        the attempt limit's); False if it was not withheld any more (released once, by one replica)."""
+        return bool(self.execute("UPDATE submissions SET shown = :shown WHERE id = :id AND shown = 'after-due'", id=id, shown=shown))
+
     def deliver(self, id: int, results: dict[str, Any], feedback: str, shown: str, score: float, max_score: float, finished: float | None = None) -> bool:
         """Grading (by this replica) -> delivered, in one statement; False, and nothing changes,
         otherwise. The attempt's number counts the student's deliveries before it (no other of

@@ -9,6 +9,17 @@ every course that uses them, so a course's limits do not belong there)::
 Defaults (``DEFAULT``): 5 graded feedbacks per student per hour, ``full`` pages, the ``latest``
 submission counts (nbgrader's own rule). Past the limit a submission is still graded and
 recorded for the TA; the student's page says when the next feedback comes.
+
+How they compose (issue 48):
+
+- ``after-due`` with ``attempts``: the limit holds. ``after-due`` delays pages, it adds none: at
+  the due date each withheld page becomes the page ``full`` visibility under the same limit would
+  have given it when it was delivered (``released_at_due``): at most ``attempts`` full pages per
+  student in any window, the others the limit's page, saying why.
+- A submission that could not be graded (no notebook read: a link, none, several; a worker that
+  died on it) is "not graded": its page says so and why (``not_graded_page``), whatever the
+  visibility; it is not an attempt, and it never replaces a graded submission in the gradebook
+  (the recorder keeps only graded ones, ``latest`` or ``best``).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from attnkit.i18n import _
 from attnkit.records import ResultsJson
 
 VISIBILITIES = ("full", "scores", "after-due")
+GRADED_PAGES = ("full", "scores", "released")  # what a submission's ``shown`` is when its page showed a score
 COUNTS = ("latest", "best")
 
 
@@ -101,3 +113,34 @@ def after_due_reason(due: float | None) -> str:
     if due is None:
         return _("本作业的反馈在截止之后公布（尚未设定截止时间）。这次提交已评分并记录。")
     return _("本作业的反馈在截止时间 {moment} 之后公布。这次提交已评分并记录；截止后再次提交或运行 Fetch Feedback 即可看到完整反馈。").format(moment=when(due))
+
+
+def released_at_due(policy: Policy, pages: list[tuple[float, str]]) -> list[float | None]:
+    """One student's delivered pages of an assignment, oldest first (when each was delivered, what it
+    showed); for each, once the due date has passed: None, its full page (a page withheld until the
+    due date is released; any other stays as it is), or, for a withheld one past the attempt limit,
+    the moment the limit gave the next feedback (its page says so). The limit counts as it does for
+    ``full`` visibility at the moment each page was delivered: the graded pages of the window that
+    ends there, the ones released before it included."""
+    shown_at: list[float] = []
+    found: list[float | None] = []
+    for finished, shown in pages:
+        if shown != "after-due":
+            if shown in GRADED_PAGES:
+                shown_at.append(finished)
+            found.append(None)
+            continue
+        recent = [moment for moment in shown_at if finished - policy.window_seconds <= moment <= finished]
+        if policy.attempts and len(recent) >= policy.attempts:
+            found.append(recent[len(recent) - policy.attempts] + policy.window_seconds)
+            continue
+        shown_at.append(finished)
+        found.append(None)
+    return found
+
+
+def not_graded_page(assignment: str, reason: str) -> str:
+    """A submission that could not be graded: why; no score (it does not count, not even as an attempt)."""
+    title = _("{assignment} 已收到").format(assignment=assignment)
+    why = _("这次提交未能评分：{reason}。它不计入成绩，也不占评分反馈的次数；成绩册里保留你之前已评分的提交（如有）。").format(reason=reason)
+    return _page(title, f'<h1>{html.escape(title)}</h1><p id="not-graded">{html.escape(why)}</p>')

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import itertools
 import json
 import math
 import multiprocessing.connection
@@ -45,8 +46,19 @@ from attnkit.records import Job, ResultsJson, SubmissionRecord
 from attnkit.report.results_json import results_json
 from attnkit.report.store import bounded_feedback
 from attnkit.service import exchange as ex
-from attnkit.service.policies import DEFAULT, Policy, after_due_reason, limit_reason, policies_from, scores_page, withheld_page
+from attnkit.service.policies import (
+    DEFAULT,
+    Policy,
+    after_due_reason,
+    limit_reason,
+    not_graded_page,
+    policies_from,
+    released_at_due,
+    scores_page,
+    withheld_page,
+)
 from attnkit.service.http_submit import SPOOL, take_spooled
+from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
 from attnkit.service.queue import FAILED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
 
@@ -275,9 +287,11 @@ class Service:
         self.pool = WarmPool(autograder, workers, limits, hide, self.on_record, seed)
         self.recorder: subprocess.Popen | None = None
         self.listener: socket.socket | None = None
+        self.endpoint: Endpoint | None = None  # /metrics and /health, served by this loop without blocking it
         if metrics_port is not None:
             self.listener = socket.create_server((metrics_host, metrics_port))
-            self.listener.setblocking(False)
+            self.endpoint = Endpoint(self.listener, self.metrics_answer)
+            os.register_at_fork(after_in_child=self.endpoint.close)  # a worker keeps no client's connection
         from inotify_simple import INotify
 
         self.inotify = INotify()
@@ -500,6 +514,9 @@ class Service:
         # database and the exchange only: no graded/ folder, no fsync on the feedback's way.
         suite = self.suites[row.assignment]
         results = results_json(record, suite)
+        if not flight.job.notebooks and not results.get("not_graded"):
+            # No notebook was read (a link, none, several): not graded, never a 0 over the student's score.
+            results["not_graded"] = "; ".join(results["problems"]) or _("提交里没有可评分的内容")
         late = self.lateness(row, results)
         if late is not None:
             results["late"] = late
@@ -571,7 +588,11 @@ class Service:
         }
 
     def page_for(self, row: Row, results: ResultsJson, policy: Policy, full: bytes, now: float) -> tuple[str, bytes]:
-        """What the student sees of this graded submission, as the assignment's policy says."""
+        """What the student sees of this graded submission, as the assignment's policy says. One
+        that could not be graded says so at once, whatever the policy: it shows no score, it is no
+        attempt (``shown`` "not-graded" is not counted), and the gradebook keeps the earlier one."""
+        if results.get("not_graded"):
+            return "not-graded", not_graded_page(row.assignment, results["not_graded"]).encode()
         if policy.visibility == "after-due":
             due = self.due(row.assignment)
             if due is None or now < due:
@@ -591,18 +612,31 @@ class Service:
         return self.dues.get(assignment)
 
     def release_after_due(self) -> None:
-        """Pages withheld until the due date, once it has passed: each submission's full page, in
-        place of its own withheld one (every submission has its own page: no other is touched)."""
+        """Pages withheld until the due date, once it has passed: each becomes the page ``full``
+        visibility under the same attempt limit would have given it when it was delivered
+        (``policies.released_at_due``: the limit holds under after-due, issue 48): its full page in
+        place of its withheld one, or, past the limit in its window, the limit's page, saying why.
+        Every submission has its own page: no other is touched."""
         for assignment, policy in self.policies.items():
             due = self.due(assignment) if policy.visibility == "after-due" else None
             if due is None or time.time() < due:
                 continue
-            for row in self.queue.withheld_until_due(assignment):
-                kept = self.attempts / row["inbound"] / "feedback.html"
-                if kept.is_file():
-                    ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
-                if self.queue.mark_shown(row["id"], "after-due", "released"):
-                    self.emit("released", id=row["id"], assignment=assignment)
+            pages = self.queue.withheld_after_due(assignment)
+            for _student, group in itertools.groupby(pages, key=lambda page: page["student"]):
+                mine = list(group)
+                for row, next_at in zip(mine, released_at_due(policy, [(float(r["finished"]), r["shown"]) for r in mine]), strict=True):
+                    if row["shown"] != "after-due":
+                        continue
+                    if next_at is None:
+                        kept = self.attempts / row["inbound"] / "feedback.html"
+                        if kept.is_file():
+                            ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
+                        if self.queue.release_shown(row["id"], "released"):
+                            self.emit("released", id=row["id"], assignment=assignment)
+                    else:
+                        ex.place_feedback(self.course, row["feedback"], withheld_page(assignment, limit_reason(policy, next_at)).encode())
+                        if self.queue.release_shown(row["id"], "withheld"):
+                            self.emit("withheld", id=row["id"], assignment=assignment, reason="attempts", next=round(next_at, 3))
 
     # -- metrics and health ------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -621,33 +655,25 @@ class Service:
             return False, f"database: {type(error).__name__}"
         return True, "ready"
 
-    def answer_metrics(self) -> None:
+    def answer_metrics(self, ready: list[Any]) -> None:
+        """The ``/metrics`` and ``/health`` port's turn in the loop (``metrics_endpoint``): its
+        connections are non-blocking and in the loop's wait set; what ``ready`` says can be read is
+        read, a complete request line answered, a connection dropped after its deadline. Nothing
+        here waits for a client (issue 48: idle connections held the loop for a second each)."""
+        assert self.endpoint is not None
+        self.endpoint.turn(ready)
+
+    def metrics_answer(self, path: bytes) -> tuple[bytes, bytes, bytes]:
         """``GET /health``: 200 "ready" (or 503 and why not), for a readiness probe or a load
-        balancer; any other path: ``/metrics`` (Prometheus' text format)."""
-        assert self.listener is not None
-        try:
-            connection, _address = self.listener.accept()
-        except OSError:
-            return
-        with connection:
-            connection.settimeout(1.0)
-            try:
-                request = connection.recv(4096)
-                path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
-                ready, why = self.readiness()
-                if path.split(b"?")[0] == b"/health":
-                    status = b"200 OK" if ready else b"503 Service Unavailable"
-                    body = json.dumps({"status": why, "replica": self.replica, "workers": self.pool.workers, "in_flight": len(self.in_flight)}).encode()
-                    kind = b"application/json"
-                else:
-                    counts = self.queue.counts()
-                    status, kind = b"200 OK", b"text/plain; version=0.0.4"
-                    body = self.metrics.text(counts[QUEUED], counts[GRADING], self.replica, len(self.in_flight), ready).encode()
-                connection.sendall(
-                    b"HTTP/1.0 " + status + b"\r\nContent-Type: " + kind + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-                )
-            except OSError:
-                pass
+        balancer; any other path: ``/metrics`` (Prometheus' text format). (status, type, body)."""
+        ready, why = self.readiness()
+        if path == b"/health":
+            status = b"200 OK" if ready else b"503 Service Unavailable"
+            body = json.dumps({"status": why, "replica": self.replica, "workers": self.pool.workers, "in_flight": len(self.in_flight)}).encode()
+            return status, b"application/json", body
+        counts = self.queue.counts()
+        body = self.metrics.text(counts[QUEUED], counts[GRADING], self.replica, len(self.in_flight), ready).encode()
+        return b"200 OK", b"text/plain; version=0.0.4", body
 
     # -- the loop ----------------------------------------------------------------------------
     def start_recorder(self) -> None:
@@ -705,8 +731,8 @@ class Service:
         try:
             while not self.stopping:
                 waiting: list[Any] = [*self.pool.connections(), self.inotify.fileno()]
-                if self.listener is not None:
-                    waiting.append(self.listener)
+                if self.endpoint is not None:
+                    waiting += self.endpoint.waitables()  # the listener and its open connections
                 ready = multiprocessing.connection.wait(waiting, timeout=0 if more else 0.25)
                 if self.inotify.fileno() in ready:
                     events = self.inotify.read(timeout=0)
@@ -716,8 +742,8 @@ class Service:
                     if any(event.mask & flags.Q_OVERFLOW for event in events):  # events lost: look at everything
                         self.pending.clear()
                         self.rescan()
-                if self.listener is not None and self.listener in ready:
-                    self.answer_metrics()
+                if self.endpoint is not None:
+                    self.answer_metrics(ready)  # every turn: connections past their deadline are dropped
                 self.pool.pump([r for r in ready if r in self.pool.pool])
                 if time.monotonic() - last_scan > RESCAN_SECONDS:
                     self.rescan()

@@ -363,17 +363,24 @@ class Queue(ABC):
         return int(self.rows("SELECT COUNT(*) AS n FROM submissions WHERE state = 'delivered' AND recorded = 0")[0]["n"])
 
     # -- pages withheld until the due date -------------------------------------------------------
-    def withheld_until_due(self, assignment: str) -> list[Mapping[str, Any]]:
-        """Delivered submissions of ``assignment`` whose full page waits for the due date."""
+    def withheld_after_due(self, assignment: str) -> list[Mapping[str, Any]]:
+        """The delivered pages of ``assignment`` of every student with a page withheld until the due
+        date (``shown = 'after-due'``), those and the ones that showed a score (they count in the
+        attempt limit's windows); ``id, student, inbound, feedback, finished, shown``, by student,
+        oldest first (``Service.release_after_due``, ``policies.released_at_due``)."""
         return self.rows(
-            "SELECT * FROM submissions WHERE assignment = :assignment AND shown = 'after-due' AND state = 'delivered' ORDER BY id",
+            "SELECT id, student, inbound, feedback, finished, shown FROM submissions"
+            " WHERE assignment = :assignment AND state = 'delivered' AND shown IN ('after-due', 'full', 'scores', 'released')"
+            " AND student IN (SELECT student FROM submissions WHERE assignment = :assignment AND state = 'delivered' AND shown = 'after-due')"
+            " ORDER BY student, finished, id",
             assignment=assignment,
         )
 
-    def mark_shown(self, id: int, was: str, now: str) -> bool:
-        """What submission ``id``'s page shows, from ``was`` to ``now``; False if it was not ``was``."""
+    def release_shown(self, id: int, shown: str) -> bool:
+        """A page withheld until the due date, now ``shown`` (``released``: its full page; ``withheld``:
+        the attempt limit's); False if it was not withheld any more (released once, by one replica)."""
         with self.transaction() as db:
-            return bool(self.run(db, "UPDATE submissions SET shown = :now WHERE id = :id AND shown = :was", id=id, was=was, now=now))
+            return bool(self.run(db, "UPDATE submissions SET shown = :shown WHERE id = :id AND shown = 'after-due'", id=id, shown=shown))
 
     # -- the recorder --------------------------------------------------------------------------
     def unrecorded_pairs(self, limit: int) -> list[Mapping[str, Any]]:

@@ -316,25 +316,24 @@ class Service:
         claimed = ex.parse_name(name)
         if claimed is None:
             return
-        folder = self.course.inbound / name
-        timestamp = ex.finished(folder)
-        if timestamp is None:
+        # Finished, whose, and copied in one pass over one opening of the folder (ex.take). A row
+        # in the queue always has its copy (made before the row is written).
+        staged = self.attempts / name / claimed.student / claimed.assignment
+        taken = ex.take(self.course.inbound, name, claimed.student, self.uid, staged, held=ex.held_by(self.attempts, claimed.student))
+        if taken.pending:
             self.pending.add(name)
             return
         self.pending.discard(name)
         self.known.add(name)
         noticed = time.time()
-        problem = ex.owner_problem(folder, claimed.student, self.uid)
-        if problem:
+        timestamp, problem = taken.timestamp or claimed.timestamp, taken.reason
+        if not taken.ok:
             if self.queue.refuse(name, claimed.student, claimed.assignment, timestamp, problem, noticed) is None:
                 return  # another replica refused it already
             self.metrics.refused += 1
             self.emit("refused", inbound=name, student=claimed.student, assignment=claimed.assignment, cause=problem)
             return
-        # A row in the queue always has its copy (made before the row is seen; with replicas, by
-        # the one whose row it became).
-        staged = self.attempts / name / claimed.student / claimed.assignment
-        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed, stage=lambda: ex.stage(folder, staged)) is not None:
+        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed) is not None:
             self.emit("queued", inbound=name, student=claimed.student, assignment=claimed.assignment)
 
     # -- grading -----------------------------------------------------------------------------
@@ -348,13 +347,12 @@ class Service:
                 continue
             root = self.attempts / row.inbound
             if not (root / row.student / row.assignment).is_dir():  # lost with a power cut: copied again, checked again
-                folder = self.course.inbound / row.inbound
-                problem = ex.owner_problem(folder, row.student, self.uid) if folder.is_dir() else _("提交文件夹已不在交换目录里")
-                if problem:
-                    self.queue.fail(row.id, problem)
+                held = ex.held_by(self.attempts, row.student)
+                taken = ex.take(self.course.inbound, row.inbound, row.student, self.uid, root / row.student / row.assignment, held=held)
+                if not taken.ok:
+                    self.queue.fail(row.id, _("提交文件夹已不在交换目录里") if taken.pending else taken.reason)
                     self.metrics.failed += 1
                     continue
-                ex.stage(folder, root / row.student / row.assignment)
             intake = find_jobs(root, self.suites, row.assignment, self.digests)
             job = next((job for job in intake.jobs if job.student_id == row.student), None)
             if job is None:

@@ -245,7 +245,14 @@ def test_a_folder_named_like_a_notebook_never_raises(ex: Exchange, folder_name: 
 
 @pytest.mark.parametrize(
     "stamp",
-    [b"9999-12-31 23:59:59.999999 UTC", b"2026-12-05 06:00:00.000000 Mars/Olympus", b"2026-12-05 06:00:00.000000 UTC\x1b[2J", b"\xff\xfe2026", b"2026-02-30 06:00:00.000000 UTC", b""],
+    [
+        b"9999-12-31 23:59:59.999999 UTC",
+        b"2026-12-05 06:00:00.000000 Mars/Olympus",
+        b"2026-12-05 06:00:00.000000 UTC\x1b[2J",
+        b"\xff\xfe2026",
+        b"2026-02-30 06:00:00.000000 UTC",
+        b"",
+    ],
 )
 def test_a_timestamp_nbgrader_never_writes_refuses_the_submission(ex: Exchange, stamp: bytes) -> None:
     name = submit(ex, ex.ana, {"timestamp.txt": stamp})

@@ -91,3 +91,10 @@ def test_owner_problem_of_a_file_of_root_planted_in_a_finished_folder(ex: Exchan
     shutil.chown(ex.inbound / name / "planted.ipynb", ex.ana, ex.ana)
     assert exchange.owner_problem(ex.inbound / name, ex.ana, os.geteuid()) == ""
     assert ids(ex.ana)[0] != 0
+
+
+def test_an_inbound_name_that_is_not_text_is_no_submission() -> None:
+    """The service records names in its database (text): such a folder is ignored, never recorded."""
+    assert exchange.parse_name("ana+ch19-attention+2026-12-05 06:00:00.000000 UTC+abc") is not None
+    assert exchange.parse_name("ana\udce9+ch19-attention+2026-12-05 06:00:00.000000 UTC+abc") is None
+    assert exchange.parse_name("ana\n+ch19-attention+2026-12-05 06:00:00.000000 UTC+abc") is None

@@ -88,9 +88,11 @@ class Inbound:
 
 
 def parse_name(name: str) -> Inbound | None:
-    """``student+assignment+timestamp[+random]`` (nbgrader's ``assignment_filename``), else None."""
+    """``student+assignment+timestamp[+random]`` (nbgrader's ``assignment_filename``), else None
+    (also a name that is not UTF-8 text or holds control characters: never a student's, and
+    nothing the service's records could hold)."""
     parts = name.split("+")
-    if len(parts) not in (3, 4) or not all(parts[:3]) or name.startswith("."):
+    if len(parts) not in (3, 4) or not all(parts[:3]) or name.startswith(".") or name_problem(name):
         return None
     return Inbound(name, parts[0], parts[1], parts[2])
 

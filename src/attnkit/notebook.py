@@ -63,9 +63,9 @@ def kind_of(mode: int) -> str:
     return _("特殊文件")
 
 
-def _open_below(root: Path, path: Path) -> tuple[int, int]:
-    """(folder fd, fd) of ``path``'s parent and ``path`` itself, every component below ``root``
-    opened without following links. The caller closes both."""
+def _open_below(root: Path, path: Path) -> int:
+    """A descriptor of ``path``'s parent folder, every component below ``root`` opened without
+    following links. The caller closes it."""
     try:
         parts = path.relative_to(root).parts
     except ValueError:
@@ -81,19 +81,7 @@ def _open_below(root: Path, path: Path) -> tuple[int, int]:
                 raise Unsafe(_("路径中的“{name}”不是普通文件夹（可能是符号链接），未读取").format(name=display_name(part))) from error
             os.close(folder)
             folder = inner
-        name = parts[-1]
-        try:
-            before = os.stat(name, dir_fd=folder, follow_symlinks=False)
-        except OSError as error:
-            raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
-        # Checked before open: opening a device node can itself have effects (a tape rewinds).
-        if not stat.S_ISREG(before.st_mode):
-            raise Unsafe(_("这是{kind}而不是普通文件，未读取").format(kind=kind_of(before.st_mode)))
-        try:
-            handle = os.open(name, _FILE_FLAGS, dir_fd=folder)
-        except OSError as error:
-            raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
-        return folder, handle
+        return folder
     except BaseException:
         os.close(folder)
         raise
@@ -102,7 +90,33 @@ def _open_below(root: Path, path: Path) -> tuple[int, int]:
 def read_submitted(root: Path, path: Path, limit: int = MAX_SUBMITTED_BYTES) -> bytes:
     """The bytes of ``path`` (below the submissions folder ``root``) if it is a regular file of at
     most ``limit`` bytes reached through real folders only; otherwise :class:`Unsafe` saying why."""
-    folder, handle = _open_below(root, path)
+    folder = _open_below(root, path)
+    try:
+        return read_opened(folder, path.name, limit)
+    finally:
+        os.close(folder)
+
+
+def read_opened(folder: int, name: str, limit: int = MAX_SUBMITTED_BYTES) -> bytes:
+    """The bytes of the entry ``name`` of the folder open at ``folder`` (a descriptor the caller
+    opened without following links), read as :func:`read_submitted` reads: the name is one
+    component, not followed if a link (O_NOFOLLOW), opened without blocking (a FIFO), and the
+    descriptor opened must be a regular file of at most ``limit`` bytes (``fstat``, checked before
+    anything is read; never more than ``limit + 1`` bytes read, whatever it grows to), else
+    :class:`Unsafe` saying why. Every check is on what is read: nothing is reopened by path."""
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise Unsafe(_("文件路径不合法，未读取"))
+    try:
+        before = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError as error:
+        raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
+    # Checked before open: opening a device node can itself have effects (a tape rewinds).
+    if not stat.S_ISREG(before.st_mode):
+        raise Unsafe(_("这是{kind}而不是普通文件，未读取").format(kind=kind_of(before.st_mode)))
+    try:
+        handle = os.open(name, _FILE_FLAGS, dir_fd=folder)
+    except OSError as error:
+        raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
     try:
         info = os.fstat(handle)
         # Checked again on the descriptor: the name may have been swapped since the lstat.
@@ -123,7 +137,6 @@ def read_submitted(root: Path, path: Path, limit: int = MAX_SUBMITTED_BYTES) -> 
         raise Unsafe(_("无法读取文件：{reason}").format(reason=error.strerror)) from None
     finally:
         os.close(handle)
-        os.close(folder)
 
 
 def digest_of(data: bytes) -> str:

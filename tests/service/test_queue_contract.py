@@ -156,7 +156,7 @@ def test_what_the_pages_status_and_recorder_read(make_queue: MakeQueue) -> None:
         assert ours
         queue.mark_recorded([("ana", "x", ids[1])])
     assert queue.unrecorded() == 1
-    assert [int(r["id"]) for r in queue.withheld_after_due("x")] == [ids[0], ids[2], ids[1]], "the withheld page and the student's others, by when each was delivered"
+    assert [int(r["id"]) for r in queue.withheld_after_due("x")] == [ids[0], ids[2], ids[1]], "by when each was delivered"
     assert queue.release_shown(ids[1], "released") and not queue.release_shown(ids[1], "released")
     assert queue.withheld_after_due("x") == []
     assert sorted(queue.latencies_since(0.0)) == [103.0, 103.0, 108.0]

@@ -23,11 +23,18 @@ from attnkit import i18n
 from attnkit.assignment.folder import Assignment
 from attnkit.constants import GraderError
 from attnkit.i18n import _
-from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_submitted
+from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_opened
 from attnkit.intake.lms_record import lms_lateness, lms_record
 from attnkit.records import Job
 
 MAX_ID_LENGTH = 200
+# Entries listed in one student's folder or assignment folder (a submissions folder of a whole class
+# is the TA's, listed whole): a folder of 100,000 is not listed on, its student gets a 0 that says why.
+MAX_LISTED = 10_000
+
+
+class _TooMany(Exception):
+    """A student's folder lists more than MAX_LISTED entries (internal)."""
 
 
 @dataclass
@@ -80,11 +87,14 @@ def id_problem(name: str) -> str:
     return ""
 
 
-def _entries(folder_fd: int) -> list[tuple[str, int]]:
-    """(name, lstat mode) of a folder's entries, sorted; nothing is followed."""
-    found = []
+def _entries(folder_fd: int, cap: int | None = None) -> list[tuple[str, int]]:
+    """(name, lstat mode) of a folder's entries, sorted; nothing is followed. ``cap``: at most
+    that many listed, else :class:`_TooMany` (the rest never listed)."""
+    found: list[tuple[str, int]] = []
     with os.scandir(folder_fd) as entries:
         for entry in entries:
+            if cap is not None and len(found) >= cap:
+                raise _TooMany
             try:
                 found.append((entry.name, entry.stat(follow_symlinks=False).st_mode))
             except OSError:
@@ -145,7 +155,9 @@ def _present(root_fd: int, students: list[tuple[str, int]], suites: dict[str, As
             except OSError:
                 continue
             try:
-                seen.update(entry for entry, _ in _entries(folder_fd) if entry in suites)
+                seen.update(entry for entry, _ in _entries(folder_fd, MAX_LISTED) if entry in suites)
+            except _TooMany:
+                continue
             finally:
                 os.close(folder_fd)
     return [suite for suite in suites.values() if suite.name in seen] or list(suites.values())
@@ -197,7 +209,12 @@ def _student(submitted: Path, root_fd: int, student_id: str, mode: int, chosen: 
             intake.jobs.append(job(assignment, [_("无法打开学生文件夹：{reason}").format(reason=error.strerror)]))
         return
     try:
-        entries = _entries(student_fd)
+        try:
+            entries = _entries(student_fd, MAX_LISTED)
+        except _TooMany:
+            for assignment in chosen:
+                intake.jobs.append(job(assignment, [_too_many(student_id)]))
+            return
         modes = dict(entries)
         strays = [n for n, m in entries if n.endswith(".ipynb") and not n.startswith(".")]
         for name, entry_mode in entries:
@@ -257,9 +274,24 @@ def _assignment(
         intake.jobs.append(job(assignment, [_("无法打开作业文件夹：{reason}").format(reason=error.strerror)]))
         return
     try:
-        candidates = [n for n, _ in _entries(assignment_fd) if n.endswith(".ipynb") and not n.startswith(".")]
+        _graded(submitted, assignment_fd, student_id, assignment, job, intake)
     finally:
         os.close(assignment_fd)
+
+
+def _too_many(where: str) -> str:
+    return _("文件夹 {name} 里的条目过多（超过 {limit} 个），未评分").format(name=display_name(where), limit=MAX_LISTED)
+
+
+def _graded(submitted: Path, assignment_fd: int, student_id: str, assignment: Assignment, job: Callable[..., Job], intake: Intake) -> None:
+    """The notebook graded in one student's assignment folder (open at ``assignment_fd``: listed
+    and read through that one opening), or the reason there is none."""
+    name, expected = assignment.name, assignment.notebook
+    try:
+        candidates = [n for n, _ in _entries(assignment_fd, MAX_LISTED) if n.endswith(".ipynb") and not n.startswith(".")]
+    except _TooMany:
+        intake.jobs.append(job(assignment, [_too_many(f"{student_id}/{name}")]))
+        return
     folder = submitted / student_id / name
     notes: list[str] = []
     renamed = [n for n in candidates if is_renamed(n, expected)]
@@ -292,9 +324,10 @@ def _assignment(
         intake.jobs.append(job(assignment, [_("{name}：文件名不是有效的 UTF-8 文本，未读取").format(name=shown)], notes=notes))
         return
     try:
-        # Read (capped, links refused) to fingerprint the exact bytes; the worker reads them
-        # again the same way and checks this digest before grading them.
-        data = read_submitted(submitted, folder / notebook)
+        # Read (capped, links refused, through the folder's own opening: the descriptor it was
+        # listed from) to fingerprint the exact bytes; the worker reads them again the same way
+        # and checks this digest before grading them.
+        data = read_opened(assignment_fd, notebook)
     except Unsafe as error:
         intake.jobs.append(job(assignment, [_("{name}：{problem}").format(name=notebook, problem=error)], notes=notes))
         return

@@ -22,6 +22,7 @@ import json
 import math
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -421,19 +422,22 @@ class Service:
         claimed = ex.parse_name(name)
         if claimed is None:
             return 1
-        folder = self.course.inbound / name
-        timestamp = ex.finished(folder)
-        if timestamp is None:
+        # Finished, whose, and copied in one pass over one opening of the folder (ex.take). A row
+        # in the queue always has its copy (made before the row is written).
+        staged = self.attempts / name / claimed.student / claimed.assignment
+        taken = ex.take(self.course.inbound, name, claimed.student, self.uid, staged, held=ex.held_by(self.attempts, claimed.student))
+        if taken.pending:
             self.pending[name] = time.monotonic()
             return 1
         self.pending.pop(name, None)
         self.known.add(name)
         # The service's clock: when it first saw the folder complete, or the kernel's record of
-        # the folder's last change where that is earlier (the service was down when it came).
-        # Never the student's timestamp.txt, which is theirs to write (kept for display).
-        noticed = min(time.time(), ex.changed(folder))
-        problem = ex.owner_problem(folder, claimed.student, self.uid)
-        if not problem and self.queue.waiting(claimed.student) >= MAX_WAITING:
+        # the last change of the folder and what was copied from it where that is earlier (the
+        # service was down when it came). Never the student's timestamp.txt (kept for display).
+        noticed = min(time.time(), taken.changed) if taken.ok else time.time()
+        timestamp, problem = taken.timestamp or claimed.timestamp, taken.reason
+        if taken.ok and self.queue.waiting(claimed.student) >= MAX_WAITING:
+            shutil.rmtree(self.attempts / name, ignore_errors=True)
             problem = _("你已有 {count} 份提交在排队等待评分（上限）：这份未评分，请等反馈后再提交").format(count=MAX_WAITING)
         if problem:
             if self.queue.refuse(name, claimed.student, claimed.assignment, timestamp, problem, noticed) is None:
@@ -441,10 +445,7 @@ class Service:
             self.metrics.refused += 1
             self.emit("refused", inbound=name, student=claimed.student, assignment=claimed.assignment, cause=problem)
             return 2
-        # A row in the queue always has its copy (made before the row is seen; with replicas, by
-        # the one whose row it became).
-        staged = self.attempts / name / claimed.student / claimed.assignment
-        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed, stage=lambda: ex.stage(folder, staged)) is not None:
+        if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed) is not None:
             self.emit("queued", inbound=name, student=claimed.student, assignment=claimed.assignment)
         return 4
 
@@ -481,13 +482,12 @@ class Service:
             return
         root = self.attempts / row.inbound
         if not (root / row.student / row.assignment).is_dir():  # lost with a power cut: copied again, checked again
-            folder = self.course.inbound / row.inbound
-            problem = ex.owner_problem(folder, row.student, self.uid) if folder.is_dir() else _("提交文件夹已不在交换目录里")
-            if problem:
-                self.queue.fail(row.id, problem)
+            held = ex.held_by(self.attempts, row.student)
+            taken = ex.take(self.course.inbound, row.inbound, row.student, self.uid, root / row.student / row.assignment, held=held)
+            if not taken.ok:
+                self.queue.fail(row.id, _("提交文件夹已不在交换目录里") if taken.pending else taken.reason)
                 self.metrics.failed += 1
                 return
-            ex.stage(folder, root / row.student / row.assignment)
         intake = find_jobs(root, self.suites, row.assignment, self.digests)
         job = next((job for job in intake.jobs if job.student_id == row.student), None)
         if job is None:

@@ -216,3 +216,41 @@ def test_a_students_burst_waits_behind_a_classmate_who_came_while_it_was_graded(
     assert len(order) == 7, order
     assert order.index(classmate) == 1, f"the classmate waited behind the burst: {[(e['student'], e['waited'], e['grading']) for e in delivered]}"
     assert nbformat.read(slow, as_version=4).cells[-1].source.startswith("import time")
+
+
+def test_two_submissions_of_one_student_apart_each_get_their_own_result(after_attacks: tuple[Course, Attacks, str]) -> None:
+    """Issue 50: with two warm workers, a student's next submission claimed between a worker's
+    record and its end-of-chunk message was delivered as "0 / 0" ungraded, and each later one got
+    the previous one's result (the engine told jobs apart by student and assignment only). A
+    correct notebook and a mistaken one 0.3 s apart, six times: each row has its own score."""
+    from test_service_exchange import MISTAKE, forge_submission
+
+    course, _attacks, _page = after_attacks
+    student = course.users["classmate"]  # type: ignore[attr-defined]
+    assert course.stop() == 0
+    course.jobs = 2
+    course.start()
+    try:
+        made: dict[str, bool] = {}  # inbound name -> the notebook was the correct one
+        for n in range(6):
+            made[forge_submission(course, student, CORRECT, 300 + 2 * n)[0]] = True
+            time.sleep(0.3)
+            made[forge_submission(course, student, MISTAKE, 301 + 2 * n)[0]] = False
+            time.sleep(1.0)
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            with course.db() as db:
+                rows = {r["inbound"]: r for r in db.execute("SELECT * FROM submissions") if r["inbound"] in made}
+            if len(rows) == len(made) and all(r["state"] == "delivered" for r in rows.values()):
+                break
+            time.sleep(0.3)
+        wrong = [
+            (name[-8:], row["state"], row["score"], row["max_score"])
+            for name, row in rows.items()
+            if row["state"] != "delivered" or not row["max_score"] or (row["score"] == row["max_score"]) != made[name]
+        ]
+        assert wrong == [], f"results on the wrong submission: {wrong}"
+    finally:
+        assert course.stop() == 0
+        course.jobs = 1
+        course.start()

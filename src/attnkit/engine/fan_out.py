@@ -259,13 +259,19 @@ class FanOut:
         self.pool[result_reader] = worker
         return worker
 
+    def waiting(self, job: Job) -> bool:
+        """``job`` itself is still to be recorded: not only another job of the same student and
+        assignment (the service's next submission of a student reuses the key as soon as the
+        last one is recorded, while its worker's end-of-chunk message may still be on the way)."""
+        return self.remaining.get(job.key) is job
+
     def feed(self, worker: _Worker) -> None:
         """Send ``worker`` the next chunk with a job still to grade (None when there is none)."""
-        work, remaining = self.work, self.remaining
-        while work and not any(job.key in remaining for job in work[0]):
+        work = self.work
+        while work and not any(self.waiting(job) for job in work[0]):
             work.popleft()
         worker.current, worker.since = None, time.monotonic()
-        worker.chunk = [job for job in work.popleft() if job.key in remaining] if work else None
+        worker.chunk = [job for job in work.popleft() if self.waiting(job)] if work else None
         try:
             worker.inbox.send(worker.chunk)
         except OSError:
@@ -284,7 +290,7 @@ class FanOut:
         if kind == messages.STARTED:
             worker.current, worker.since = message[messages.STARTED], time.monotonic()
         elif kind == messages.CHUNK_DONE:
-            if any(job.key in self.remaining for job in worker.chunk or []):
+            if any(self.waiting(job) for job in worker.chunk or []):
                 # A session that ended without a record for someone: find whom, alone.
                 self.chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
             self.feed(worker)
@@ -293,7 +299,8 @@ class FanOut:
             self.feed(worker)
         else:
             key = f"{message['student_id']}/{message['assignment']}"
-            if key in self.remaining:
+            # The record is the job this worker was given, never a later one with its key.
+            if any(job.key == key and self.waiting(job) for job in worker.chunk or []):
                 del self.remaining[key]
                 self.on_record(message)
 
@@ -308,7 +315,7 @@ class FanOut:
     def chunk_failed(self, worker: _Worker, reason: str) -> None:
         """Its ungraded submissions go back: the one it was on alone (the likely culprit), the
         rest together; a submission that fails alone is recorded as not graded."""
-        left = [job for job in worker.chunk or [] if job.key in self.remaining]
+        left = [job for job in worker.chunk or [] if self.waiting(job)]
         worker.chunk = None
         if len(left) == 1:
             job = left[0]

@@ -36,7 +36,7 @@ class WarmPool(FanOut):
 
     def feed(self, worker: _Worker) -> None:
         """The next waiting job to ``worker``, else it is parked (never sent the ``None`` that ends it)."""
-        while self.work and not any(job.key in self.remaining for job in self.work[0]):
+        while self.work and not any(self.waiting(job) for job in self.work[0]):
             self.work.popleft()
         worker.current, worker.since = None, time.monotonic()
         if not self.work:
@@ -44,7 +44,7 @@ class WarmPool(FanOut):
             if worker not in self.idle:
                 self.idle.append(worker)
             return
-        worker.chunk = [job for job in self.work.popleft() if job.key in self.remaining]
+        worker.chunk = [job for job in self.work.popleft() if self.waiting(job)]
         try:
             worker.inbox.send(worker.chunk)
         except OSError:

@@ -347,3 +347,25 @@ def test_the_client_refuses_a_notebook_over_the_cap_or_not_a_file_before_reading
     fine = tmp_path / "fine.ipynb"
     fine.write_bytes(b"{}")
     assert read_notebook(fine) == b"{}"
+
+
+def test_the_form_is_read_from_its_file_parts_counted_first(tmp_path: Path) -> None:
+    """``read_form``: the fields, and where the notebook lies, found a window at a time (a
+    delimiter across two windows too); more parts than allowed refused before any is parsed."""
+    from attnkit.service.http_submit import Refused, read_form
+
+    path = tmp_path / "body"
+    before = multipart({"_xsrf": "t0k", "assignment": ASSIGNMENT}, b"\0")[0].index(b"\0")  # the bytes before the notebook
+    # The delimiter after the notebook at each place around the third window's end (read in 1 MiB).
+    for shift in range(-48, 8):
+        notebook = b"{" + b"n" * (3 * 1024 * 1024 - before - 2 + shift) + b"}"
+        body, kind = multipart({"_xsrf": "t0k", "assignment": ASSIGNMENT}, notebook)
+        path.write_bytes(body)
+        fields, where = read_form(path, kind, 8)
+        assert fields == {"_xsrf": b"t0k", "assignment": ASSIGNMENT.encode()}
+        assert where is not None and body[where[0] : where[1]] == notebook, shift
+    many, kind = multipart({f"f{n}": "x" for n in range(20)}, b"{}")
+    path.write_bytes(many)
+    with pytest.raises(Refused):
+        read_form(path, kind, 8)
+    assert read_form(path, "application/x-www-form-urlencoded", 8) == ({}, None)

@@ -27,18 +27,21 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
+import tempfile
 import time
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from attnkit.i18n import _
 from attnkit.notebook import MAX_SUBMITTED_BYTES
 
 SPOOL = "http"  # under the service's state folder
+INCOMING = ".incoming"  # under it too: the bodies being received (SubmitHandler), each one file
 PREFIX = "http"
 MAX_BODY_BYTES = MAX_SUBMITTED_BYTES + 1024 * 1024  # one notebook at intake's cap, plus a form's framing
 MAX_ID_BYTES = 100  # a student id in UTF-8: a part of the spool's file names (255 bytes each)
@@ -125,13 +128,15 @@ def nbgrader_timestamp(moment: float) -> str:
     return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
-def spool(state: Path, student: str, assignment: str, notebook: str, data: bytes, now: float | None = None) -> Spooled:
-    """Keep ``data`` as ``student``'s submission of ``assignment`` (as ``notebook``, the
-    assignment's own file name: the client's file name is never used) and leave its notice for the
-    loop. Refused when it is empty or over intake's cap."""
-    if not data:
+def spool(state: Path, student: str, assignment: str, notebook: str, data: bytes | Path, now: float | None = None) -> Spooled:
+    """Keep ``data`` (the bytes, or a file of the service's own under ``state``: moved, never read
+    into memory) as ``student``'s submission of ``assignment`` (as ``notebook``, the assignment's
+    own file name: the client's file name is never used) and leave its notice for the loop.
+    Refused when it is empty or over intake's cap."""
+    size = data.stat().st_size if isinstance(data, Path) else len(data)
+    if not size:
         raise Refused(_("上传的笔记本是空的"))
-    if len(data) > MAX_SUBMITTED_BYTES:
+    if size > MAX_SUBMITTED_BYTES:
         raise Refused(_("上传的笔记本超过 {limit} MB").format(limit=MAX_SUBMITTED_BYTES // 1024 // 1024))
     moment = time.time() if now is None else now
     stamp = datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
@@ -139,7 +144,11 @@ def spool(state: Path, student: str, assignment: str, notebook: str, data: bytes
     timestamp = nbgrader_timestamp(moment)
     copy = state / "attempts" / name / student / assignment
     copy.mkdir(parents=True)
-    (copy / notebook).write_bytes(data)
+    if isinstance(data, Path):
+        data.chmod(0o644)  # as write_bytes would have made it
+        os.replace(data, copy / notebook)
+    else:
+        (copy / notebook).write_bytes(data)
     (copy / "timestamp.txt").write_text(timestamp)
     notices = state / SPOOL
     notices.mkdir(mode=0o700, exist_ok=True)
@@ -148,6 +157,91 @@ def spool(state: Path, student: str, assignment: str, notebook: str, data: bytes
     temporary.write_text(json.dumps(record.__dict__))
     os.replace(temporary, notices / f"{name}.json")  # the copy first, then the notice
     return record
+
+
+def incoming(state: Path) -> tuple[int, Path]:
+    """A new file (descriptor, path) for one request's body under ``state/.incoming`` (0700, the
+    spool's file system: ``spool`` moves it into place), so that a body is never held in memory."""
+    folder = state / INCOMING
+    folder.mkdir(mode=0o700, exist_ok=True)
+    descriptor, name = tempfile.mkstemp(prefix="body-", dir=folder)
+    return descriptor, Path(name)
+
+
+def clear_incoming(state: Path) -> None:
+    """The bodies a stopped hub side left (read when it starts: no request is under way)."""
+    shutil.rmtree(state / INCOMING, ignore_errors=True)
+
+
+class _Prefixed:
+    """A file read as if ``prefix`` came before it."""
+
+    def __init__(self, prefix: bytes, handle: BinaryIO) -> None:
+        self.prefix, self.handle = prefix, handle
+
+    def read(self, size: int) -> bytes:
+        prefix, self.prefix = self.prefix, b""
+        return prefix + self.handle.read(size - len(prefix))
+
+
+def _boundaries(handle: BinaryIO | _Prefixed, delimiter: bytes, most: int) -> list[int]:
+    """Where ``delimiter`` starts in what ``handle`` reads, a window at a time; at most ``most`` + 1 found."""
+    found: list[int] = []
+    base = 0  # where data[0] is in the stream
+    data = b""
+    while len(found) <= most:
+        window = handle.read(1024 * 1024)
+        if not window:
+            break
+        data += window
+        start = 0
+        while len(found) <= most:
+            at = data.find(delimiter, start)
+            if at < 0:
+                break
+            found.append(base + at)
+            start = at + len(delimiter)
+        cut = max(start, len(data) - len(delimiter) + 1)
+        base += cut
+        data = data[cut:]
+    return found
+
+
+def read_form(body: Path, content_type: str, most: int) -> tuple[dict[str, bytes], tuple[int, int] | None]:
+    """The upload form from its body's file, not read into memory: its small fields (at most 1 kB
+    each) and where the ``notebook`` part's content lies (start, end). Refused with more than
+    ``most`` parts (counted before any is parsed) or a field over 1 kB."""
+    boundary = next((part.split("=", 1)[1].strip().strip('"') for part in content_type.split(";") if part.strip().startswith("boundary=")), "")
+    fields: dict[str, bytes] = {}
+    notebook: tuple[int, int] | None = None
+    if not content_type.startswith("multipart/form-data") or not 0 < len(boundary) <= 70:
+        return fields, notebook
+    delimiter = b"\r\n--" + boundary.encode("latin-1", "replace")
+    with open(body, "rb") as handle:
+        # The body starts with the first delimiter (without the CR LF the others follow).
+        found = _boundaries(_Prefixed(b"\r\n", handle), delimiter, most + 1)
+        if len(found) > most + 1:
+            raise Refused(_("表单的字段太多（最多 {limit} 个）").format(limit=most))
+        for start, end in zip(found, found[1:], strict=False):
+            start = start - 2 + len(delimiter)  # in the file (without the CR LF put before it)
+            end -= 2
+            handle.seek(start)
+            head = handle.read(min(8192, end - start))
+            split = head.find(b"\r\n\r\n")
+            if split < 0:
+                continue
+            named = re.search(rb'[Cc]ontent-[Dd]isposition:[^\r\n]*?[; ]name="([^"]*)"', head[:split])
+            if named is None:
+                continue
+            value = (start + split + 4, end)
+            if named.group(1) == b"notebook":
+                notebook = value if notebook is None else notebook
+            elif value[1] - value[0] > 1024:
+                raise Refused(_("表单的字段太长"))
+            else:
+                handle.seek(value[0])
+                fields.setdefault(named.group(1).decode("utf-8", "replace"), handle.read(value[1] - value[0]))
+    return fields, notebook
 
 
 def take_spooled(state: Path, notice: Callable[[str, str, str, str, float], Any]) -> list[Spooled]:

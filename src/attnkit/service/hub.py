@@ -44,14 +44,25 @@ from urllib.parse import urlparse
 import jinja2
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
-from tornado import httputil, web
+from tornado import web
 from tornado.httpserver import HTTPServer
 
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
-from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, hub_missing, hub_students, spool, student_id, usable_id
+from attnkit.service.http_submit import (
+    MAX_BODY_BYTES,
+    Refused,
+    clear_incoming,
+    hub_missing,
+    hub_students,
+    incoming,
+    read_form,
+    spool,
+    student_id,
+    usable_id,
+)
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
 from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue
 from attnkit.service.shared_queue import SharedQueue, open_queue
@@ -326,13 +337,14 @@ class SubmitHandler(Handler):
     assignment is the one asked for; the notebook is stored under the assignment's own name.
 
     The body streams in (``data_received``) only once ``prepare`` has found the user, their student
-    id and a length within the cap; a cookie request's XSRF token therefore comes in the query (the
-    form's ``action``) or the ``X-XSRFToken`` header, never only in the body."""
+    id and a length within the cap, and goes to a file of the service's own (``incoming``), never
+    into memory: the notebook is moved from there into the spool. A cookie request's XSRF token
+    therefore comes in the query (the form's ``action``) or the ``X-XSRFToken`` header."""
 
-    received: bytearray
+    body: tuple[int, Path] | None = None  # the body's file while it comes in (descriptor, path)
+    received = 0
 
     async def prepare(self) -> None:
-        self.received = bytearray()
         declared = self.request.headers.get("Content-Length")
         if declared is not None:
             if not declared.strip().isdigit():
@@ -347,17 +359,35 @@ class SubmitHandler(Handler):
             self.suite(self.path_args[0])
         # Only now may the body come, and only up to the cap (the server's own limit stays just
         # over it, for a chunk that says it is larger than what is left).
+        self.body = incoming(self.kit.state)
         self.request.connection.set_max_body_size(MAX_BODY_BYTES + 1024 * 1024)
 
     def data_received(self, chunk: bytes) -> None:
-        if self._finished:
+        if self._finished or self.body is None:
             return
-        if len(self.received) + len(chunk) > MAX_BODY_BYTES:  # a chunked body with no Content-Length
-            self.received = bytearray()
+        self.received += len(chunk)
+        if self.received > MAX_BODY_BYTES:  # a chunked body with no Content-Length
+            self.forget_body()
             refusal = Told(413, too_large())
             self.send_error(413, exc_info=(Told, refusal, None))
             return
-        self.received += chunk
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self.body[0], view) :]
+
+    def forget_body(self) -> None:
+        if self.body is not None:
+            descriptor, path = self.body
+            self.body = None
+            os.close(descriptor)
+            path.unlink(missing_ok=True)
+
+    def on_finish(self) -> None:
+        self.forget_body()
+
+    def on_connection_close(self) -> None:
+        self.forget_body()
+        super().on_connection_close()
 
     def suite(self, name: str) -> Assignment:
         suite = self.kit.suites.get(name)
@@ -365,36 +395,25 @@ class SubmitHandler(Handler):
             raise Told(400, _("没有名为 {assignment} 的作业").format(assignment=name if usable_id(name) else "?"))
         return suite
 
-    def form(self, body: bytes) -> tuple[str, bytes]:
-        """The upload form's assignment and notebook, its parts counted before they are parsed."""
-        kind = self.request.headers.get("Content-Type", "")
-        fields: dict[str, list[bytes]] = {}
-        files: dict[str, list[httputil.HTTPFile]] = {}
-        if kind.startswith("multipart/form-data"):
-            boundary = next((part.split("=", 1)[1].strip().strip('"') for part in kind.split(";") if part.strip().startswith("boundary=")), "")
-            parts = body.count(b"--" + boundary.encode("latin-1", "replace")) - 1 if boundary else 0
-        else:
-            parts = body.count(b"&") + 1
-        if parts > MAX_FORM_PARTS:
-            raise Told(400, _("表单的字段太多（最多 {limit} 个）").format(limit=MAX_FORM_PARTS))
-        httputil.parse_body_arguments(kind, body, fields, files, self.request.headers)
-        name = (fields.get("assignment") or [b""])[0].decode("utf-8", "replace")
-        uploads = files.get("notebook") or []
-        return name, uploads[0]["body"] if uploads else b""
-
     async def post(self, assignment: str = "") -> None:
-        body, self.received = bytes(self.received), bytearray()
-        if self.api:
-            name, data = assignment, body
-        else:
-            name, data = self.form(body)
-        del body
-        suite = self.suite(name)
-        student = self.student()
+        assert self.body is not None  # prepare made it
+        path = notebook = self.body[1]
         try:
-            spooled = spool(self.kit.state, student, name, suite.notebook, data)
+            if self.api:
+                name = assignment
+            else:
+                fields, part = read_form(path, self.request.headers.get("Content-Type", ""), MAX_FORM_PARTS)
+                name = fields.get("assignment", b"").decode("utf-8", "replace")
+                notebook = self.part(path, part)
+            suite = self.suite(name)
+            student = self.student()
+            spooled = spool(self.kit.state, student, name, suite.notebook, notebook)
         except Refused as refused:
             raise Told(400, str(refused)) from None
+        finally:
+            if notebook != path:
+                notebook.unlink(missing_ok=True)
+            self.forget_body()
         id = await self.queued_id(spooled.name)
         if self.api:
             self.set_status(202)
@@ -404,6 +423,24 @@ class SubmitHandler(Handler):
             self.redirect(self.hub_auth.base_url)
         else:
             self.redirect(url_path_join(self.hub_auth.base_url, "attempt", str(id)))
+
+    def part(self, body: Path, where: tuple[int, int] | None) -> Path:
+        """The form's notebook part copied from the body's file into a file of its own (empty without one)."""
+        descriptor, path = incoming(self.kit.state)
+        try:
+            if where is not None:
+                with open(body, "rb") as source:
+                    source.seek(where[0])
+                    left = where[1] - where[0]
+                    while left > 0:
+                        data = source.read(min(left, 1024 * 1024))
+                        if not data:
+                            break
+                        os.write(descriptor, data)
+                        left -= len(data)
+        finally:
+            os.close(descriptor)
+        return path
 
     async def queued_id(self, inbound: str) -> int | None:
         """The queue's id of a spooled submission, once the loop has queued it (it is woken by the notice)."""
@@ -524,6 +561,7 @@ def main(argv: list[str]) -> int:
         parent=parent,
         queue_at=os.environ.get(QUEUE_AT_VARIABLE, ""),
     )
+    clear_incoming(state)
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
     port = url.port

@@ -281,6 +281,27 @@ def test_the_forms_fields_and_an_assignments_name_are_capped(hub: AttackedHub) -
     assert status in (400, 404) and b"\x1b" not in answer and len(answer) < 1000, answer[:300]
 
 
+@pytest.mark.e2e
+@pytest.mark.root
+def test_one_body_at_a_time_per_student(hub: AttackedHub) -> None:
+    """While A's body is coming in, A's next POST is refused on its headers (429); once it has ended, A submits."""
+    with socket.create_connection(("127.0.0.1", hub.service_port), timeout=120) as held:
+        held.sendall(head(hub, f"api/submit/{ASSIGNMENT}", token(hub, hub.a), None) + b"%x\r\n%s\r\n" % (MB, b"x" * MB))
+        incoming = hub.course / ".attnkit-serve" / ".incoming"
+        deadline = time.monotonic() + WAIT
+        while not (incoming.is_dir() and any(incoming.iterdir())):  # its body's file: it is coming in
+            assert time.monotonic() < deadline and not select.select([held], [], [], 0)[0], "the held upload was answered"
+            time.sleep(0.1)
+        status, answer = first_answer(hub, f"api/submit/{ASSIGNMENT}", token(hub, hub.a), 1000)
+        assert status == 429 and "上传".encode() in answer, answer[:300]
+        assert first_answer(hub, f"api/submit/{ASSIGNMENT}", token(hub, hub.b), 1000)[0] == 100  # B is not held up
+    deadline = time.monotonic() + WAIT
+    while first_answer(hub, f"api/submit/{ASSIGNMENT}", token(hub, hub.a), 1000)[0] == 429:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert submit(hub, hub.a, MISTAKE)["student"] == hub.ids[hub.a]
+
+
 @pytest.mark.root
 def test_one_student_id_mapped_from_two_hub_names_stops_the_start(tmp_path: Path) -> None:
     """The hub side exits 2 at its start (the service then stops: ``start_hub``), naming both hub names."""

@@ -45,6 +45,7 @@ import jinja2
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
 
 from attnkit import i18n
@@ -73,6 +74,7 @@ SHOWN = ("full", "scores", "released")  # pages that show a score
 MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
 MAX_FORM_PARTS = 8  # the upload form sends three (_xsrf, assignment, notebook)
+UPLOADING: set[str] = set()  # the students whose body is coming in now (SubmitHandler)
 # Our own pages: no script, nothing fetched, forms only to ourselves, never framed.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 # The kit's feedback page, as placed: served in a sandbox of its own origin, so that nothing in it
@@ -343,6 +345,7 @@ class SubmitHandler(Handler):
 
     body: tuple[int, Path] | None = None  # the body's file while it comes in (descriptor, path)
     received = 0
+    uploader = ""  # the student whose body this is, while it is one of UPLOADING
 
     async def prepare(self) -> None:
         declared = self.request.headers.get("Content-Length")
@@ -354,13 +357,19 @@ class SubmitHandler(Handler):
         await super().prepare()
         if not self.current_user:
             raise web.HTTPError(403)  # never a login redirect: a POST without a user is refused, its body unread
-        self.student()
+        student = self.student()
         if self.path_args:
             self.suite(self.path_args[0])
+        if student in UPLOADING:  # one body at a time per student: no one holds the disk with many
+            raise Told(429, _("你还有一次上传没有结束：请等它结束后再提交"))
+        UPLOADING.add(student)
+        self.uploader = student
         # Only now may the body come, and only up to the cap (the server's own limit stays just
         # over it, for a chunk that says it is larger than what is left).
         self.body = incoming(self.kit.state)
-        self.request.connection.set_max_body_size(MAX_BODY_BYTES + 1024 * 1024)
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):  # HTTPServer's, always: the interface does not name the method
+            connection.set_max_body_size(MAX_BODY_BYTES + 1024 * 1024)
 
     def data_received(self, chunk: bytes) -> None:
         if self._finished or self.body is None:
@@ -382,11 +391,16 @@ class SubmitHandler(Handler):
             os.close(descriptor)
             path.unlink(missing_ok=True)
 
-    def on_finish(self) -> None:
+    def release(self) -> None:
         self.forget_body()
+        UPLOADING.discard(self.uploader)
+        self.uploader = ""
+
+    def on_finish(self) -> None:
+        self.release()
 
     def on_connection_close(self) -> None:
-        self.forget_body()
+        self.release()
         super().on_connection_close()
 
     def suite(self, name: str) -> Assignment:
@@ -413,7 +427,7 @@ class SubmitHandler(Handler):
         finally:
             if notebook != path:
                 notebook.unlink(missing_ok=True)
-            self.forget_body()
+            self.release()
         id = await self.queued_id(spooled.name)
         if self.api:
             self.set_status(202)

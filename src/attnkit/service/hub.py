@@ -264,8 +264,8 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         return row
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        # A refused submission says why (our own message: which assignment, the cap); nothing else
-        # an error carries (a 403's cause, a traceback) is shown.
+        # A refusal of ours says why (``Told``: the assignment, the cap, why a hub name is no
+        # student here); nothing else an error carries (HubOAuth's 403 causes, a traceback) is shown.
         error = kwargs.get("exc_info", (None, None, None))[1]
         why = error.text if isinstance(error, Told) else ""
         self.set_header("Content-Type", "text/plain; charset=utf-8")

@@ -588,16 +588,18 @@ def command_submit(args: argparse.Namespace) -> int:
     JupyterHub gives every single-user server): the service takes the user from the hub, not from here."""
     import urllib.error
 
-    from attnkit.service.http_submit import post_notebook
+    from attnkit.service.http_submit import Refused, post_notebook, read_notebook
 
     token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
     url = args.url or os.environ.get("ATTNKIT_SERVICE_URL", "")
     if not token or not url:
         raise GraderError(_("需要 JUPYTERHUB_API_TOKEN（JupyterHub 里的服务器自带）和服务地址（--url 或 ATTNKIT_SERVICE_URL）"))
     try:
-        answer = post_notebook(url, token, args.assignment, args.notebook.read_bytes())
+        answer = post_notebook(url, token, args.assignment, read_notebook(args.notebook))
+    except Refused as refused:
+        raise GraderError(_("无法提交：{reason}").format(reason=refused)) from None
     except urllib.error.HTTPError as error:
-        reason = error.read().decode("utf-8", "replace").strip()
+        reason = error.read(4096).decode("utf-8", "replace").strip()
         raise GraderError(_("评分服务拒绝了这次提交（HTTP {code}）：{reason}").format(code=error.code, reason=reason)) from None
     except (OSError, ValueError) as error:
         raise GraderError(_("无法提交：{reason}").format(reason=error)) from None

@@ -16,6 +16,7 @@ without a login; a body over the cap is refused before it is read. Nothing is mo
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import json
@@ -32,7 +33,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from commands import BIN, ROOT, run_command, start_tool, stop_group, tool_env
@@ -90,7 +91,8 @@ def multipart(fields: dict[str, str], notebook: bytes) -> tuple[bytes, str]:
 
 
 class Hub:
-    """The course, the hub with the service, the users and their tokens."""
+    """The course, the hub with the service, the users and their tokens (``users`` and
+    ``course_config``: what a subclass changes, tests/service/test_hub_attacks.py's)."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -121,7 +123,7 @@ c.JupyterHub.cookie_secret_file = "{self.base}/jupyterhub_cookie_secret"
 c.JupyterHub.pid_file = "{self.base}/jupyterhub.pid"
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = {self.password!r}
-c.Authenticator.allowed_users = {{{self.a!r}, {self.b!r}, {self.ta!r}}}
+c.Authenticator.allowed_users = {set(self.users())!r}
 c.JupyterHub.load_groups = {{{TA_GROUP!r}: {{"users": [{self.ta!r}]}}}}
 c.JupyterHub.spawner_class = "simple"
 c.JupyterHub.default_url = "/hub/home"
@@ -144,6 +146,18 @@ c.JupyterHub.load_roles = [
 ]
 c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", "access:services!service={SERVICE}"]
 """
+
+    def users(self) -> list[str]:
+        """The hub's users (its allowed_users): A, B and the TA."""
+        return [self.a, self.b, self.ta]
+
+    def course_config(self) -> str:
+        """What the course's nbgrader_config.py says beside the exchange: the TA group, the policy."""
+        return (
+            f"c.AttnkitServe.hub_ta_groups = [{TA_GROUP!r}]\n"
+            # One graded feedback per hour: the student's page then says when the next one comes.
+            f"c.AttnkitServe.policies = {{{ASSIGNMENT!r}: {{'attempts': 1, 'window_hours': 1}}}}\n"
+        )
 
     def api(self, method: str, path: str, body: dict | None = None) -> Any:
         status, answer = request(
@@ -179,14 +193,24 @@ c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
         return connection
 
 
+H = TypeVar("H", bound=Hub)
+
+
 @pytest.fixture(scope="module")
 def hub() -> Iterator[Hub]:
+    with running(Hub) as setup:
+        yield setup
+
+
+@contextlib.contextmanager
+def running(kind: type[H]) -> Iterator[H]:
+    """A hub of ``kind`` (its users, its course's configuration) with the service, until the block ends."""
     if os.geteuid() != 0:
         pytest.fail("this test runs the grading service's sandboxes as root: run it as root")
     if not CHP.is_file():
         pytest.fail(f"configurable-http-proxy is not installed at {CHP}: `make hub-proxy` (make test does it)")
     base = Path(tempfile.mkdtemp(prefix="attnkit-hub-"))
-    setup = Hub(base)
+    setup = kind(base)
     try:
         setup.exchange.mkdir()
         setup.course.mkdir()
@@ -194,9 +218,7 @@ def hub() -> Iterator[Hub]:
         shutil.copytree(ROOT / "solutions", setup.course / "solutions")
         shutil.copytree(ROOT / "assignments", setup.course / "assignments")
         with open(setup.course / "nbgrader_config.py", "a") as config:
-            config.write(f"\nc.Exchange.root = {str(setup.exchange)!r}\nc.AttnkitServe.hub_ta_groups = [{TA_GROUP!r}]\n")
-            # One graded feedback per hour: the student's page then says when the next one comes.
-            config.write(f"c.AttnkitServe.policies = {{{ASSIGNMENT!r}: {{'attempts': 1, 'window_hours': 1}}}}\n")
+            config.write(f"\nc.Exchange.root = {str(setup.exchange)!r}\n" + setup.course_config())
         due = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(days=1)
         instructor(setup.course, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(due)}")
         instructor(setup.course, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)

@@ -16,6 +16,14 @@ admin, or a member of ``c.AttnkitServe.hub_ta_groups``) sees the class's.
 
 ``/health`` needs no login and tells nothing but whether the service is up: this process serving,
 the loop that started it alive, its database readable.
+
+No request makes it hold more than it must: a body is taken only by the submit routes, only from a
+user the hub knows (asked in ``prepare``, before the body is read) and only up to the cap
+(``MAX_BODY_BYTES``: a longer ``Content-Length`` is refused at once, a chunked body once it is over);
+every other route takes at most ``MAX_OTHER_BODY_BYTES`` (the server's own limit). The upload form's
+fields are counted before they are parsed. With ``c.AttnkitServe.hub_students`` a hub name becomes a
+student id as ``http_submit.student_id`` says (only mapped names are students), checked in
+``prepare`` too.
 """
 
 from __future__ import annotations
@@ -37,19 +45,35 @@ import jinja2
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
 
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
-from attnkit.service.http_submit import MAX_BODY_BYTES, Refused, hub_missing, spool, student_id
+from attnkit.service.http_submit import (
+    MAX_BODY_BYTES,
+    Refused,
+    clear_incoming,
+    hub_missing,
+    hub_students,
+    incoming,
+    read_form,
+    spool,
+    student_id,
+    usable_id,
+)
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
 from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, open_queue
 
 PR_SET_PDEATHSIG = 1
 NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
 SHOWN = ("full", "scores", "released")  # pages that show a score
+MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
+MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
+MAX_FORM_PARTS = 8  # the upload form sends three (_xsrf, assignment, notebook)
+UPLOADING: set[str] = set()  # the students whose body is coming in now (SubmitHandler)
 # Our own pages: no script, nothing fetched, forms only to ourselves, never framed.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 # The kit's feedback page, as placed: served in a sandbox of its own origin, so that nothing in it
@@ -155,6 +179,15 @@ def class_status(kit: Kit) -> dict[str, Any]:
         queue.close()
 
 
+class Told(web.HTTPError):
+    """A refusal whose reason is ours, for the user (the cause, in their language): shown with the
+    status. The text goes to tornado's log as an argument, never as a format (a name may hold a %)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(status, "%s", text)
+        self.text = text
+
+
 class Handler(HubOAuthenticated, web.RequestHandler):
     """A request from a hub user: who they are comes from the hub alone (the cookie HubOAuth set
     after the hub's login, or the user's own token), asked once in ``prepare``."""
@@ -183,6 +216,8 @@ class Handler(HubOAuthenticated, web.RequestHandler):
             if model.get("kind", "user") != "user":
                 raise web.HTTPError(403)  # a service's token is nobody's submission
         self._hub_auth_user_cache = model
+        if model and not self.is_ta():
+            self.student()  # a hub name that is no student here is refused before anything is read
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Security-Policy", CSP)
@@ -196,9 +231,9 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 
     def student(self) -> str:
         try:
-            return student_id(str(self.user()["name"]), self.kit.students)
+            return student_id(str(self.user()["name"]), self.kit.students, ta=self.is_ta())
         except Refused as refused:
-            raise web.HTTPError(403, str(refused)) from None
+            raise Told(403, str(refused)) from None
 
     def is_ta(self) -> bool:
         model = self.user()
@@ -218,16 +253,15 @@ class Handler(HubOAuthenticated, web.RequestHandler):
             queue.close()
         if row is None:
             raise web.HTTPError(404)
-        if row["student"] != self.student() or row["state"] == REFUSED:
-            if not self.is_ta():
-                raise web.HTTPError(403)
+        if not self.is_ta() and (row["student"] != self.student() or row["state"] == REFUSED):
+            raise web.HTTPError(403)
         return row
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        # A refused submission says why (our own message: which assignment, the cap); nothing else
-        # an error carries (a 403's cause, a traceback) is shown.
+        # A refusal of ours says why (``Told``: the assignment, the cap, why a hub name is no
+        # student here); nothing else an error carries (HubOAuth's 403 causes, a traceback) is shown.
         error = kwargs.get("exc_info", (None, None, None))[1]
-        why = error.log_message if status_code == 400 and isinstance(error, web.HTTPError) and error.log_message else ""
+        why = error.text if isinstance(error, Told) else ""
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(f"{status_code} {self._reason}\n" + (f"{why}\n" if why else ""))
 
@@ -293,24 +327,101 @@ class FeedbackHandler(Handler):
         self.finish(page)
 
 
+@web.stream_request_body
 class SubmitHandler(Handler):
     """POST a notebook: the upload form (cookie and XSRF) or a program (the user's token). The
-    assignment is the one asked for; the notebook is stored under the assignment's own name."""
+    assignment is the one asked for; the notebook is stored under the assignment's own name.
+
+    The body streams in (``data_received``) only once ``prepare`` has found the user, their student
+    id and a length within the cap, and goes to a file of the service's own (``incoming``), never
+    into memory: the notebook is moved from there into the spool. A cookie request's XSRF token
+    therefore comes in the query (the form's ``action``) or the ``X-XSRFToken`` header."""
+
+    body: tuple[int, Path] | None = None  # the body's file while it comes in (descriptor, path)
+    received = 0
+    uploader = ""  # the student whose body this is, while it is one of UPLOADING
+
+    async def prepare(self) -> None:
+        declared = self.request.headers.get("Content-Length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                raise web.HTTPError(400)
+            if int(declared) > MAX_BODY_BYTES:
+                raise Told(413, too_large())
+        await super().prepare()
+        if not self.current_user:
+            raise web.HTTPError(403)  # never a login redirect: a POST without a user is refused, its body unread
+        student = self.student()
+        if self.path_args:
+            self.suite(self.path_args[0])
+        if student in UPLOADING:  # one body at a time per student: no one holds the disk with many
+            raise Told(429, _("你还有一次上传没有结束：请等它结束后再提交"))
+        UPLOADING.add(student)
+        self.uploader = student
+        # Only now may the body come, and only up to the cap (the server's own limit stays just
+        # over it, for a chunk that says it is larger than what is left).
+        self.body = incoming(self.kit.state)
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):  # HTTPServer's, always: the interface does not name the method
+            connection.set_max_body_size(MAX_BODY_BYTES + 1024 * 1024)
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._finished or self.body is None:
+            return
+        self.received += len(chunk)
+        if self.received > MAX_BODY_BYTES:  # a chunked body with no Content-Length
+            self.forget_body()
+            refusal = Told(413, too_large())
+            self.send_error(413, exc_info=(Told, refusal, None))
+            return
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self.body[0], view) :]
+
+    def forget_body(self) -> None:
+        if self.body is not None:
+            descriptor, path = self.body
+            self.body = None
+            os.close(descriptor)
+            path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        self.forget_body()
+        UPLOADING.discard(self.uploader)
+        self.uploader = ""
+
+    def on_finish(self) -> None:
+        self.release()
+
+    def on_connection_close(self) -> None:
+        self.release()
+        super().on_connection_close()
+
+    def suite(self, name: str) -> Assignment:
+        suite = self.kit.suites.get(name)
+        if suite is None:  # the name is said back only when it could be one (short, printable)
+            raise Told(400, _("没有名为 {assignment} 的作业").format(assignment=name if usable_id(name) else "?"))
+        return suite
 
     async def post(self, assignment: str = "") -> None:
-        if not self.current_user:
-            raise web.HTTPError(403)
-        name = assignment or self.get_body_argument("assignment", "")
-        suite = self.kit.suites.get(name)
-        if suite is None:
-            raise web.HTTPError(400, _("没有名为 {assignment} 的作业").format(assignment=name))
-        uploads = self.request.files.get("notebook") or []
-        data = uploads[0]["body"] if uploads else self.request.body if self.api else b""
-        student = self.student()
+        assert self.body is not None  # prepare made it
+        path = notebook = self.body[1]
         try:
-            spooled = spool(self.kit.state, student, name, suite.notebook, data)
+            if self.api:
+                name = assignment
+            else:
+                fields, part = read_form(path, self.request.headers.get("Content-Type", ""), MAX_FORM_PARTS)
+                name = fields.get("assignment", b"").decode("utf-8", "replace")
+                notebook = self.part(path, part)
+            suite = self.suite(name)
+            student = self.student()
+            spooled = spool(self.kit.state, student, name, suite.notebook, notebook)
         except Refused as refused:
-            raise web.HTTPError(400, str(refused)) from None
+            raise Told(400, str(refused)) from None
+        finally:
+            if notebook != path:
+                notebook.unlink(missing_ok=True)
+            self.release()
         id = await self.queued_id(spooled.name)
         if self.api:
             self.set_status(202)
@@ -320,6 +431,24 @@ class SubmitHandler(Handler):
             self.redirect(self.hub_auth.base_url)
         else:
             self.redirect(url_path_join(self.hub_auth.base_url, "attempt", str(id)))
+
+    def part(self, body: Path, where: tuple[int, int] | None) -> Path:
+        """The form's notebook part copied from the body's file into a file of its own (empty without one)."""
+        descriptor, path = incoming(self.kit.state)
+        try:
+            if where is not None:
+                with open(body, "rb") as source:
+                    source.seek(where[0])
+                    left = where[1] - where[0]
+                    while left > 0:
+                        data = source.read(min(left, 1024 * 1024))
+                        if not data:
+                            break
+                        os.write(descriptor, data)
+                        left -= len(data)
+        finally:
+            os.close(descriptor)
+        return path
 
     async def queued_id(self, inbound: str) -> int | None:
         """The queue's id of a spooled submission, once the loop has queued it (it is woken by the notice)."""
@@ -378,6 +507,10 @@ class ApiClassHandler(ClassHandler):
     api = True
 
 
+def too_large() -> str:
+    return _("请求体超过 {limit} MB，未读取").format(limit=MAX_BODY_BYTES // 1024 // 1024)
+
+
 def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
     def at(path: str) -> str:
         return url_path_join(prefix, path)
@@ -421,16 +554,22 @@ def main(argv: list[str]) -> int:
         return 0
     config = course_config(course)
     section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
+    try:
+        students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
+    except Refused as refused:  # the course's mapping gives one student id to two hub names: no start
+        print(json.dumps({"event": "hub-failed", "cause": str(refused)}, ensure_ascii=False), flush=True)
+        return 2
     kit = Kit(
         state=state,
         feedback=feedback,
         suites=discover(autograder),
         policies=policies_from(config),
         ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
-        students=dict(section.get("hub_students", {}) if hasattr(section, "get") else {}),
+        students=students,
         parent=parent,
         queue_at=os.environ.get(QUEUE_AT_VARIABLE, ""),
     )
+    clear_incoming(state)
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
     port = url.port
@@ -438,10 +577,17 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"event": "hub-failed", "cause": hub_missing()}, ensure_ascii=False), flush=True)
         return 2
 
-    # The body is refused before it is read when its Content-Length is over the cap.
+    # Bodies: at most MAX_OTHER_BODY_BYTES anywhere, refused before they are read; the submit
+    # routes raise their own request's limit to the cap once they know the user (SubmitHandler).
     async def serve() -> None:
         # The server is made in the running loop (tornado attaches its sockets to the current one).
-        server = HTTPServer(application(kit, prefix, cookie_secret(state)), max_body_size=MAX_BODY_BYTES, max_buffer_size=MAX_BODY_BYTES, xheaders=False)
+        server = HTTPServer(
+            application(kit, prefix, cookie_secret(state)),
+            max_body_size=MAX_OTHER_BODY_BYTES,
+            max_buffer_size=MAX_BODY_BYTES,
+            max_header_size=MAX_HEADER_BYTES,
+            xheaders=False,
+        )
         server.listen(port, url.hostname or "127.0.0.1")
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()

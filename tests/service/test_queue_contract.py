@@ -243,3 +243,25 @@ def test_no_sql_about_the_queue_outside_its_package() -> None:
     ]
     assert offenders == []
     assert QUEUE_SQL.search("rows('SELECT id FROM submissions WHERE 1')"), "the rule can see a statement"
+
+
+def test_the_copies_kept_are_the_newest_and_what_may_still_count(make_queue: MakeQueue, tmp_path: Path) -> None:
+    """Issue 48, bounded storage: settled attempts beyond the newest KEEP lose their copy, except the
+    best graded one (it may still count under ``best``) and anything not settled (queued, not yet
+    in the gradebook, a page withheld until the due date)."""
+    from attnkit.service import exchange
+    from attnkit.service.serve import copies_to_remove
+
+    queue = make_queue("r1")
+    attempts = tmp_path / "attempts"
+    for n, score in enumerate([9.0, 2.0, 3.0, 4.0, 5.0, 6.0]):
+        name = f"ana+x+{n}+r"
+        (attempts / name / "ana" / "x").mkdir(parents=True)
+        queue.notice(name, "ana", "x", str(n), noticed=100.0 + n)
+        (row,) = queue.claim(1)
+        queue.deliver(row.id, {}, "p.html", "after-due" if n == 1 else "full", score, 10.0, finished=200.0 + n)
+    with queue.recording():
+        queue.mark_recorded([("ana", "x", 5)])  # the newest (id 6) is not in the gradebook yet
+    removed = exchange.prune(attempts, copies_to_remove(queue.settled_copies(), keep=2), keep=0)
+    assert removed == ["ana+x+2+r"], "kept: 0 (best), 1 (withheld), 3 and 4 (newest settled), 5 (not recorded)"
+    assert sorted(os.listdir(attempts)) == ["ana+x+0+r", "ana+x+1+r", "ana+x+3+r", "ana+x+4+r", "ana+x+5+r"]

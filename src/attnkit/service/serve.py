@@ -61,10 +61,12 @@ from attnkit.service.policies import (
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import FAILED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
+from attnkit.service.queue import DELIVERED, FAILED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
+KEEP_COPIES = 3  # copies of settled attempts kept per student and assignment (besides what counts)
+PRUNE_SECONDS = 60.0  # how often the copies beyond KEEP_COPIES are removed
 RECHECK_UNFINISHED_SECONDS = 30.0  # an unfinished folder no event names is looked at again this often
 NAMES_PER_TURN = 256  # folder names looked at per turn of the loop (events and rescans together)
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
@@ -171,6 +173,26 @@ def due_dates(gradebook: Path | str) -> dict[str, float]:
         if due:
             found[name] = datetime.datetime.fromisoformat(str(due)).replace(tzinfo=datetime.UTC).timestamp()
     return found
+
+
+def copies_to_remove(settled: list[Any], keep: int) -> list[tuple[str, str, str, float]]:
+    """Of the settled attempts (``Queue.settled_copies``), those whose copy may go, as
+    ``exchange.prune`` takes them: per student and assignment, all but the ``keep`` newest and each
+    one that may still count (the latest and the best graded: the recorder copies it into
+    submitted/). A copy still queued, grading or holding a page withheld until the due date is
+    never settled, so never listed."""
+    by_pair: dict[tuple[str, str], list[Any]] = {}
+    for row in settled:
+        by_pair.setdefault((row["student"], row["assignment"]), []).append(row)
+    removable: list[tuple[str, str, str, float]] = []
+    for rows in by_pair.values():
+        graded = [row for row in rows if row["state"] == DELIVERED and row["score"] is not None]
+        latest = max(graded, key=lambda row: (row["noticed"], row["id"]), default=None)
+        best = max(graded, key=lambda row: (row["score"], row["noticed"]), default=None)
+        counts = {row["id"] for row in (latest, best) if row is not None}
+        newest = sorted(rows, key=lambda row: (row["noticed"], row["id"]), reverse=True)
+        removable += [(row["inbound"], row["student"], row["assignment"], row["noticed"]) for row in newest[keep:] if row["id"] not in counts]
+    return removable
 
 
 @dataclass
@@ -638,6 +660,14 @@ class Service:
                         if self.queue.release_shown(row["id"], "withheld"):
                             self.emit("withheld", id=row["id"], assignment=assignment, reason="attempts", next=round(next_at, 3))
 
+    def prune_copies(self) -> list[str]:
+        """The retention of the service's copies (``attempts/``, docs/service.md; ``copies_to_remove``).
+        The names removed."""
+        removed = ex.prune(self.attempts, copies_to_remove(self.queue.settled_copies(), KEEP_COPIES), keep=0)
+        if removed:
+            self.emit("pruned", count=len(removed))
+        return removed
+
     # -- metrics and health ------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
         """Whether this replica can take work now, and why not: its loop running with every warm
@@ -726,7 +756,7 @@ class Service:
         self.running = True
         gc.collect()
         gc.freeze()
-        last_scan = 0.0
+        last_scan = last_prune = 0.0
         more = False  # names still waiting to be looked at: no sleep in the next wait
         try:
             while not self.stopping:
@@ -748,6 +778,9 @@ class Service:
                 if time.monotonic() - last_scan > RESCAN_SECONDS:
                     self.rescan()
                     self.release_after_due()
+                    if time.monotonic() - last_prune > PRUNE_SECONDS:
+                        self.prune_copies()
+                        last_prune = time.monotonic()
                     self.start_hub()
                     last_scan = time.monotonic()
                 if self.recorder is not None and self.recorder.poll() is not None:

@@ -382,6 +382,15 @@ class Queue(ABC):
         with self.transaction() as db:
             return bool(self.run(db, "UPDATE submissions SET shown = :shown WHERE id = :id AND shown = 'after-due'", id=id, shown=shown))
 
+    def settled_copies(self) -> list[Mapping[str, Any]]:
+        """Submissions whose copy nothing will read again unless it counts: delivered or failed,
+        settled in the gradebook, no page held back for the due date; ``id, inbound, student,
+        assignment, noticed, state, score`` (``Service.prune_copies`` keeps what counts)."""
+        return self.rows(
+            "SELECT id, inbound, student, assignment, noticed, state, score FROM submissions"
+            " WHERE state IN ('delivered', 'failed') AND recorded = 1 AND shown != 'after-due' ORDER BY id"
+        )
+
     # -- the recorder --------------------------------------------------------------------------
     def unrecorded_pairs(self, limit: int) -> list[Mapping[str, Any]]:
         """Up to ``limit`` (student, assignment) pairs with deliveries not yet in the gradebook,

@@ -51,6 +51,7 @@ COMMAND_MODULES = {
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
     "serve": ("service.serve",),
+    "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
 }
 
@@ -609,13 +610,16 @@ def command_submit(args: argparse.Namespace) -> int:
 
 def command_serve(args: argparse.Namespace) -> int:
     """The on-submit service (attnkit.service.serve); ``--status`` only reads its database."""
-    from attnkit.service import serve
+    from attnkit.service import settings
+    from attnkit.service.status import status
 
-    queue_url = serve.queue_url_of(args.course, args.queue_url)
+    queue_url = settings.queue_url_of(args.course, args.queue_url)
     if args.status:
-        print(serve.status(args.course, queue_url))
+        print(status(args.course, queue_url))
         return 0
     import torch
+
+    from attnkit.service import serve
 
     from attnkit.assignment.folder import solutions_beside
     from attnkit.driver.seed import take as take_seed
@@ -626,8 +630,8 @@ def command_serve(args: argparse.Namespace) -> int:
 
         if hub_missing():
             raise GraderError(hub_missing())
-    course = serve.load_course(args.course)
-    gradebook = serve.gradebook_of(args.course, args.gradebook)
+    course = settings.load_course(args.course)
+    gradebook = settings.gradebook_of(args.course, args.gradebook)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
     hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
     workers = args.jobs or len(os.sched_getaffinity(0))
@@ -667,7 +671,7 @@ def leave_working_directory(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import_commands(args.command)
+    import_commands("serve --status" if args.command == "serve" and args.status else args.command)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
     command = {

@@ -254,3 +254,22 @@ def test_two_submissions_of_one_student_apart_each_get_their_own_result(after_at
         assert course.stop() == 0
         course.jobs = 1
         course.start()
+
+
+def test_a_second_service_on_the_course_refuses_naming_the_first(after_attacks: tuple[Course, Attacks, str]) -> None:
+    """Issue 49: a second ``attnkit serve`` started silently beside the first. Now it exits 2, naming
+    the running one's pid and how to stop it; ``--status`` answers from the database meanwhile."""
+    import subprocess
+
+    from test_service_exchange import BIN
+
+    course, _attacks, _page = after_attacks
+    assert course.service is not None
+    second = subprocess.run(
+        [str(BIN / "attnkit"), "serve", "--jobs", "1"], cwd=course.root, capture_output=True, text=True, timeout=WAIT, stdin=subprocess.DEVNULL
+    )
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"pid {course.service.pid}" in second.stderr and "kill -TERM" in second.stderr, second.stderr
+    assert course.service.poll() is None, "the first goes on"
+    status = subprocess.run([str(BIN / "attnkit"), "serve", "--status"], cwd=course.root, capture_output=True, text=True, timeout=WAIT)
+    assert status.returncode == 0 and "delivered=" in status.stdout, status.stderr

@@ -31,8 +31,8 @@ from pathlib import Path
 from attnkit.service.queue import Queue, is_url, open_queue
 from attnkit.service.policies import DEFAULT, Policy
 from attnkit.service.queue.postgres import engine_url
+from attnkit.service.settings import STATE_FOLDER
 
-STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (serve.STATE_FOLDER)
 
 # Submissions per batch: one transaction of marks and one pass of record_grades each. Small enough
 # that a stop (which waits for the batch under way) is prompt: most of a second per student.

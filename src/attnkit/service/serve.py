@@ -61,9 +61,9 @@ from attnkit.service.policies import (
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import DELIVERED, FAILED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
+from attnkit.service.settings import STATE_FOLDER
+from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, Row, is_url, open_queue
 
-STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
 KEEP_COPIES = 3  # copies of settled attempts kept per student and assignment (besides what counts)
 PRUNE_SECONDS = 60.0  # how often the copies beyond KEEP_COPIES are removed
@@ -89,51 +89,6 @@ def is_the_services(error: BaseException) -> bool:
     suite or the sandbox; or its database's), rather than of the one submission it was raised for."""
     return isinstance(error, (GraderError, *DATABASE_ERRORS))
 BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-
-
-def load_course(root: Path) -> ex.Course:
-    """The course at ``root``: its nbgrader_config.py must name the exchange's course id, and
-    the exchange's inbound/ must exist (``nbgrader release_assignment`` makes it)."""
-    config = course_config(root)
-    exchange = Path(str(config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")))
-    course_id = str(config.get("CourseDirectory", {}).get("course_id", ""))
-    if not (root / "nbgrader_config.py").is_file():
-        raise GraderError(_("{root} 里没有 nbgrader_config.py：请在课程根目录启动 attnkit serve").format(root=root))
-    if not course_id:
-        raise GraderError(_("nbgrader_config.py 没有设置 CourseDirectory.course_id：无法找到交换目录里的课程"))
-    course = ex.Course(root, exchange, course_id)
-    if not course.inbound.is_dir():
-        raise GraderError(_("交换目录里没有 {inbound}（先运行 nbgrader release_assignment）").format(inbound=course.inbound))
-    return course
-
-
-QUEUE_URL_VARIABLE = "ATTNKIT_QUEUE_URL"  # where a Kubernetes Secret puts the database URL
-
-
-def queue_url_of(root: Path, given: str | None = None) -> str | None:
-    """The shared queue's URL: ``--queue-url``, else $ATTNKIT_QUEUE_URL, else the course's
-    ``c.AttnkitServe.queue_url``; None: the SQLite file in the course (one service)."""
-    if given:
-        return given
-    if os.environ.get(QUEUE_URL_VARIABLE):
-        return os.environ[QUEUE_URL_VARIABLE]
-    section = course_config(root).get("AttnkitServe", {})
-    found = section.get("queue_url", "") if hasattr(section, "get") else ""
-    return str(found) or None
-
-
-def gradebook_of(root: Path, given: Path | None = None) -> Path | str:
-    """nbgrader's gradebook: ``--gradebook``, else the course's ``c.CourseDirectory.db_url`` when
-    it names another database than a SQLite file (PostgreSQL: a URL string), else the SQLite file
-    it names, else ``gradebook.db`` in the course (nbgrader's default)."""
-    if given is not None:
-        return given
-    section = course_config(root).get("CourseDirectory", {})
-    url = str(section.get("db_url", "") if hasattr(section, "get") else "")
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
-        return path if path.is_absolute() else root / path  # nbgrader runs from the course root
-    return url or root / "gradebook.db"
 
 
 GRADEBOOK_ENGINES: dict[str, Any] = {}  # a PostgreSQL gradebook's engine, by URL (due_dates)
@@ -193,6 +148,31 @@ def copies_to_remove(settled: list[Any], keep: int) -> list[tuple[str, str, str,
         newest = sorted(rows, key=lambda row: (row["noticed"], row["id"]), reverse=True)
         removable += [(row["inbound"], row["student"], row["assignment"], row["noticed"]) for row in newest[keep:] if row["id"] not in counts]
     return removable
+
+
+def one_service(state: Path, replica: str) -> int:
+    """The course's service lock (``serve.lock`` in its folder; ``serve-<replica>.lock`` for a
+    replica of a shared queue), taken without waiting and held by the returned descriptor until
+    this process ends (a ``kill -9`` included: the kernel releases it). Held by another process:
+    GraderError naming its pid and how to stop it."""
+    import fcntl
+
+    path = state / (f"serve-{replica}.lock" if replica else "serve.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise GraderError(
+            _(
+                "这个课程已有一个 attnkit serve 在运行（pid {pid}）：一个课程只能有一个评分服务。"
+                "先停止它（kill -TERM {pid}，或 systemctl stop attnkit-serve），或用 --status 查看它"
+            ).format(pid=holder)
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 @dataclass
@@ -286,6 +266,8 @@ class Service:
         self.attempts = self.state / "attempts"
         self.attempts.mkdir(exist_ok=True)
         self.replica = replica or f"{socket.gethostname()}-{os.getpid()}"
+        # One service per course (per replica name with a shared queue): held until this process ends.
+        self.lock = one_service(self.state, replica if queue_url else "")
         self.queue = open_queue(queue_url or self.state / "service.db", self.replica, lease_seconds)
         self.running = False  # the loop has started (its workers too): /health may say ready
         self.autograder = autograder
@@ -344,6 +326,7 @@ class Service:
                     handle.close()
             except OSError:
                 pass
+        os.close(self.lock)  # the lock is the service's: a worker left behind must not hold it
         # Nor the service's database connections: forgotten here, never closed (closing one
         # would end the service's own session on the shared socket).
         engines = [getattr(self.queue, "engine", None), *GRADEBOOK_ENGINES.values()]
@@ -826,39 +809,3 @@ def serve(service: Service) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     return service.run()
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))] if ordered else float("nan")
-
-
-def status(root: Path, queue_url: str | None = None) -> str:
-    """``attnkit serve --status``: the queue, what is in flight (and by which replica, with a
-    shared queue), the last hour."""
-    database = root / STATE_FOLDER / "service.db"
-    if queue_url is None and not database.is_file():
-        return _("{root} 还没有运行过 attnkit serve").format(root=root)
-    queue = open_queue(queue_url or database, "status")
-    try:
-        counts = queue.counts()
-        lines = [" ".join(f"{state}={count}" for state, count in counts.items())]
-        for state in (GRADING, QUEUED):
-            for row in queue.in_state(state, limit=20):
-                held = f" {row['replica']}" if "replica" in row.keys() and row["replica"] else ""  # which replica grades it
-                lines.append(f"{state:9} #{row['id']} {row['student']} {row['assignment']} {time.time() - row['noticed']:.1f}s{held}")
-        hour = time.time() - 3600
-        latencies = queue.latencies_since(hour)
-        hourly = dict.fromkeys(("delivered", "failed", "refused"), 0) | queue.finished_since(hour)
-        lines.append(
-            "last hour: "
-            + " ".join(f"{state}={count}" for state, count in hourly.items())
-            + (f" latency p50={percentile(latencies, 0.5):.3f}s p99={percentile(latencies, 0.99):.3f}s" if latencies else "")
-        )
-        lines.append(f"not yet in the gradebook: {queue.unrecorded()}")
-        for state in (REFUSED, FAILED):
-            for row in queue.in_state(state, limit=20, newest_first=True):
-                lines.append(f"{state:9} #{row['id']} {row['inbound']}: {row['cause']}")
-        return "\n".join(lines)
-    finally:
-        queue.close()

@@ -58,15 +58,31 @@ def test_a_chunk_that_fails_alone_is_recorded_not_graded() -> None:
     """The one submission left in a failed chunk: a "not graded" record with the reason, its key in
     the run's not-graded list, and nothing put back to retry?"""
     records: list[dict[str, Any]] = []
-    run = fan_out([job("a"), job("b"), job("c")], records)
+    jobs = [job("a"), job("b"), job("c")]  # a worker's chunk holds the run's own jobs (FanOut.feed)
+    run = fan_out(jobs, records)
     run.work.clear()
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[job("a")], current=None), "boom")
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=None), "boom")
     assert run.not_graded == ["a/ch19"] and "a/ch19" not in run.remaining
     assert [r["student_id"] for r in records] == ["a"] and records[0]["not_graded"] == "boom"
     assert records[0]["fingerprint"] == "" and not run.work
     # Died between submissions: every one is retried on its own.
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[job("b"), job("c")], current=None), "x")
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[1], jobs[2]], current=None), "x")
     assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["c/ch19"]]
+
+
+def test_a_chunks_end_or_record_never_takes_a_later_job_with_the_same_key() -> None:
+    """Issue 50: the service submits a student's next submission (the same key) as soon as the last
+    one is recorded; that worker's end-of-chunk message, or a stale record, must not count for it."""
+    records: list[dict[str, Any]] = []
+    first = job("a")
+    run = fan_out([first], records)
+    run.work.clear()
+    del run.remaining[first.key]  # recorded
+    later = job("a")
+    run.remaining[later.key] = later  # the student's next submission, given to another worker
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[first], current=None), "stale")
+    assert records == [] and run.remaining == {later.key: later} and run.not_graded == []
+    assert run.waiting(later) and not run.waiting(first)
 
 
 def received(reader: Any) -> list[dict[str, Any]]:

@@ -15,20 +15,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from commands import service_events
 from postgres import PostgresServer
 from service_course import Replica, shared_queue_course
 

@@ -1,15 +1,23 @@
 """A module's course for the service's end-to-end tests: ``test_service_exchange.Course`` set up with
 unix students of its own (useradd, removed at the end), the assignment released and fetched, the
 service started under ``policy``. Shared by the issue-48 test files; each file uses its own user
-prefix, since the files run in one pytest process (one pid, the users' suffix)."""
+prefix, since the files run in one pytest process (one pid, the users' suffix).
+
+And the replicas' course (``shared_queue_course``): the queue and nbgrader's gradebook in one
+PostgreSQL database, students without homes (their folders are written by root as them), and
+``Replica``, one ``attnkit serve --replica-id`` process on it (test_service_replicas.py,
+test_service_poison_replicas.py)."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from test_nbgrader_exchange import as_user, instructor, nbgrader_utc
-from test_service_exchange import ASSIGNMENT, BIN, ROOT, Course
+from commands import service_events
+from test_service_exchange import ASSIGNMENT, BIN, ROOT, Course, free_port
 
 
 @contextmanager
@@ -63,4 +72,79 @@ def running_course(prefix: str, roles: tuple[str, ...], due_in: datetime.timedel
             setup.service.wait()
         for user in created:
             subprocess.run(["userdel", "--remove", user], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class Replica:
+    """One ``attnkit serve --replica-id name --jobs 1 --lease-seconds 3`` on ``course``, its log in ``log``."""
+
+    def __init__(self, name: str, course: Path, log: Path) -> None:
+        self.name, self.course, self.log, self.port = name, course, log, free_port()
+        env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+        command = [str(BIN / "attnkit"), "serve", "--jobs", "1", "--replica-id", name, "--lease-seconds", "3", "--metrics-port", str(self.port)]
+        self.process = subprocess.Popen(command, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+    def events(self, kind: str) -> list[dict]:
+        return service_events(self.log, kind)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except OSError as error:
+            return 0, str(error)
+
+    def children(self) -> list[int]:
+        """Its child processes (workers, recorder), read before it is killed, to wait for them after."""
+        found: list[int] = []
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            found += [int(pid) for pid in (task / "children").read_text().split()]
+        return found
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        self.process.wait(timeout=300)
+
+
+@contextmanager
+def shared_queue_course(url: str, users: list[str], due: datetime.datetime | None = None) -> Iterator[dict]:
+    """A course whose queue (``c.AttnkitServe.queue_url``) and nbgrader gradebook
+    (``c.CourseDirectory.db_url``) are the PostgreSQL database at ``url``; ``users`` made (no
+    homes), the assignment added (due at ``due``, naive UTC, if given) and released; no attempt
+    limit. Yields ``base``, ``exchange``, ``root``, ``users``, ``url``."""
+    from attnkit.service.queue.postgres import engine_url
+
+    if shutil.which("useradd") is None or os.geteuid() != 0:
+        pytest.fail("this test creates unix users: run it as root (useradd)")
+    base = Path(tempfile.mkdtemp(prefix="attnkit-replicas-"))
+    base.chmod(0o755)
+    exchange, root = base / "exchange", base / "course"
+    created: list[str] = []
+    try:
+        exchange.mkdir()
+        exchange.chmod(0o777)
+        root.mkdir()
+        for user in users:
+            subprocess.run(["userdel", user], capture_output=True)  # a leftover of a killed run
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True, capture_output=True)
+            created.append(user)
+        shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+        shutil.copytree(ROOT / "solutions", root / "solutions")
+        shutil.copytree(ROOT / "assignments", root / "assignments")
+        with open(root / "nbgrader_config.py", "a") as config:
+            # The gradebook and the queue in one PostgreSQL database: nbgrader's tables, attnkit's schema.
+            config.write(
+                f"\nc.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.db_url = {engine_url(url)!r}\n"
+                f"c.AttnkitServe.queue_url = {url!r}\nc.AttnkitServe.policies = {{{ASSIGNMENT!r}: {{'attempts': 0}}}}\n"
+            )
+        due_option = [f"--duedate={nbgrader_utc(due)}"] if due is not None else []
+        instructor(root, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, *due_option)
+        instructor(root, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
+        yield {"base": base, "exchange": exchange, "root": root, "users": users, "url": url}
+    finally:
+        for user in created:
+            subprocess.run(["userdel", user], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)

@@ -73,6 +73,16 @@ class Attacks:
         self.made[kind] = name
         return name
 
+    def make_all(self, attacker: str) -> None:
+        """The seven attacks, in this order, by ``attacker`` (test_service_poison_replicas.py makes the same)."""
+        self.make("name-not-utf8", attacker, name_tail=b"\xff\xfe-not-utf8")
+        self.make("secret-not-utf8", attacker, files={b"submission_secret.txt": b"\xff\xfe\x00secret"})
+        self.make("zone-dateutil-cannot-read", attacker, files={b"timestamp.txt": b"2026-12-07 07:00:00.000000 XYZ+99:99"})
+        self.make("year-9999", attacker, files={b"timestamp.txt": b"9999-12-31 23:59:59.999999 UTC"})
+        self.make("folder-named-ipynb", attacker, files={b"submission_secret.txt": b""}, folders=(b"x.ipynb",))
+        self.make("file-name-not-utf8", attacker, files={b"notes-\xff.txt": b"hello"})
+        self.make("forged-early-timestamp", attacker, files={b"timestamp.txt": b"2020-01-01 00:00:00.000000 UTC"})
+
     def row(self, kind: str) -> sqlite3.Row | None:
         from attnkit.service.exchange import inbound_key
 
@@ -100,14 +110,7 @@ def attacked() -> Iterator[tuple[Course, Attacks]]:
     # Due an hour ago: every submission of this module is late by the service's clock.
     with running_course("ak48p", ("attacker", "classmate", "burst"), datetime.timedelta(hours=-1), attempts=0, visibility="full") as course:
         attacks = Attacks(course)
-        attacker = course.users["attacker"]  # type: ignore[attr-defined]
-        attacks.make("name-not-utf8", attacker, name_tail=b"\xff\xfe-not-utf8")
-        attacks.make("secret-not-utf8", attacker, files={b"submission_secret.txt": b"\xff\xfe\x00secret"})
-        attacks.make("zone-dateutil-cannot-read", attacker, files={b"timestamp.txt": b"2026-12-07 07:00:00.000000 XYZ+99:99"})
-        attacks.make("year-9999", attacker, files={b"timestamp.txt": b"9999-12-31 23:59:59.999999 UTC"})
-        attacks.make("folder-named-ipynb", attacker, files={b"submission_secret.txt": b""}, folders=(b"x.ipynb",))
-        attacks.make("file-name-not-utf8", attacker, files={b"notes-\xff.txt": b"hello"})
-        attacks.make("forged-early-timestamp", attacker, files={b"timestamp.txt": b"2020-01-01 00:00:00.000000 UTC"})
+        attacks.make_all(course.users["attacker"])  # type: ignore[attr-defined]
         yield course, attacks
 
 

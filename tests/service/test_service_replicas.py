@@ -15,21 +15,17 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from commands import service_events
-from postgres import PostgresServer, free_port
+from postgres import PostgresServer
+from service_course import Replica, shared_queue_course
 
 from attnkit.service.queue import DELIVERED, GRADING, QUEUED
 from attnkit.service.queue.postgres import PostgresQueue, engine_url
@@ -207,69 +203,11 @@ def test_one_recorder_at_a_time_and_a_batch_marked_once(queue_url: str) -> None:
 # -- two `attnkit serve` replicas, a real exchange, real students, kill -9 -----------------------------
 
 
-class Replica:
-    def __init__(self, name: str, course: Path, log: Path) -> None:
-        self.name, self.course, self.log, self.port = name, course, log, free_port()
-        env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-        command = [str(BIN / "attnkit"), "serve", "--jobs", "1", "--replica-id", name, "--lease-seconds", "3", "--metrics-port", str(self.port)]
-        self.process = subprocess.Popen(command, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT)
-
-    def events(self, kind: str) -> list[dict]:
-        return service_events(self.log, kind)
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-        except OSError as error:
-            return 0, str(error)
-
-    def children(self) -> list[int]:
-        """Its child processes (workers, recorder), read before it is killed, to wait for them after."""
-        found: list[int] = []
-        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
-            found += [int(pid) for pid in (task / "children").read_text().split()]
-        return found
-
-
 @pytest.fixture(scope="module")
 def replicas_course(postgres: PostgresServer) -> Iterator[dict]:
-    from test_nbgrader_exchange import instructor
-
-    if shutil.which("useradd") is None or os.geteuid() != 0:
-        pytest.fail("this test creates unix users: run it as root (useradd)")
-    url = postgres.create_database("course")
-    base = Path(tempfile.mkdtemp(prefix="attnkit-replicas-"))
-    base.chmod(0o755)
-    exchange, root = base / "exchange", base / "course"
     suffix = f"{os.getpid() % 100000}"
-    users = [f"ak40b{n}{suffix}" for n in range(3)]
-    created: list[str] = []
-    try:
-        exchange.mkdir()
-        exchange.chmod(0o777)
-        root.mkdir()
-        for user in users:
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True, capture_output=True)
-            created.append(user)
-        shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
-        shutil.copytree(ROOT / "solutions", root / "solutions")
-        shutil.copytree(ROOT / "assignments", root / "assignments")
-        with open(root / "nbgrader_config.py", "a") as config:
-            # The gradebook and the queue in one PostgreSQL database: nbgrader's tables, attnkit's schema.
-            config.write(
-                f"\nc.Exchange.root = {str(exchange)!r}\nc.CourseDirectory.db_url = {engine_url(url)!r}\n"
-                f"c.AttnkitServe.queue_url = {url!r}\nc.AttnkitServe.policies = {{'ch19-attention': {{'attempts': 0}}}}\n"
-            )
-        instructor(root, str(BIN / "nbgrader"), "db", "assignment", "add", "ch19-attention")
-        instructor(root, str(BIN / "nbgrader"), "release_assignment", "ch19-attention")
-        yield {"base": base, "exchange": exchange, "root": root, "users": users, "url": url}
-    finally:
-        for user in created:
-            subprocess.run(["userdel", user], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+    with shared_queue_course(postgres.create_database("course"), [f"ak40b{n}{suffix}" for n in range(3)]) as course:
+        yield course
 
 
 @pytest.mark.e2e

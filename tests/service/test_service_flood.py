@@ -137,7 +137,7 @@ def flood() -> Iterator[Flood]:
                     names[classmates[n]] = forge_submission(course, classmates[n], (CORRECT, MISTAKE)[n % 2], 1000 + n)[0]
             print(f"\nthe flood made in {time.monotonic() - started:.1f} s")
             deadline = time.monotonic() + WAIT
-            while {e["student"] for e in course.events("delivered")} < set(classmates) and time.monotonic() < deadline:
+            while not set(classmates) <= {e["student"] for e in course.events("delivered")} and time.monotonic() < deadline:
                 assert course.service is not None and course.service.poll() is None, course.log.read_text()[-4000:]
                 time.sleep(0.5)
             seconds = time.monotonic() - started

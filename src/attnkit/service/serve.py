@@ -61,8 +61,8 @@ from attnkit.service.policies import (
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
-from attnkit.service.unfinished import Unfinished
 from attnkit.service.queue import FAILED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Row, is_url, open_queue
+from attnkit.service.unfinished import Unfinished
 
 STATE_FOLDER = ".attnkit-serve"
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)

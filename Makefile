@@ -39,7 +39,7 @@ help:
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
 	@echo "make bench                                  benchmark against nbgrader autograde"
 	@echo "make serve [METRICS_PORT=9339]              grade each nbgrader submit as it arrives (docs/service.md)"
-	@echo "make bench-serve                            time attnkit serve: one submission, then a deadline burst (root)"
+	@echo "make bench-serve                            time attnkit serve: one submission, a deadline burst, then one student's flood (root)"
 	@echo "make lock                                   regenerate requirements.lock (uv, one lock for Python 3.11-3.13)"
 	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder; one per assignment, dist/gradescope-NAME.zip, when there are several)"
 
@@ -213,7 +213,7 @@ serve: $(STAMP)
 
 # Makes unix users (root): one submission on an idle service, then 1,000 from 400 students in 60 s.
 bench-serve: $(STAMP)
-	$(BIN)/python tools/bench_serve.py
+	$(BIN)/python tools/bench_serve.py --flood
 
 gradescope: $(STAMP)
 	$(BIN)/python -m attnkit.course.gradescope --out dist/gradescope.zip

@@ -17,8 +17,17 @@ per submission, which on two cores would itself be the load. Notebooks: the demo
 2. Burst: ``--burst`` submissions from ``--students`` students at random moments over
    ``--seconds`` (seeded), then waits for every page; lost = no page ``--patience`` s after the last.
 
+3. Flood (``--flood``, issue 48: fair under a flood): one student makes ``--flood-finished``
+   finished submissions and ``--flood-unfinished`` unfinished names shaped like submissions (nine
+   in ten folders never made 0777, one in ten hard links to a file of theirs, all owned by their
+   uid), in ten chunks, while ``--flood-classmates`` classmates submit once each (two per chunk).
+   Prints the classmates' latency and lost, the flooder's submissions refused (beyond MAX_WAITING)
+   and the unfinished names the service ignored over their owner's cap
+   (``attnkit_serve_unfinished_ignored_total``, from its /metrics).
+
 Prints p50/p99/max and lost for each, and where the time goes from the service's own log
-(noticed -> sent to a worker -> graded -> page placed), with the load average.
+(noticed -> sent to a worker -> graded -> page placed), with the load average; the burst's
+capacity: pages per second from its first submission to its last page.
 
 ``--replicas N`` starts N ``attnkit serve`` processes on the course, as replicas on N machines
 would run (``--jobs`` each), sharing the queue and the gradebook in PostgreSQL: ``--queue-url``,
@@ -79,6 +88,7 @@ class Bench:
         self.counter = 0
         self.inotify = INotify()
         self.uids: dict[str, int] = {}
+        self.metrics_port: int | None = None  # the first replica's /metrics
 
     def setup(self) -> None:
         self.exchange.mkdir(mode=0o777)
@@ -109,6 +119,8 @@ class Bench:
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
         for n, log in enumerate(self.logs):
             command = [str(BIN / "attnkit"), "serve"] + (["--jobs", str(jobs)] if jobs else []) + (["--replica-id", f"bench-{n}"] if self.queue_url else [])
+            if n == 0 and self.metrics_port is not None:
+                command += ["--metrics-port", str(self.metrics_port)]
             self.services.append(subprocess.Popen(command, cwd=self.course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT))
         self.service = self.services[0]
 
@@ -158,8 +170,8 @@ class Bench:
         for user in self.created:
             subprocess.run(["userdel", user], capture_output=True)
 
-    def events(self, replica: int | None = None) -> list[dict]:
-        """The delivered lines of every replica's log (or of one), in time order."""
+    def events(self, replica: int | None = None, kind: str = "delivered") -> list[dict]:
+        """The ``kind`` lines (delivered) of every replica's log (or of one), in time order."""
         found = []
         for n, log in enumerate(self.logs):
             if replica is not None and n != replica:
@@ -167,9 +179,74 @@ class Bench:
             for line in log.read_text(errors="replace").splitlines():
                 if line.startswith('{"time"'):
                     event = json.loads(line)
-                    if event["event"] == "delivered":
+                    if event["event"] == kind:
                         found.append(event)
         return sorted(found, key=lambda event: event["time"])
+
+    def unfinished(self, user: str, numbers: range) -> None:
+        """Names shaped like ``user``'s submissions that never finish, owned by their uid: folders
+        (mode 0755) and, one in ten, hard links to a file of theirs."""
+        import pwd
+
+        uid = self.uids.setdefault(user, pwd.getpwnam(user).pw_uid)
+        inbound = self.exchange / "ch19" / "inbound"
+        source = self.base / f"{user}-file"
+        if not source.exists():
+            source.write_text("not a submission")
+            os.chown(source, uid, uid)
+        for n in numbers:
+            path = inbound / f"{user}+{ASSIGNMENT}+2026-12-07 08:00:00.{n:06d} UTC+unfinished{n}"
+            if n % 10 == 9:
+                os.link(source, path)
+            else:
+                os.mkdir(path, 0o755)
+                os.chown(path, uid, uid)
+
+    def metric(self, name: str) -> str:
+        import re
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=30) as answer:
+                found = re.search(rf"^{name} (\S+)$", answer.read().decode(), re.M)
+        except OSError as error:
+            return f"? ({error})"
+        return found.group(1) if found else "?"
+
+
+def flood(bench: Bench, args: argparse.Namespace) -> None:
+    """One student's flood (finished submissions and unfinished names) while classmates submit once each."""
+    attacker, classmates = bench.users[-1], bench.users[-1 - args.flood_classmates : -1]
+    skip = {kind: len(bench.events(kind=kind)) for kind in ("delivered", "refused")}
+    expected: dict[str, float] = {}
+    arrived: dict[str, float] = {}
+    chunks = 10
+    start = time.monotonic()
+    for chunk in range(chunks):
+        bench.unfinished(attacker, range(chunk * args.flood_unfinished // chunks, (chunk + 1) * args.flood_unfinished // chunks))
+        for _n in range(chunk * args.flood_finished // chunks, (chunk + 1) * args.flood_finished // chunks):
+            bench.submit(attacker)
+        for n in range(chunk * len(classmates) // chunks, (chunk + 1) * len(classmates) // chunks):
+            expected[bench.submit(classmates[n])] = time.monotonic()
+    made = time.monotonic() - start
+    bench.wait_pages(expected, time.monotonic() + args.patience, arrived)
+    latencies = [arrived[name] - sent for name, sent in expected.items() if name in arrived]
+    refused = [e for e in bench.events(kind="refused")[skip["refused"] :] if e.get("student") == attacker]
+    delivered = bench.events()[skip["delivered"] :]
+    print(
+        summary(
+            f"flood (one student: {args.flood_finished} submissions and {args.flood_unfinished} unfinished names, made in {made:.1f} s; "
+            f"{len(classmates)} classmates once each): classmates",
+            latencies,
+        )
+        + f" lost={len(expected) - len(latencies)}",
+        flush=True,
+    )
+    print(f"  the flooder's submissions refused: {len(refused)} of {args.flood_finished} (beyond MAX_WAITING)")
+    print(f"  unfinished names ignored over the owner's cap (attnkit_serve_unfinished_ignored_total): {bench.metric('attnkit_serve_unfinished_ignored_total')}")
+    mine = [e for e in delivered if e["student"] in set(classmates)]
+    for part in ("waited", "grading", "latency"):
+        print("  " + summary(f"classmates' {part} (service's log)", [e[part] for e in mine if part in e]))
 
 
 def main() -> int:
@@ -181,6 +258,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None, help="the service's workers (default: its own, the number of cores)")
     parser.add_argument("--patience", type=float, default=120.0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (its serve.log)")
+    parser.add_argument("--flood", action="store_true", help="after the burst, one student's flood while classmates submit (issue 48)")
+    parser.add_argument("--flood-finished", type=int, default=200, help="the flooder's finished submissions")
+    parser.add_argument("--flood-unfinished", type=int, default=10000, help="the flooder's unfinished names")
+    parser.add_argument("--flood-classmates", type=int, default=20, help="classmates who submit once each during the flood")
     parser.add_argument("--replicas", type=int, default=1, help="attnkit serve processes sharing a PostgreSQL queue (default 1: SQLite)")
     parser.add_argument(
         "--queue-url", default=None, help="the PostgreSQL database of the queue and the gradebook (with --replicas > 1, default: a throwaway server)"
@@ -199,7 +280,15 @@ def main() -> int:
         server = PostgresServer(durable=True).start()  # PostgreSQL's defaults: an fsync per commit
         args.queue_url = server.create_database("bench")
         print(f"a throwaway PostgreSQL {server.bin.parent.name} on 127.0.0.1:{server.port}", flush=True)
+    if args.flood and args.students < args.flood_classmates + 1:
+        parser.error("--flood needs --students >= --flood-classmates + 1")
     bench = Bench(base, args.students, args.queue_url, args.replicas)
+    if args.flood:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            bench.metrics_port = int(probe.getsockname()[1])
     try:
         bench.setup()
         bench.start(args.jobs)
@@ -241,6 +330,9 @@ def main() -> int:
             summary(f"burst ({args.burst} submissions from {len(set(senders))} students over {args.seconds:g} s)", burst) + f" lost={lost}",
             flush=True,
         )
+        if burst:
+            span = max(arrived[name] for name in expected if name in arrived) - start
+            print(f"capacity: {len(burst) / span:.1f} pages/s sustained in the burst ({len(burst)} pages in {span:.1f} s)", flush=True)
         print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores shared with other work)", flush=True)
         delivered = bench.events()[skip:]
         for part in ("waited", "grading", "delivering", "latency"):
@@ -255,6 +347,8 @@ def main() -> int:
         goals += [("burst p99 <= 2 s", burst and percentile(burst, 0.99) <= 2.0), ("0 lost", lost == 0 and lost_idle == 0)]
         for goal, met in goals:
             print(f"{'PASS' if met else 'MISS'} {goal}")
+        if args.flood:
+            flood(bench, args)
         bench.stop()
         status = subprocess.run([str(BIN / "attnkit"), "serve", "--status"], cwd=bench.course, capture_output=True, text=True)
         print(status.stdout.splitlines()[0] if status.stdout else status.stderr)

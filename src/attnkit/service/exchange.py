@@ -200,6 +200,10 @@ class Taken:
     # The kernel's last change (ctime, epoch seconds) of the folder or anything copied from it:
     # no call a student can make sets it back, so the submission was complete no earlier.
     changed: float = 0.0
+    # ``pending``: the uid owning what the name is now (``fstat`` of the opened folder, or ``lstat``
+    # of a name that is no folder: a file, a link); None when it is gone. Unforgeable, unlike the
+    # name: the service caps each owner's unfinished names by it (``serve``, issue 48).
+    owner: int | None = None
 
 
 class _Refused(Exception):
@@ -443,13 +447,23 @@ def _open_below(inbound: Path | int, name: str) -> int:
         os.close(parent)
 
 
+def _owner_of(inbound: Path | int, name: str) -> int | None:
+    """The uid owning ``name`` in ``inbound`` (``lstat``: a link's own owner), None when it is gone."""
+    try:
+        if isinstance(inbound, int):
+            return os.lstat(name, dir_fd=inbound).st_uid
+        return os.lstat(Path(inbound) / name).st_uid
+    except (OSError, ValueError):
+        return None
+
+
 def take(
     inbound: Path | int,
     name: str,
     student: str,
     service_uid: int,
     target: Path | None,
-    held: int = 0,
+    held: int | Callable[[], int] = 0,
     quota: int = STUDENT_QUOTA_BYTES,
     after_open: Callable[[], object] | None = None,
 ) -> Taken:
@@ -459,7 +473,8 @@ def take(
     ``student`` is a unix user of their own (not ``service_uid``, not root) who owns the folder
     (``fstat`` of the opened folder) and every entry in it (``fstat`` of each opened file), unless
     timestamp.txt and submission_secret.txt are valid (``valid_timestamp``, ``valid_secret``), or
-    if the copy would take the student's copies past ``quota`` (``held``: ``held_by``). Entries
+    if the copy would take the student's copies past ``quota`` (``held``: ``held_by``, or a function
+    giving it, called only for a finished folder of the student's: an unfinished one costs no walk). Entries
     that cannot be graded are left out, with why. ``target``: where the copy goes (None: check
     only); it appears whole (renamed into place) or not at all. ``after_open``: called once the
     folder is open and its owner checked (tests swap the folder there). Never raises on what a
@@ -470,11 +485,11 @@ def take(
     try:
         fd = _open_below(inbound, name)
     except OSError as error:
-        return Taken(False, _("无法打开提交文件夹：{reason}").format(reason=error.strerror), pending=True)
+        return Taken(False, _("无法打开提交文件夹：{reason}").format(reason=error.strerror), pending=True, owner=_owner_of(inbound, name))
     try:
         top = os.fstat(fd)
         if stat.S_IMODE(top.st_mode) != FINISHED_MODE:
-            return Taken(False, pending=True)
+            return Taken(False, pending=True, owner=top.st_uid)
         uid, problem = _identity_problem(student, service_uid)
         if uid is None:
             return Taken(False, problem)
@@ -482,7 +497,7 @@ def take(
             return Taken(False, _top_owner_reason(top.st_uid, student, uid))
         if after_open is not None:
             after_open()
-        return _one_pass(fd, uid, student, target, held, quota, finished=True)
+        return _one_pass(fd, uid, student, target, held() if callable(held) else held, quota, finished=True)
     except OSError as error:
         return Taken(False, _("无法读取提交文件夹：{reason}").format(reason=error.strerror))
     finally:

@@ -61,14 +61,17 @@ from attnkit.service.policies import (
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
-from attnkit.service.settings import STATE_FOLDER
 from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, Row, is_url, open_queue
+from attnkit.service.settings import STATE_FOLDER
+from attnkit.service.unfinished import Unfinished
 
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
 KEEP_COPIES = 3  # copies of settled attempts kept per student and assignment (besides what counts)
 PRUNE_SECONDS = 60.0  # how often the copies beyond KEEP_COPIES are removed
 RECHECK_UNFINISHED_SECONDS = 30.0  # an unfinished folder no event names is looked at again this often
 NAMES_PER_TURN = 256  # folder names looked at per turn of the loop (events and rescans together)
+UNFINISHED_PER_OWNER = 50  # unfinished names held per uid owning them (beyond: ignored by rescans)
+CAPPED_LOG_SECONDS = 60.0  # an owner's names ignored over the cap: one log line per this long
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
 PR_SET_PDEATHSIG = 1
 
@@ -185,6 +188,7 @@ class Metrics:
     latency_counts: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
     latency_sum: float = 0.0
     latency_count: int = 0
+    unfinished_ignored: int = 0
 
     def observe(self, seconds: float) -> None:
         for index, bound in enumerate(BUCKETS):
@@ -218,6 +222,9 @@ class Metrics:
             f"attnkit_serve_refused_total {self.refused}",
             "# TYPE attnkit_serve_failed_total counter",
             f"attnkit_serve_failed_total {self.failed}",
+            "# HELP attnkit_serve_unfinished_ignored_total Unfinished names in inbound/ ignored over their owner's cap.",
+            "# TYPE attnkit_serve_unfinished_ignored_total counter",
+            f"attnkit_serve_unfinished_ignored_total {self.unfinished_ignored}",
             "# HELP attnkit_serve_latency_seconds From the folder noticed complete to the page fetchable.",
             "# TYPE attnkit_serve_latency_seconds histogram",
         ]
@@ -281,8 +288,10 @@ class Service:
         self.in_flight: dict[int, InFlight] = {}  # by the submission's id in the queue
         self.known = self.queue.known()
         # Folders seen unfinished, with when: looked at again when an event names them, or by a
-        # rescan once RECHECK_UNFINISHED_SECONDS have passed (never all of them on every event).
-        self.pending: dict[str, float] = {}
+        # rescan once RECHECK_UNFINISHED_SECONDS have passed (never all of them on every event);
+        # at most UNFINISHED_PER_OWNER per uid owning them (service.unfinished).
+        self.pending = Unfinished(UNFINISHED_PER_OWNER, RECHECK_UNFINISHED_SECONDS)
+        self.capped_logged: dict[int, float] = {}  # uid: when its unfinished-capped line was logged
         self.to_look: dict[str, None] = {}  # names waiting to be looked at, in order, each once
         self.scanning: Any = None  # the rescan under way (os.scandir's iterator), NAMES_PER_TURN at a time
         self.uid = os.geteuid()
@@ -371,10 +380,11 @@ class Service:
             if entry is None:
                 self.scanning.close()
                 self.scanning = None
+                self.pending.rescanned()
                 break
             name = entry.name
             budget -= 1
-            if name in self.known or now - self.pending.get(name, -math.inf) < RECHECK_UNFINISHED_SECONDS:
+            if name in self.known or self.pending.skip(name, now):
                 continue
             budget -= self.consider(name)
             budget = max(budget, 0)
@@ -430,9 +440,9 @@ class Service:
         # Finished, whose, and copied in one pass over one opening of the folder (ex.take). A row
         # in the queue always has its copy (made before the row is written).
         staged = self.attempts / name / claimed.student / claimed.assignment
-        taken = ex.take(self.course.inbound, name, claimed.student, self.uid, staged, held=ex.held_by(self.attempts, claimed.student))
+        taken = ex.take(self.course.inbound, name, claimed.student, self.uid, staged, held=lambda: ex.held_by(self.attempts, claimed.student))
         if taken.pending:
-            self.pending[name] = time.monotonic()
+            self.hold_unfinished(name, taken.owner)
             return 1
         self.pending.pop(name, None)
         self.known.add(name)
@@ -453,6 +463,16 @@ class Service:
         if self.queue.notice(name, claimed.student, claimed.assignment, timestamp, noticed) is not None:
             self.emit("queued", inbound=name, student=claimed.student, assignment=claimed.assignment)
         return 4
+
+    def hold_unfinished(self, name: str, owner: int | None) -> None:
+        """An unfinished name, held to be looked at again, or over its owner's cap: ignored,
+        counted, and logged once per owner per CAPPED_LOG_SECONDS (never a line per name)."""
+        if self.pending.hold(name, owner, time.monotonic()) or owner is None:
+            return
+        self.metrics.unfinished_ignored += 1
+        if time.monotonic() - self.capped_logged.get(owner, -math.inf) >= CAPPED_LOG_SECONDS:
+            self.capped_logged[owner] = time.monotonic()
+            self.emit("unfinished-capped", uid=owner, count=self.pending.ignored_by[owner], cap=UNFINISHED_PER_OWNER)
 
     # -- grading -----------------------------------------------------------------------------
     def dispatch(self) -> None:

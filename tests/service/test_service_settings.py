@@ -23,3 +23,29 @@ def test_the_queue_and_the_gradebook_are_where_the_option_the_environment_or_the
     assert gradebook_of(tmp_path, tmp_path / "other.db") == tmp_path / "other.db"
     (tmp_path / "nbgrader_config.py").write_text("c = get_config()\nc.CourseDirectory.db_url = 'sqlite:///book.db'\n")
     assert gradebook_of(tmp_path) == tmp_path / "book.db", "relative to the course, where nbgrader runs"
+
+
+def test_what_stops_the_service_is_the_services_own_failure_never_a_submissions() -> None:
+    """Issue 48: the boundary around each folder and submission (``Service.consider``,
+    ``Service.on_behalf_of``) lets only the grader's failures (``GraderError``: a suite, a sandbox,
+    the recorder) and the database's stop the service (exit 2); whatever a student's files can make
+    the code raise is that submission's ``refused``/``failed``."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from attnkit.constants import GraderError
+    from attnkit.service.serve import is_the_services
+
+    for error in (GraderError("suite"), sqlite3.OperationalError("database is locked"), OperationalError("SELECT 1", {}, Exception("down"))):
+        assert is_the_services(error), error
+    student_made = [
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        IsADirectoryError(21, "Is a directory"),
+        OverflowError("date value out of range"),
+        ValueError("bad timestamp"),
+        PermissionError(13, "Permission denied"),
+        RecursionError(),
+        MemoryError(),
+    ]
+    assert not any(is_the_services(error) for error in student_made)

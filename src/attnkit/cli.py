@@ -51,6 +51,7 @@ COMMAND_MODULES = {
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
     "serve": ("service.serve",),
+    "serve --hub": ("service.settings", "service.hub_process"),  # the hub side starts first; then "serve"'s
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
 }
@@ -617,6 +618,21 @@ def command_serve(args: argparse.Namespace) -> int:
     if args.status:
         print(status(args.course, queue_url))
         return 0
+    lock, hub_process = None, None
+    if args.hub:
+        # Before torch and the suites (seconds): JupyterHub serves nothing, its login page included,
+        # until its managed service answers (issue 49). The course's lock first: a second start
+        # must not start a second hub side on the first one's folder.
+        from attnkit.service import hub_process as hub_side
+        from attnkit.service.http_submit import hub_missing
+
+        if hub_missing():
+            raise GraderError(hub_missing())
+        course = settings.load_course(args.course)
+        state = settings.state_folder(course.root)
+        lock = settings.one_service(state, args.replica_id if queue_url else "")
+        hub_process = hub_side.start(course.root, args.autograder, state, course.feedback, hub_side.queue_at(state, queue_url), sys.stderr)
+        import_commands("serve")
     import torch
 
     from attnkit.service import serve
@@ -625,11 +641,6 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.driver.seed import take as take_seed
 
     torch.set_num_threads(1)  # workers are forked from here, as in grade
-    if args.hub:
-        from attnkit.service.http_submit import hub_missing
-
-        if hub_missing():
-            raise GraderError(hub_missing())
     course = settings.load_course(args.course)
     gradebook = settings.gradebook_of(args.course, args.gradebook)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
@@ -649,6 +660,8 @@ def command_serve(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         metrics_host=args.metrics_host,
         hub=args.hub,
+        hub_process=hub_process,
+        lock=lock,
     )
     return serve.serve(service)
 
@@ -671,7 +684,7 @@ def leave_working_directory(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import_commands("serve --status" if args.command == "serve" and args.status else args.command)
+    import_commands(f"serve {'--status' if args.status else '--hub'}" if args.command == "serve" and (args.status or args.hub) else args.command)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
     command = {

@@ -65,10 +65,12 @@ from attnkit.service.http_submit import (
     usable_id,
 )
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
-from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, open_queue
+from attnkit.service.hub_process import READY, STARTING, read_phase
+from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, is_url, open_queue
 
 PR_SET_PDEATHSIG = 1
 NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
+STARTING_WAIT = 120.0  # and, besides, for the loop to start (issue 49: we answer before it)
 SHOWN = ("full", "scores", "released")  # pages that show a score
 MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
@@ -110,8 +112,16 @@ class Kit:
     queue_at: str = ""
 
     def queue(self) -> Queue:
-        """The queue the loop writes (read here only: ``rows``, the SQL both databases speak)."""
-        return open_queue(self.queue_at or self.state / "service.db", f"hub-{os.getpid()}", make_schema=False)
+        """The queue the loop writes (read here only: ``rows``, the SQL both databases speak). We
+        start before the loop (issue 49): until it has made its SQLite file, 503 "starting"."""
+        where = self.queue_at or str(self.state / "service.db")
+        if not is_url(where) and not Path(where).is_file():
+            raise Told(503, _("评分服务正在启动，请稍后再试"))
+        return open_queue(where, f"hub-{os.getpid()}", make_schema=False)
+
+    def phase(self) -> str:
+        """The loop's phase (``hub_process``): starting, warming (it takes submissions), ready."""
+        return read_phase(self.state, self.parent)
 
 
 def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, Any]:
@@ -267,12 +277,15 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 
 
 class HealthHandler(web.RequestHandler):
-    """No login, no data: 200 while the service can work, 503 otherwise (a probe's answer)."""
+    """No login, no data: 200 "ready" once the loop's workers are warm, 200 "warming" while it
+    starts and warms them (submissions are taken and queued: JupyterHub, which waits for any answer
+    under 500 before it serves its own pages, comes up at once), 503 otherwise (a probe's answer)."""
 
     def get(self) -> None:
         kit: Kit = self.settings["kit"]
         healthy = os.getppid() == kit.parent
-        if healthy:
+        warming = healthy and kit.phase() != READY
+        if healthy and not warming:
             try:
                 queue = kit.queue()
                 try:
@@ -284,7 +297,7 @@ class HealthHandler(web.RequestHandler):
         self.set_status(200 if healthy else 503)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
-        self.finish("ok\n" if healthy else "unavailable\n")
+        self.finish(("warming\n" if warming else "ready\n") if healthy else "unavailable\n")
 
 
 class HomeHandler(Handler):
@@ -453,6 +466,9 @@ class SubmitHandler(Handler):
     async def queued_id(self, inbound: str) -> int | None:
         """The queue's id of a spooled submission, once the loop has queued it (it is woken by the notice)."""
         deadline = time.monotonic() + NOTICED_WAIT
+        # The loop still starting (its imports, its suites: seconds) queues nothing yet: wait for it.
+        while self.kit.phase() == STARTING and time.monotonic() < deadline + STARTING_WAIT:
+            await asyncio.sleep(0.2)
         queue = self.kit.queue()  # one connection for the wait (a shared queue's costs a few ms to open)
         try:
             while time.monotonic() < deadline:
@@ -513,7 +529,8 @@ def too_large() -> str:
 
 def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
     def at(path: str) -> str:
-        return url_path_join(prefix, path)
+        # "$ATTNKIT_SERVICE_URL/api/submit/…" with the URL's own trailing slash: the prefix's "//" taken as "/"
+        return prefix.rstrip("/") + "/+" + path
 
     return web.Application(
         [

@@ -60,7 +60,8 @@ COVERED = {
     (SERVICE_MD, "c.Exchange.root"): "test_status_line_and_the_courses_exchange_lines_as_typed",
     (SERVICE_MD, "# /etc/systemd/system/attnkit-serve.service"): "not run: a host's systemd unit (its ExecStart is the service's command line)",
     (SERVICE_MD, "c.JupyterHub.services = ["): "not run: the hub without --hub (test_service_hub.py runs a managed service with --hub)",
-    (SERVICE_MD, "c.AttnkitServe.policies = {"): "test_service_policies_compose.py, test_service_exchange.py::test_attempt_limit_withholds_the_page_and_says_when_the_next_comes",
+    (SERVICE_MD, "c.AttnkitServe.policies = {"): "test_service_policies_compose.py, "
+    "test_service_exchange.py::test_attempt_limit_withholds_the_page_and_says_when_the_next_comes",
     (SERVICE_MD, "# 1. A database and its owner"): "test_service_replicas.py (a real PostgreSQL; createuser/createdb need its host)",
     (HUB_MD, "c.JupyterHub.services = ["): "test_service_hub.py's Hub.config (the same lines, a course's paths)",
     (HUB_MD, "c.AttnkitServe.hub_ta_groups"): "test_service_hub.py::test_ta_sees_the_class_and_a_student_does_not, test_hub_attacks.py (hub_students)",

@@ -51,7 +51,7 @@ COMMAND_MODULES = {
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
     "serve": ("service.serve",),
-    "serve --hub": ("service.settings", "service.hub_process"),  # the hub side starts first; then "serve"'s
+    "serve --hub": ("service.settings",),  # the hub side starts first; then "serve"'s
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
 }
@@ -614,6 +614,11 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.service import settings
     from attnkit.service.status import status
 
+    from attnkit.service import hub_process as hub_side
+
+    listening = None
+    if args.hub and not args.status:
+        listening = hub_side.listen()  # first thing: JupyterHub serves nothing until its service answers (issue 49)
     queue_url = settings.queue_url_of(args.course, args.queue_url)
     if args.status:
         print(status(args.course, queue_url))
@@ -623,7 +628,6 @@ def command_serve(args: argparse.Namespace) -> int:
         # Before torch and the suites (seconds): JupyterHub serves nothing, its login page included,
         # until its managed service answers (issue 49). The course's lock first: a second start
         # must not start a second hub side on the first one's folder.
-        from attnkit.service import hub_process as hub_side
         from attnkit.service.http_submit import hub_missing
 
         if hub_missing():
@@ -631,7 +635,7 @@ def command_serve(args: argparse.Namespace) -> int:
         course = settings.load_course(args.course)
         state = settings.state_folder(course.root)
         lock = settings.one_service(state, args.replica_id if queue_url else "")
-        hub_process = hub_side.start(course.root, args.autograder, state, course.feedback, hub_side.queue_at(state, queue_url), sys.stderr)
+        hub_process = hub_side.start(course.root, args.autograder, state, course.feedback, hub_side.queue_at(state, queue_url), sys.stderr, listening)
         import_commands("serve")
     import torch
 

@@ -33,6 +33,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -206,7 +207,9 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def kit(self) -> Kit:
-        kit: Kit = self.settings["kit"]
+        kit: Kit | None = self.settings["kit"]
+        if kit is None:  # the course still loading (``main``: we answer first)
+            raise Told(503, _("评分服务正在启动，请稍后再试"))
         return kit
 
     def get_login_url(self) -> str:
@@ -282,10 +285,10 @@ class HealthHandler(web.RequestHandler):
     under 500 before it serves its own pages, comes up at once), 503 otherwise (a probe's answer)."""
 
     def get(self) -> None:
-        kit: Kit = self.settings["kit"]
-        healthy = os.getppid() == kit.parent
-        warming = healthy and kit.phase() != READY
-        if healthy and not warming:
+        kit: Kit | None = self.settings["kit"]
+        healthy = os.getppid() == self.settings["parent"]
+        warming = healthy and (kit is None or kit.phase() != READY)
+        if healthy and not warming and kit is not None:
             try:
                 queue = kit.queue()
                 try:
@@ -527,7 +530,8 @@ def too_large() -> str:
     return _("请求体超过 {limit} MB，未读取").format(limit=MAX_BODY_BYTES // 1024 // 1024)
 
 
-def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
+def application(kit: Kit | None, prefix: str, cookie_secret: bytes, parent: int = 0) -> web.Application:
+    """``kit``: None until the course is loaded (``main``); ``parent``: the loop's pid (default: ``kit``'s)."""
     def at(path: str) -> str:
         # "$ATTNKIT_SERVICE_URL/api/submit/…" with the URL's own trailing slash: the prefix's "//" taken as "/"
         return prefix.rstrip("/") + "/+" + path
@@ -547,6 +551,7 @@ def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
             (prefix.rstrip("/") + "/?", HomeHandler),
         ],
         kit=kit,
+        parent=parent or (kit.parent if kit is not None else 0),
         cookie_secret=cookie_secret,
     )
 
@@ -562,20 +567,12 @@ def cookie_secret(state: Path) -> bytes:
     return path.read_bytes()
 
 
-def main(argv: list[str]) -> int:
-    """``python -m attnkit.service.hub COURSE AUTOGRADER STATE FEEDBACK PARENT``: serve until SIGTERM."""
-    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4])
-    # The loop killed (-9): we stop too, else its restart could not listen again.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:
-        return 0
+def load_kit(course: Path, autograder: Path, state: Path, feedback: Path, parent: int) -> Kit:
+    """The course's suites, policies and hub settings (its nbgrader_config.py: a second or more), the
+    bodies a killed run left cleared. Refused: the mapping gives one student id to two hub names."""
     config = course_config(course)
     section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
-    try:
-        students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
-    except Refused as refused:  # the course's mapping gives one student id to two hub names: no start
-        print(json.dumps({"event": "hub-failed", "cause": str(refused)}, ensure_ascii=False), flush=True)
-        return 2
+    students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
     kit = Kit(
         state=state,
         feedback=feedback,
@@ -587,35 +584,64 @@ def main(argv: list[str]) -> int:
         queue_at=os.environ.get(QUEUE_AT_VARIABLE, ""),
     )
     clear_incoming(state)
+    return kit
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attnkit.service.hub COURSE AUTOGRADER STATE FEEDBACK PARENT [LISTENING]``: serve
+    until SIGTERM. ``LISTENING``: a descriptor of ours already listening where the hub's URL says
+    (``attnkit serve --hub`` binds it first thing: JupyterHub's probes wait in its backlog instead
+    of backing off for seconds, issue 49)."""
+    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4])
+    listening = int(argv[5]) if len(argv) > 5 else None
+    # The loop killed (-9): we stop too, else its restart could not listen again.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return 0
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
     port = url.port
     if port is None or not prefix:
         print(json.dumps({"event": "hub-failed", "cause": hub_missing()}, ensure_ascii=False), flush=True)
         return 2
+    failed = 0
 
     # Bodies: at most MAX_OTHER_BODY_BYTES anywhere, refused before they are read; the submit
     # routes raise their own request's limit to the cap once they know the user (SubmitHandler).
     async def serve() -> None:
+        nonlocal failed
         # The server is made in the running loop (tornado attaches its sockets to the current one).
+        # It answers at once (/health "warming", other pages 503) while the course loads.
+        app = application(None, prefix, cookie_secret(state), parent)
         server = HTTPServer(
-            application(kit, prefix, cookie_secret(state)),
+            app,
             max_body_size=MAX_OTHER_BODY_BYTES,
             max_buffer_size=MAX_BODY_BYTES,
             max_header_size=MAX_HEADER_BYTES,
             xheaders=False,
         )
-        server.listen(port, url.hostname or "127.0.0.1")
+        if listening is not None:
+            given = socket.socket(fileno=listening)
+            given.setblocking(False)
+            server.add_sockets([given])
+        else:
+            server.listen(port, url.hostname or "127.0.0.1")
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stopped.set)
         loop.add_signal_handler(signal.SIGINT, lambda: None)  # Ctrl-C is the loop's: it stops us after
         print(json.dumps({"event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
+        try:
+            app.settings["kit"] = await loop.run_in_executor(None, load_kit, course, autograder, state, feedback, parent)
+        except Refused as refused:  # the course's mapping gives one student id to two hub names: no start
+            print(json.dumps({"event": "hub-failed", "cause": str(refused)}, ensure_ascii=False), flush=True)
+            failed = 2
+            stopped.set()
         await stopped.wait()
         server.stop()
 
     asyncio.run(serve())
-    return 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ come in; a submission is queued) until the loop has written ``ready`` here, its 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlparse
 
 from attnkit.service.queue import QUEUE_AT_VARIABLE
 
@@ -26,16 +28,39 @@ def queue_at(state: Path, queue_url: str | None) -> str:
     return queue_url or str(state / "service.db")
 
 
-def start(course_root: Path, autograder: Path, state: Path, feedback: Path, queue: str, log: TextIO) -> subprocess.Popen:
+def listen() -> socket.socket | None:
+    """A socket listening where JupyterHub expects the service (``JUPYTERHUB_SERVICE_URL``), bound
+    first thing: the hub's probes of the port wait in its backlog for the hub side's answer, instead
+    of being refused and backing off (0.2, 0.4, ... 5 s between probes: seconds of a hub serving
+    nothing). None without the URL (the hub side says why) or when the port cannot be bound (it tries itself)."""
+    url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+    if url.port is None:
+        return None
+    try:
+        return socket.create_server((url.hostname or "127.0.0.1", url.port), backlog=128)
+    except OSError:
+        return None
+
+
+def start(
+    course_root: Path, autograder: Path, state: Path, feedback: Path, queue: str, log: TextIO, listening: socket.socket | None = None
+) -> subprocess.Popen:
     """The hub side, a child of this process (it ends with us: PR_SET_PDEATHSIG in ``hub.main``);
-    ``queue``: the queue's location, in its environment (never on a command line, where a password would show)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "attnkit.service.hub", *map(str, (course_root, autograder, state, feedback, os.getpid()))],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env={**os.environ, QUEUE_AT_VARIABLE: queue},
-    )
+    ``queue``: the queue's location, in its environment (never on a command line, where a password
+    would show); ``listening``: its socket (``listen``), handed over and closed here."""
+    extra = [str(listening.fileno())] if listening is not None else []
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "attnkit.service.hub", *map(str, (course_root, autograder, state, feedback, os.getpid())), *extra],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env={**os.environ, QUEUE_AT_VARIABLE: queue},
+            pass_fds=[listening.fileno()] if listening is not None else [],
+        )
+    finally:
+        if listening is not None:
+            listening.close()  # the hub side's alone: no worker forked from us holds the port
 
 
 def write_phase(state: Path, phase: str) -> None:

@@ -749,9 +749,9 @@ class Service:
             hub_side.write_phase(self.state, hub_side.READY)
 
     def run(self) -> int:
+        self.start_hub()  # (started by the command line: a hub side that could not serve stops us here)
         recovered = self.queue.recover()
         self.start_recorder()
-        self.start_hub()
         self.warm_up()
         self.pool.start()
         self.emit(

@@ -614,29 +614,24 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.service import settings
     from attnkit.service.status import status
 
-    from attnkit.service import hub_process as hub_side
-
-    listening = None
-    if args.hub and not args.status:
-        listening = hub_side.listen()  # first thing: JupyterHub serves nothing until its service answers (issue 49)
-    queue_url = settings.queue_url_of(args.course, args.queue_url)
-    if args.status:
-        print(status(args.course, queue_url))
-        return 0
-    lock, hub_process = None, None
-    if args.hub:
-        # Before torch and the suites (seconds): JupyterHub serves nothing, its login page included,
-        # until its managed service answers (issue 49). The course's lock first: a second start
-        # must not start a second hub side on the first one's folder.
+    hub_process = None
+    if args.hub and not args.status and (args.course / "nbgrader_config.py").is_file():
+        # First thing, before the course's config (a second), torch and the suites (seconds):
+        # JupyterHub serves nothing, its login page included, until its managed service answers
+        # (issue 49). The hub side reads the course itself once it answers; a second service on
+        # the course stops at the course's lock below, its hub side at the hub side's own.
+        from attnkit.service import hub_process as hub_side
         from attnkit.service.http_submit import hub_missing
 
         if hub_missing():
             raise GraderError(hub_missing())
-        course = settings.load_course(args.course)
-        state = settings.state_folder(course.root)
-        lock = settings.one_service(state, args.replica_id if queue_url else "")
-        hub_process = hub_side.start(course.root, args.autograder, state, course.feedback, hub_side.queue_at(state, queue_url), sys.stderr, listening)
+        listening = hub_side.listen()
+        hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", args.queue_url or "", sys.stderr, listening)
         import_commands("serve")
+    queue_url = settings.queue_url_of(args.course, args.queue_url)
+    if args.status:
+        print(status(args.course, queue_url))
+        return 0
     import torch
 
     from attnkit.service import serve
@@ -665,7 +660,6 @@ def command_serve(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         hub=args.hub,
         hub_process=hub_process,
-        lock=lock,
     )
     return serve.serve(service)
 

@@ -51,6 +51,7 @@ from tornado.httpserver import HTTPServer
 
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
+from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
 from attnkit.service.http_submit import (
@@ -567,21 +568,38 @@ def cookie_secret(state: Path) -> bytes:
     return path.read_bytes()
 
 
-def load_kit(course: Path, autograder: Path, state: Path, feedback: Path, parent: int) -> Kit:
+HELD: list[int] = []  # the hub side's lock (``load_kit``), held until this process ends
+
+
+def load_kit(course: Path, autograder: Path, state: Path, feedback: str, parent: int) -> Kit:
     """The course's suites, policies and hub settings (its nbgrader_config.py: a second or more), the
-    bodies a killed run left cleared. Refused: the mapping gives one student id to two hub names."""
+    bodies a killed run left cleared. ``feedback`` empty: the exchange's, and the queue where the
+    loop will have it, read from the course as the loop reads them (started before the loop, issue
+    49). Refused: the mapping gives one student id to two hub names; another hub side serves the course."""
+    import fcntl
+
+    from attnkit.service import settings
+
+    lock = os.open(state / "hub.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a second service's hub side: never clear the first one's bodies
+        os.close(lock)
+        raise Refused(_("这个课程已有一个 attnkit serve --hub 在运行")) from None
+    HELD.append(lock)
     config = course_config(course)
+    queue_at = os.environ.get(QUEUE_AT_VARIABLE, "") or settings.queue_url_of(course) or ""
     section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
     students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
     kit = Kit(
         state=state,
-        feedback=feedback,
+        feedback=Path(feedback) if feedback else settings.load_course(course).feedback,
         suites=discover(autograder),
         policies=policies_from(config),
         ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
         students=students,
         parent=parent,
-        queue_at=os.environ.get(QUEUE_AT_VARIABLE, ""),
+        queue_at=queue_at,
     )
     clear_incoming(state)
     return kit
@@ -592,7 +610,7 @@ def main(argv: list[str]) -> int:
     until SIGTERM. ``LISTENING``: a descriptor of ours already listening where the hub's URL says
     (``attnkit serve --hub`` binds it first thing: JupyterHub's probes wait in its backlog instead
     of backing off for seconds, issue 49)."""
-    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4])
+    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), argv[3], int(argv[4])
     listening = int(argv[5]) if len(argv) > 5 else None
     # The loop killed (-9): we stop too, else its restart could not listen again.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -633,8 +651,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
         try:
             app.settings["kit"] = await loop.run_in_executor(None, load_kit, course, autograder, state, feedback, parent)
-        except Refused as refused:  # the course's mapping gives one student id to two hub names: no start
-            print(json.dumps({"event": "hub-failed", "cause": str(refused)}, ensure_ascii=False), flush=True)
+        except Exception as error:  # the course's mapping gives one student id to two hub names, ...: no start
+            cause = str(error) if isinstance(error, (Refused, GraderError)) else f"{type(error).__name__}: {error}"
+            print(json.dumps({"event": "hub-failed", "cause": cause}, ensure_ascii=False), flush=True)
             failed = 2
             stopped.set()
         await stopped.wait()

@@ -23,11 +23,6 @@ PHASE_FILE = "phase"  # in the service's folder: "<pid of the loop> <phase>"
 STARTING, WARMING, READY = "starting", "warming", "ready"
 
 
-def queue_at(state: Path, queue_url: str | None) -> str:
-    """Where the hub side reads the queue: the shared queue's URL, else the course's SQLite file (``Queue.url``)."""
-    return queue_url or str(state / "service.db")
-
-
 def listen() -> socket.socket | None:
     """A socket listening where JupyterHub expects the service (``JUPYTERHUB_SERVICE_URL``), bound
     first thing: the hub's probes of the port wait in its backlog for the hub side's answer, instead
@@ -43,19 +38,23 @@ def listen() -> socket.socket | None:
 
 
 def start(
-    course_root: Path, autograder: Path, state: Path, feedback: Path, queue: str, log: TextIO, listening: socket.socket | None = None
+    course_root: Path, autograder: Path, state: Path, feedback: Path | str, queue: str, log: TextIO, listening: socket.socket | None = None
 ) -> subprocess.Popen:
     """The hub side, a child of this process (it ends with us: PR_SET_PDEATHSIG in ``hub.main``);
     ``queue``: the queue's location, in its environment (never on a command line, where a password
-    would show); ``listening``: its socket (``listen``), handed over and closed here."""
+    would show); ``feedback`` and ``queue`` empty: the hub side reads them from the course as the
+    loop does (``settings``); ``listening``: its socket (``listen``), handed over and closed here."""
     extra = [str(listening.fileno())] if listening is not None else []
+    env = {key: value for key, value in os.environ.items() if key != QUEUE_AT_VARIABLE}
+    if queue:
+        env[QUEUE_AT_VARIABLE] = queue
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "attnkit.service.hub", *map(str, (course_root, autograder, state, feedback, os.getpid())), *extra],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            env={**os.environ, QUEUE_AT_VARIABLE: queue},
+            env=env,
             pass_fds=[listening.fileno()] if listening is not None else [],
         )
     finally:

@@ -61,7 +61,7 @@ from attnkit.service.policies import (
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
-from attnkit.service.settings import one_service, state_folder
+from attnkit.service.settings import STATE_FOLDER
 from attnkit.service import hub_process as hub_side
 from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUED, Row, is_url, open_queue
 
@@ -152,6 +152,31 @@ def copies_to_remove(settled: list[Any], keep: int) -> list[tuple[str, str, str,
     return removable
 
 
+def one_service(state: Path, replica: str) -> int:
+    """The course's service lock (``serve.lock`` in its folder; ``serve-<replica>.lock`` for a
+    replica of a shared queue), taken without waiting and held by the returned descriptor until
+    this process ends (a ``kill -9`` included: the kernel releases it). Held by another process:
+    GraderError naming its pid and how to stop it."""
+    import fcntl
+
+    path = state / (f"serve-{replica}.lock" if replica else "serve.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise GraderError(
+            _(
+                "这个课程已有一个 attnkit serve 在运行（pid {pid}）：一个课程只能有一个评分服务。"
+                "先停止它（kill -TERM {pid}，或 systemctl stop attnkit-serve），或用 --status 查看它"
+            ).format(pid=holder)
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 @dataclass
 class Metrics:
     """What /metrics serves (Prometheus' text format) and --status prints of this run."""
@@ -233,21 +258,21 @@ class Service:
         metrics_host: str = "127.0.0.1",
         hub: bool = False,
         hub_process: subprocess.Popen | None = None,
-        lock: int | None = None,
     ) -> None:
         """``gradebook``: nbgrader's SQLite file, or its ``db_url`` (a string: PostgreSQL);
         ``queue_url``: a PostgreSQL URL shared by replicas (None: ``.attnkit-serve/service.db``);
         ``replica``: this one's name among them (default: host and pid); ``hub_process``: the hub
         side, started by the command line before the engine's imports (``hub_process.start``), else
-        started by ``run``; ``lock``: the course's lock, when the command line took it for that."""
+        started by ``run``."""
         self.course = course
-        self.state = state_folder(course.root)
+        self.state = course.root / STATE_FOLDER
+        self.state.mkdir(mode=0o700, exist_ok=True)
+        self.state.chmod(0o700)  # the copies hold students' secrets
         self.attempts = self.state / "attempts"
         self.attempts.mkdir(exist_ok=True)
         self.replica = replica or f"{socket.gethostname()}-{os.getpid()}"
-        # One service per course (per replica name with a shared queue): held until this process ends
-        # (taken by the command line already with --hub: ``lock``).
-        self.lock = lock if lock is not None else one_service(self.state, replica if queue_url else "")
+        # One service per course (per replica name with a shared queue): held until this process ends.
+        self.lock = one_service(self.state, replica if queue_url else "")
         self.queue = open_queue(queue_url or self.state / "service.db", self.replica, lease_seconds)
         self.running = False  # the loop has started (its workers too): /health may say ready
         self.warming: dict[str, Job] = {}  # the warm-up jobs not yet graded (``warm_up``): not ready until none

@@ -23,31 +23,6 @@ def state_folder(root: Path) -> Path:
     return state
 
 
-def one_service(state: Path, replica: str) -> int:
-    """The course's service lock (``serve.lock`` in its folder; ``serve-<replica>.lock`` for a
-    replica of a shared queue), taken without waiting and held by the returned descriptor until
-    this process ends (a ``kill -9`` included: the kernel releases it). Held by another process:
-    GraderError naming its pid and how to stop it."""
-    import fcntl
-
-    path = state / (f"serve-{replica}.lock" if replica else "serve.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-        os.close(fd)
-        raise GraderError(
-            _(
-                "这个课程已有一个 attnkit serve 在运行（pid {pid}）：一个课程只能有一个评分服务。"
-                "先停止它（kill -TERM {pid}，或 systemctl stop attnkit-serve），或用 --status 查看它"
-            ).format(pid=holder)
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
 def load_course(root: Path) -> ex.Course:
     """The course at ``root``: its nbgrader_config.py must name the exchange's course id, and
     the exchange's inbound/ must exist (``nbgrader release_assignment`` makes it)."""

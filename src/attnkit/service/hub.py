@@ -73,6 +73,7 @@ from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED,
 PR_SET_PDEATHSIG = 1
 NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
 STARTING_WAIT = 120.0  # and, besides, for the loop to start (issue 49: we answer before it)
+LOADING_WAIT = 60.0  # seconds a request waits for the course to be loaded here (then 503)
 SHOWN = ("full", "scores", "released")  # pages that show a score
 MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
@@ -219,6 +220,12 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         return str(super().get_login_url())
 
     async def prepare(self) -> None:
+        # We answer before the course is loaded (``main``, issue 49): a request waits for it.
+        if self.settings["kit"] is None:
+            try:
+                await asyncio.wait_for(self.settings["loaded"].wait(), LOADING_WAIT)
+            except TimeoutError:
+                pass  # then 503 (``kit``)
         # The hub asked asynchronously (HubAuth.get_user's blocking form runs a thread per call);
         # get_current_user then answers from this cache.
         model = await self.hub_auth.get_user(self, sync=False)
@@ -552,6 +559,7 @@ def application(kit: Kit | None, prefix: str, cookie_secret: bytes, parent: int 
             (prefix.rstrip("/") + "/?", HomeHandler),
         ],
         kit=kit,
+        loaded=asyncio.Event(),  # set once ``kit`` is
         parent=parent or (kit.parent if kit is not None else 0),
         cookie_secret=cookie_secret,
     )
@@ -651,6 +659,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
         try:
             app.settings["kit"] = await loop.run_in_executor(None, load_kit, course, autograder, state, feedback, parent)
+            app.settings["loaded"].set()
         except Exception as error:  # the course's mapping gives one student id to two hub names, ...: no start
             cause = str(error) if isinstance(error, (Refused, GraderError)) else f"{type(error).__name__}: {error}"
             print(json.dumps({"event": "hub-failed", "cause": cause}, ensure_ascii=False), flush=True)

@@ -220,12 +220,6 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         return str(super().get_login_url())
 
     async def prepare(self) -> None:
-        # We answer before the course is loaded (``main``, issue 49): a request waits for it.
-        if self.settings["kit"] is None:
-            try:
-                await asyncio.wait_for(self.settings["loaded"].wait(), LOADING_WAIT)
-            except TimeoutError:
-                pass  # then 503 (``kit``)
         # The hub asked asynchronously (HubAuth.get_user's blocking form runs a thread per call);
         # get_current_user then answers from this cache.
         model = await self.hub_auth.get_user(self, sync=False)
@@ -237,6 +231,14 @@ class Handler(HubOAuthenticated, web.RequestHandler):
             if model.get("kind", "user") != "user":
                 raise web.HTTPError(403)  # a service's token is nobody's submission
         self._hub_auth_user_cache = model
+        if model and self.settings["kit"] is None:
+            # We answer before the course is loaded (``main``, issue 49): a user's request waits for
+            # it. Without a user (JupyterHub's probe of our prefix too) the answer needs no course:
+            # the login's redirect, or 403.
+            try:
+                await asyncio.wait_for(self.settings["loaded"].wait(), LOADING_WAIT)
+            except TimeoutError:
+                pass  # then 503 (``kit``)
         if model and not self.is_ta():
             self.student()  # a hub name that is no student here is refused before anything is read
 
@@ -656,7 +658,7 @@ def main(argv: list[str]) -> int:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stopped.set)
         loop.add_signal_handler(signal.SIGINT, lambda: None)  # Ctrl-C is the loop's: it stops us after
-        print(json.dumps({"event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
+        print(json.dumps({"time": round(time.time(), 3), "event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
         try:
             app.settings["kit"] = await loop.run_in_executor(None, load_kit, course, autograder, state, feedback, parent)
             app.settings["loaded"].set()

@@ -137,7 +137,7 @@ c.JupyterHub.services = [
         "cwd": {str(self.course)!r},
         "environment": {service_env!r},
         "oauth_no_confirm": True,
-        "timeout": 300,
+        "timeout": 60,
     }},
     {{"name": "ak40a-admin", "api_token": {self.admin_token!r}}},
 ]

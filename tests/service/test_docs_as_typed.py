@@ -143,7 +143,8 @@ def test_first_submission_once_ready_is_graded_as_fast_as_the_next(hub: OpenHub)
     first = delivered(hub, post(hub, hub.b, MISTAKE))
     second = delivered(hub, post(hub, hub.b, MISTAKE))
     print(f"grading: first once ready {first['grading']} s, the next {second['grading']} s")
-    assert first["grading"] < max(3 * second["grading"], 0.6), (first, second)
+    # Before issue 49, here at load 1.5: 0.50 s against 0.10 s (the testers': 1.8 s against 0.2-0.9 s).
+    assert first["grading"] <= 2.5 * second["grading"] + 0.1, (first, second)
 
 
 def test_hub_md_submit_lines_as_typed(hub: OpenHub, tmp_path: Path) -> None:

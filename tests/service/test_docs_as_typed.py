@@ -207,3 +207,16 @@ def test_every_block_of_the_docs_is_run_or_covered() -> None:
         for name in re.findall(r"\btest_\w+(?=[ ;,(]|$)", by):
             if not name.endswith("_py"):
                 assert f"def {name}(" in here or any(f"def {name}(" in path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py")), name
+
+
+def test_a_phase_left_by_another_process_is_not_the_loops(tmp_path: Path) -> None:
+    """The hub side's /health says ready only on its own loop's word: a phase file naming another pid,
+    or this pid with another start time (a container's pid 1 after a restart), is "starting"."""
+    from attnkit.service import hub_process
+
+    assert hub_process.read_phase(tmp_path, os.getpid()) == hub_process.STARTING  # no file yet (no database either)
+    hub_process.write_phase(tmp_path, hub_process.READY)
+    assert hub_process.read_phase(tmp_path, os.getpid()) == hub_process.READY
+    assert hub_process.read_phase(tmp_path, 1) == hub_process.STARTING
+    (tmp_path / hub_process.PHASE_FILE).write_text(f"{os.getpid()} 1 ready\n")
+    assert hub_process.read_phase(tmp_path, os.getpid()) == hub_process.STARTING

@@ -62,17 +62,27 @@ def start(
             listening.close()  # the hub side's alone: no worker forked from us holds the port
 
 
+def started_at(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, /proc): a pid and this name one process,
+    so a phase left by an earlier run under the same pid (a container's pid 1) is never taken for ours."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return "?"
+
+
 def write_phase(state: Path, phase: str) -> None:
     """The loop's phase (``WARMING``, ``READY``), for the hub side's ``/health``."""
     temporary = state / f".{PHASE_FILE}.tmp"
-    temporary.write_text(f"{os.getpid()} {phase}\n")
+    temporary.write_text(f"{os.getpid()} {started_at(os.getpid())} {phase}\n")
     os.replace(temporary, state / PHASE_FILE)
 
 
 def read_phase(state: Path, parent: int) -> str:
-    """The phase the loop ``parent`` wrote; ``STARTING`` until it wrote one (a file left by an earlier run names another pid)."""
+    """The phase the loop ``parent`` wrote; ``STARTING`` until it wrote one (a file left by an earlier run names another process)."""
     try:
-        pid, phase = (state / PHASE_FILE).read_text().split()
+        pid, started, phase = (state / PHASE_FILE).read_text().split()
     except (OSError, ValueError):
         return STARTING
-    return phase if pid == str(parent) and phase in (WARMING, READY) else STARTING
+    return phase if pid == str(parent) and started == started_at(parent) and phase in (WARMING, READY) else STARTING

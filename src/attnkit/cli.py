@@ -51,6 +51,7 @@ COMMAND_MODULES = {
     "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
     "collect": ("assignment.folder", "console", "intake.lms_collect"),
     "serve": ("service.serve",),
+    "serve --hub": ("service.settings",),  # the hub side starts first; then "serve"'s
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
 }
@@ -613,6 +614,20 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.service import settings
     from attnkit.service.status import status
 
+    hub_process = None
+    if args.hub and not args.status and (args.course / "nbgrader_config.py").is_file():
+        # First thing, before the course's config (a second), torch and the suites (seconds):
+        # JupyterHub serves nothing, its login page included, until its managed service answers
+        # (issue 49). The hub side reads the course itself once it answers; a second service on
+        # the course stops at the course's lock below, its hub side at the hub side's own.
+        from attnkit.service import hub_process as hub_side
+        from attnkit.service.http_submit import hub_missing
+
+        if hub_missing():
+            raise GraderError(hub_missing())
+        listening = hub_side.listen()
+        hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", args.queue_url or "", sys.stderr, listening)
+        import_commands("serve")
     queue_url = settings.queue_url_of(args.course, args.queue_url)
     if args.status:
         print(status(args.course, queue_url))
@@ -625,11 +640,6 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.driver.seed import take as take_seed
 
     torch.set_num_threads(1)  # workers are forked from here, as in grade
-    if args.hub:
-        from attnkit.service.http_submit import hub_missing
-
-        if hub_missing():
-            raise GraderError(hub_missing())
     course = settings.load_course(args.course)
     gradebook = settings.gradebook_of(args.course, args.gradebook)
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
@@ -649,6 +659,7 @@ def command_serve(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         metrics_host=args.metrics_host,
         hub=args.hub,
+        hub_process=hub_process,
     )
     return serve.serve(service)
 
@@ -671,7 +682,7 @@ def leave_working_directory(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import_commands("serve --status" if args.command == "serve" and args.status else args.command)
+    import_commands(f"serve {'--status' if args.status else '--hub'}" if args.command == "serve" and (args.status or args.hub) else args.command)
     i18n.set_language(getattr(args, "lang", None) or args.top_lang)
     leave_working_directory(args)
     command = {

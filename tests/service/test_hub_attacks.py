@@ -304,7 +304,7 @@ def test_one_body_at_a_time_per_student(hub: AttackedHub) -> None:
 
 @pytest.mark.root
 def test_one_student_id_mapped_from_two_hub_names_stops_the_start(tmp_path: Path) -> None:
-    """The hub side exits 2 at its start (the service then stops: ``start_hub``), naming both hub names."""
+    """The hub side exits 2 at its start, once it has read the course (the service then stops: ``start_hub``), naming both hub names."""
     course = tmp_path / "course"
     course.mkdir()
     mapping = {"ana@example.edu": "s2026001", "bo@example.edu": "s2026002", "ana2@example.edu": "s2026001"}
@@ -317,7 +317,9 @@ def test_one_student_id_mapped_from_two_hub_names_stops_the_start(tmp_path: Path
         timeout=120,
     )
     assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-2000:])
-    (event,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # It listens first (issue 49: JupyterHub waits for its port), then reads the course and stops.
+    *before, event = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [e["event"] for e in before] in ([], ["hub-listening"])
     assert event["event"] == "hub-failed" and "ana@example.edu" in event["cause"] and "ana2@example.edu" in event["cause"] and "s2026001" in event["cause"]
 
 

@@ -174,6 +174,15 @@ def test_submit_then_fetch_feedback_brings_the_kits_page_of_that_submission(cour
     correct, mistake = course.users["correct"], course.users["mistake"]  # type: ignore[attr-defined]
     page_correct = course.submit(correct, CORRECT)
     page_mistake = course.submit(mistake, MISTAKE)
+    # What docs/service.md says a student sees before fetching: `nbgrader list --cached` (the plain
+    # `nbgrader list` lists the released assignments only).
+    deadline = time.monotonic() + WAIT
+    while True:
+        listed = as_user(correct, course.home(correct), str(BIN / "nbgrader"), "list", "--cached")
+        if "feedback ready to be fetched" in listed.stdout + listed.stderr:
+            break
+        assert time.monotonic() < deadline, listed.stdout + listed.stderr
+        time.sleep(0.5)
     good = course.fetch(correct, page_correct)
     bad = course.fetch(mistake, page_mistake)
     assert 'id="score"' in good and 'data-diagnosis="' not in good

@@ -33,6 +33,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -50,6 +51,7 @@ from tornado.httpserver import HTTPServer
 
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
+from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
 from attnkit.service.http_submit import (
@@ -65,10 +67,13 @@ from attnkit.service.http_submit import (
     usable_id,
 )
 from attnkit.service.policies import DEFAULT, Policy, policies_from, when
-from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, open_queue
+from attnkit.service.hub_process import READY, STARTING, read_phase
+from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, is_url, open_queue
 
 PR_SET_PDEATHSIG = 1
 NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to queue it (then: the home page)
+STARTING_WAIT = 120.0  # and, besides, for the loop to start (issue 49: we answer before it)
+LOADING_WAIT = 60.0  # seconds a request waits for the course to be loaded here (then 503)
 SHOWN = ("full", "scores", "released")  # pages that show a score
 MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
@@ -110,8 +115,16 @@ class Kit:
     queue_at: str = ""
 
     def queue(self) -> Queue:
-        """The queue the loop writes (read here only: ``rows``, the SQL both databases speak)."""
-        return open_queue(self.queue_at or self.state / "service.db", f"hub-{os.getpid()}", make_schema=False)
+        """The queue the loop writes (read here only: ``rows``, the SQL both databases speak). We
+        start before the loop (issue 49): until it has made its SQLite file, 503 "starting"."""
+        where = self.queue_at or str(self.state / "service.db")
+        if not is_url(where) and not Path(where).is_file():
+            raise Told(503, _("评分服务正在启动，请稍后再试"))
+        return open_queue(where, f"hub-{os.getpid()}", make_schema=False)
+
+    def phase(self) -> str:
+        """The loop's phase (``hub_process``): starting, warming (it takes submissions), ready."""
+        return read_phase(self.state, self.parent)
 
 
 def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, Any]:
@@ -196,7 +209,9 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 
     @property
     def kit(self) -> Kit:
-        kit: Kit = self.settings["kit"]
+        kit: Kit | None = self.settings["kit"]
+        if kit is None:  # the course still loading (``main``: we answer first)
+            raise Told(503, _("评分服务正在启动，请稍后再试"))
         return kit
 
     def get_login_url(self) -> str:
@@ -216,6 +231,14 @@ class Handler(HubOAuthenticated, web.RequestHandler):
             if model.get("kind", "user") != "user":
                 raise web.HTTPError(403)  # a service's token is nobody's submission
         self._hub_auth_user_cache = model
+        if model and self.settings["kit"] is None:
+            # We answer before the course is loaded (``main``, issue 49): a user's request waits for
+            # it. Without a user (JupyterHub's probe of our prefix too) the answer needs no course:
+            # the login's redirect, or 403.
+            try:
+                await asyncio.wait_for(self.settings["loaded"].wait(), LOADING_WAIT)
+            except TimeoutError:
+                pass  # then 503 (``kit``)
         if model and not self.is_ta():
             self.student()  # a hub name that is no student here is refused before anything is read
 
@@ -267,12 +290,15 @@ class Handler(HubOAuthenticated, web.RequestHandler):
 
 
 class HealthHandler(web.RequestHandler):
-    """No login, no data: 200 while the service can work, 503 otherwise (a probe's answer)."""
+    """No login, no data: 200 "ready" once the loop's workers are warm, 200 "warming" while it
+    starts and warms them (submissions are taken and queued: JupyterHub, which waits for any answer
+    under 500 before it serves its own pages, comes up at once), 503 otherwise (a probe's answer)."""
 
     def get(self) -> None:
-        kit: Kit = self.settings["kit"]
-        healthy = os.getppid() == kit.parent
-        if healthy:
+        kit: Kit | None = self.settings["kit"]
+        healthy = os.getppid() == self.settings["parent"]
+        warming = healthy and (kit is None or kit.phase() != READY)
+        if healthy and not warming and kit is not None:
             try:
                 queue = kit.queue()
                 try:
@@ -284,7 +310,7 @@ class HealthHandler(web.RequestHandler):
         self.set_status(200 if healthy else 503)
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
-        self.finish("ok\n" if healthy else "unavailable\n")
+        self.finish(("warming\n" if warming else "ready\n") if healthy else "unavailable\n")
 
 
 class HomeHandler(Handler):
@@ -453,6 +479,9 @@ class SubmitHandler(Handler):
     async def queued_id(self, inbound: str) -> int | None:
         """The queue's id of a spooled submission, once the loop has queued it (it is woken by the notice)."""
         deadline = time.monotonic() + NOTICED_WAIT
+        # The loop still starting (its imports, its suites: seconds) queues nothing yet: wait for it.
+        while self.kit.phase() == STARTING and time.monotonic() < deadline + STARTING_WAIT:
+            await asyncio.sleep(0.2)
         queue = self.kit.queue()  # one connection for the wait (a shared queue's costs a few ms to open)
         try:
             while time.monotonic() < deadline:
@@ -511,9 +540,11 @@ def too_large() -> str:
     return _("请求体超过 {limit} MB，未读取").format(limit=MAX_BODY_BYTES // 1024 // 1024)
 
 
-def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
+def application(kit: Kit | None, prefix: str, cookie_secret: bytes, parent: int = 0) -> web.Application:
+    """``kit``: None until the course is loaded (``main``); ``parent``: the loop's pid (default: ``kit``'s)."""
     def at(path: str) -> str:
-        return url_path_join(prefix, path)
+        # "$ATTNKIT_SERVICE_URL/api/submit/…" with the URL's own trailing slash: the prefix's "//" taken as "/"
+        return prefix.rstrip("/") + "/+" + path
 
     return web.Application(
         [
@@ -530,6 +561,8 @@ def application(kit: Kit, prefix: str, cookie_secret: bytes) -> web.Application:
             (prefix.rstrip("/") + "/?", HomeHandler),
         ],
         kit=kit,
+        loaded=asyncio.Event(),  # set once ``kit`` is
+        parent=parent or (kit.parent if kit is not None else 0),
         cookie_secret=cookie_secret,
     )
 
@@ -545,60 +578,100 @@ def cookie_secret(state: Path) -> bytes:
     return path.read_bytes()
 
 
-def main(argv: list[str]) -> int:
-    """``python -m attnkit.service.hub COURSE AUTOGRADER STATE FEEDBACK PARENT``: serve until SIGTERM."""
-    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), Path(argv[3]), int(argv[4])
-    # The loop killed (-9): we stop too, else its restart could not listen again.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:
-        return 0
-    config = course_config(course)
-    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
+HELD: list[int] = []  # the hub side's lock (``load_kit``), held until this process ends
+
+
+def load_kit(course: Path, autograder: Path, state: Path, feedback: str, parent: int) -> Kit:
+    """The course's suites, policies and hub settings (its nbgrader_config.py: a second or more), the
+    bodies a killed run left cleared. ``feedback`` empty: the exchange's, and the queue where the
+    loop will have it, read from the course as the loop reads them (started before the loop, issue
+    49). Refused: the mapping gives one student id to two hub names; another hub side serves the course."""
+    import fcntl
+
+    from attnkit.service import settings
+
+    lock = os.open(state / "hub.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
-    except Refused as refused:  # the course's mapping gives one student id to two hub names: no start
-        print(json.dumps({"event": "hub-failed", "cause": str(refused)}, ensure_ascii=False), flush=True)
-        return 2
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a second service's hub side: never clear the first one's bodies
+        os.close(lock)
+        raise Refused(_("这个课程已有一个 attnkit serve --hub 在运行")) from None
+    HELD.append(lock)
+    config = course_config(course)
+    queue_at = os.environ.get(QUEUE_AT_VARIABLE, "") or settings.queue_url_of(course) or ""
+    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
+    students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
     kit = Kit(
         state=state,
-        feedback=feedback,
+        feedback=Path(feedback) if feedback else settings.load_course(course).feedback,
         suites=discover(autograder),
         policies=policies_from(config),
         ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
         students=students,
         parent=parent,
-        queue_at=os.environ.get(QUEUE_AT_VARIABLE, ""),
+        queue_at=queue_at,
     )
     clear_incoming(state)
+    return kit
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attnkit.service.hub COURSE AUTOGRADER STATE FEEDBACK PARENT [LISTENING]``: serve
+    until SIGTERM. ``LISTENING``: a descriptor of ours already listening where the hub's URL says
+    (``attnkit serve --hub`` binds it first thing: JupyterHub's probes wait in its backlog instead
+    of backing off for seconds, issue 49)."""
+    course, autograder, state, feedback, parent = Path(argv[0]), Path(argv[1]), Path(argv[2]), argv[3], int(argv[4])
+    listening = int(argv[5]) if len(argv) > 5 else None
+    # The loop killed (-9): we stop too, else its restart could not listen again.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return 0
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
     port = url.port
     if port is None or not prefix:
         print(json.dumps({"event": "hub-failed", "cause": hub_missing()}, ensure_ascii=False), flush=True)
         return 2
+    failed = 0
 
     # Bodies: at most MAX_OTHER_BODY_BYTES anywhere, refused before they are read; the submit
     # routes raise their own request's limit to the cap once they know the user (SubmitHandler).
     async def serve() -> None:
+        nonlocal failed
         # The server is made in the running loop (tornado attaches its sockets to the current one).
+        # It answers at once (/health "warming", other pages 503) while the course loads.
+        app = application(None, prefix, cookie_secret(state), parent)
         server = HTTPServer(
-            application(kit, prefix, cookie_secret(state)),
+            app,
             max_body_size=MAX_OTHER_BODY_BYTES,
             max_buffer_size=MAX_BODY_BYTES,
             max_header_size=MAX_HEADER_BYTES,
             xheaders=False,
         )
-        server.listen(port, url.hostname or "127.0.0.1")
+        if listening is not None:
+            given = socket.socket(fileno=listening)
+            given.setblocking(False)
+            server.add_sockets([given])
+        else:
+            server.listen(port, url.hostname or "127.0.0.1")
         stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stopped.set)
         loop.add_signal_handler(signal.SIGINT, lambda: None)  # Ctrl-C is the loop's: it stops us after
-        print(json.dumps({"event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
+        print(json.dumps({"time": round(time.time(), 3), "event": "hub-listening", "url": url.geturl(), "prefix": prefix}), flush=True)
+        try:
+            app.settings["kit"] = await loop.run_in_executor(None, load_kit, course, autograder, state, feedback, parent)
+            app.settings["loaded"].set()
+        except Exception as error:  # the course's mapping gives one student id to two hub names, ...: no start
+            cause = str(error) if isinstance(error, (Refused, GraderError)) else f"{type(error).__name__}: {error}"
+            print(json.dumps({"event": "hub-failed", "cause": cause}, ensure_ascii=False), flush=True)
+            failed = 2
+            stopped.set()
         await stopped.wait()
         server.stop()
 
     asyncio.run(serve())
-    return 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ from attnkit.service.policies import (
 from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
-from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUE_AT_VARIABLE, QUEUED, Row, is_url, open_queue
+from attnkit.service import hub_process as hub_side
+from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUED, Row, is_url, open_queue
 from attnkit.service.settings import STATE_FOLDER
 from attnkit.service.unfinished import Unfinished
 
@@ -74,6 +75,7 @@ UNFINISHED_PER_OWNER = 50  # unfinished names held per uid owning them (beyond: 
 CAPPED_LOG_SECONDS = 60.0  # an owner's names ignored over the cap: one log line per this long
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
 PR_SET_PDEATHSIG = 1
+WARM_UP_STUDENT = "attnkit-warm-up-"  # the warm-up jobs' student ids (+ the worker's slot), never queued
 
 def database_errors() -> tuple[type[BaseException], ...]:
     """The queue's databases' own errors: the service's failures, never a submission's."""
@@ -262,10 +264,13 @@ class Service:
         lease_seconds: float = 30.0,
         metrics_host: str = "127.0.0.1",
         hub: bool = False,
+        hub_process: subprocess.Popen | None = None,
     ) -> None:
         """``gradebook``: nbgrader's SQLite file, or its ``db_url`` (a string: PostgreSQL);
         ``queue_url``: a PostgreSQL URL shared by replicas (None: ``.attnkit-serve/service.db``);
-        ``replica``: this one's name among them (default: host and pid)."""
+        ``replica``: this one's name among them (default: host and pid); ``hub_process``: the hub
+        side, started by the command line before the engine's imports (``hub_process.start``), else
+        started by ``run``."""
         self.course = course
         self.state = course.root / STATE_FOLDER
         self.state.mkdir(mode=0o700, exist_ok=True)
@@ -277,6 +282,8 @@ class Service:
         self.lock = one_service(self.state, replica if queue_url else "")
         self.queue = open_queue(queue_url or self.state / "service.db", self.replica, lease_seconds)
         self.running = False  # the loop has started (its workers too): /health may say ready
+        self.warming: dict[str, Job] = {}  # the warm-up jobs not yet graded (``warm_up``): not ready until none
+        self.warm_since = 0.0
         self.autograder = autograder
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
@@ -313,7 +320,9 @@ class Service:
         # --hub: the HTTP side inside JupyterHub (service.hub, a process of its own) spools what
         # hub users post (service.http_submit); its notices wake this loop like inbound/'s folders.
         self.hub = hub
-        self.hub_process: subprocess.Popen | None = None
+        self.hub_process = hub_process
+        if hub_process is not None:
+            self.pool.keep.add(hub_process.pid)
         self.spool_watch = -1
         if hub:
             (self.state / SPOOL).mkdir(mode=0o700, exist_ok=True)
@@ -524,6 +533,9 @@ class Service:
 
     def on_record(self, record: SubmissionRecord) -> None:
         key = f"{record['student_id']}/{record['assignment']}"
+        if key in self.warming:
+            self.on_warm_record(record)
+            return
         flight = next((flight for flight in self.in_flight.values() if flight.job.key == key), None)
         if flight is None:
             return
@@ -677,6 +689,8 @@ class Service:
         worker alive, its recorder alive, its database answering."""
         if not self.running:
             return False, "starting"
+        if self.warming:
+            return False, "warming"
         alive = sum(1 for worker in self.pool.pool.values() if worker.process.is_alive())
         if alive < self.pool.workers:
             return False, f"workers {alive}/{self.pool.workers}"
@@ -739,24 +753,58 @@ class Service:
             if self.hub_process.returncode == 2:  # it cannot serve here (its log line says why): no restart loop
                 raise GraderError(_("JupyterHub 服务的 HTTP 进程无法启动（见日志）"))
             self.emit("hub-restarted", code=self.hub_process.returncode)
-        self.hub_process = subprocess.Popen(
-            [sys.executable, "-m", "attnkit.service.hub", *map(str, (self.course.root, self.autograder, self.state, self.course.feedback, os.getpid()))],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=self.log,
-            env={**os.environ, QUEUE_AT_VARIABLE: str(self.queue.url)},  # the queue it reads: this loop's
-        )
+        # the queue it reads: this loop's
+        self.hub_process = hub_side.start(self.course.root, self.autograder, self.state, self.course.feedback, str(self.queue.url), self.log)
         self.pool.keep.add(self.hub_process.pid)
 
+    def warm_up(self) -> None:
+        """Each worker's first chunk: the source notebook of every assignment, graded and thrown away
+        (issue 49). A worker's first grading opens its pytest session, plans the assignment on its
+        source notebook, waits for its zygote and makes the zygote's first fork; the first student
+        after a start paid that (grading 1.8 s against 0.1-0.3 s). Until these are graded the
+        service is warming (``readiness``, the hub side's ``/health``); submissions are queued meanwhile
+        and start as workers come free."""
+        folder = self.state / "warm-up"
+        shutil.rmtree(folder, ignore_errors=True)
+        for slot in range(self.pool.workers):
+            for name, suite in sorted(self.suites.items()):
+                target = folder / f"{WARM_UP_STUDENT}{slot}" / name
+                target.mkdir(parents=True)
+                shutil.copyfile(suite.source, target / suite.notebook)
+        self.warm_since = time.monotonic()
+        for job in find_jobs(folder, self.suites, None, self.digests).jobs:
+            self.warming[job.key] = job
+            self.pool.submit(job)  # before the workers start: one chunk each as they start
+        if not self.warming:
+            self.warmed()
+
+    def on_warm_record(self, record: SubmissionRecord) -> None:
+        """A warm-up job graded: its page made as a submission's would be (the parent's first page), then dropped."""
+        self.warming.pop(f"{record['student_id']}/{record['assignment']}", None)
+        try:
+            bounded_feedback(results_json(record, self.suites[record["assignment"]]), self.suites[record["assignment"]])
+        except Exception as error:  # a warm-up's page: never the service's failure (a student's would say)
+            self.emit("warm-up-problem", error=f"{type(error).__name__}: {error}")
+        if not self.warming:
+            self.warmed()
+
+    def warmed(self) -> None:
+        self.emit("ready", warming=round(time.monotonic() - self.warm_since, 3), workers=self.pool.workers)
+        if self.hub:
+            hub_side.write_phase(self.state, hub_side.READY)
+
     def run(self) -> int:
+        self.start_hub()  # (started by the command line: a hub side that could not serve stops us here)
         recovered = self.queue.recover()
         self.start_recorder()
-        self.start_hub()
+        self.warm_up()
         self.pool.start()
         self.emit(
             "started", course=self.course.course_id, inbound=str(self.course.inbound), workers=self.pool.workers, requeued=recovered, replica=self.replica
         )
         self.running = True
+        if self.hub and self.warming:
+            hub_side.write_phase(self.state, hub_side.WARMING)
         gc.collect()
         gc.freeze()
         last_scan = last_prune = 0.0

@@ -15,6 +15,14 @@ from attnkit.service import exchange as ex
 STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (0700)
 
 
+def state_folder(root: Path) -> Path:
+    """The service's own folder in the course at ``root``, made (0700: the copies hold students' secrets)."""
+    state = root / STATE_FOLDER
+    state.mkdir(mode=0o700, exist_ok=True)
+    state.chmod(0o700)
+    return state
+
+
 def load_course(root: Path) -> ex.Course:
     """The course at ``root``: its nbgrader_config.py must name the exchange's course id, and
     the exchange's inbound/ must exist (``nbgrader release_assignment`` makes it)."""

@@ -252,7 +252,7 @@ def command_grade(args: argparse.Namespace) -> int:
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
-    secured = secure_gradebook_course(args)
+    secured: Path | None = getattr(args, "secured", None)  # main's secure_gradebook_course
     unloadable: list[tuple[Path, str]] = []  # assignment folders whose manifest cannot be read
     suites = discover(args.autograder, unloadable)
     intake = find_jobs(args.submitted, suites, args.assignment)
@@ -272,11 +272,6 @@ def command_grade(args: argparse.Namespace) -> int:
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
     limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
-    if secured is not None and args.out.is_relative_to(secured) and not args.out.exists():
-        from attnkit.course.secure import keep_private
-
-        args.out.mkdir(parents=True, mode=0o700)  # an OUT inside a secured course stays the grader's
-        keep_private(secured, [args.out])
     args.out.mkdir(parents=True, exist_ok=True)
     begin_shard(args.out, args.shard, intake.jobs, jobs, suites, args.submitted, args.assignment, skipped)
     repair_outputs(args.out, suites)
@@ -381,7 +376,14 @@ def secure_gradebook_course(args: argparse.Namespace) -> Path | None:
     if not is_course(root):
         return None
     refuse_if_exposed(root, "attnkit grade", args.insecure_course)
-    return None if args.insecure_course else root
+    if args.insecure_course:
+        return None
+    if args.out.is_relative_to(root) and not args.out.exists():
+        from attnkit.course.secure import keep_private
+
+        args.out.mkdir(parents=True, mode=0o700)  # an OUT inside a secured course stays the grader's
+        keep_private(root, [args.out])
+    return root
 
 
 def set_aside_broken_assignments(intake: Intake, suites: dict[str, Assignment], unloadable: list[tuple[Path, str]]) -> list[str]:
@@ -736,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     from attnkit.report.store import output_lock
 
     try:
+        if args.command == "grade":  # before the output's lock makes OUT: a refused run makes nothing
+            args.secured = secure_gradebook_course(args)
         if args.command in ("grade", "merge", "lms-feedback"):
             with output_lock(args.out):
                 return command(args)

@@ -49,8 +49,11 @@ pytestmark = [pytest.mark.root, pytest.mark.e2e]
 PROBE = r"""
 import json, os, sys
 read = []
+def first_byte(path):
+    with open(path, "rb") as handle:
+        return handle.read(1)
 for kind, path in json.loads(sys.argv[1]):
-    tries = {"file": [("open", lambda p: open(p, "rb").read(1))], "folder": [("listdir", os.listdir)], "inside": [("open", lambda p: open(p, "rb").read(1)), ("stat", os.stat)]}[kind]
+    tries = {"file": [("open", first_byte)], "folder": [("listdir", os.listdir)], "inside": [("open", first_byte), ("stat", os.stat)]}[kind]
     for name, attempt in tries:
         try:
             attempt(path)

@@ -71,9 +71,17 @@ class Settings:
     single_user: bool = False
 
 
-def course_settings(root: Path) -> Settings:
-    from attnkit.course.gradebook import course_config
+def course_config(root: Path) -> Any:
+    """The course's nbgrader configuration, loaded as nbgrader does (``gradebook.course_config``'s
+    reading; not imported from there: ``nbgrader_commands`` imports this module)."""
+    from traitlets.config.loader import Config, PyFileConfigLoader
 
+    if not (root / "nbgrader_config.py").is_file():
+        return Config()
+    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+
+
+def course_settings(root: Path) -> Settings:
     section: Any = course_config(root).get("AttnkitCourse", {})
     group = section.get("ta_group") if hasattr(section, "get") else None
     single = section.get("single_user", False) if hasattr(section, "get") else False
@@ -88,8 +96,6 @@ def is_course(folder: Path) -> bool:
 def hidden_parts(root: Path) -> list[Path]:
     """Every hidden part of the course at ``root`` (present or not): the names above, nbgrader's
     own folder settings, and the SQLite gradebook with its companions; never the exchange."""
-    from attnkit.course.gradebook import course_config
-
     config: Any = course_config(root)
     directories: Any = config.get("CourseDirectory", {})
     names = list(HIDDEN_NAMES)
@@ -228,16 +234,17 @@ def secure(root: Path, ta_group: str | None = None) -> tuple[list[Change], list[
     gid = ta_gid(root, ta_group)
     changes: list[Change] = []
     links: list[Path] = []
+    parts = hidden_parts(root)
     try:
         for name in MADE_PRIVATE:
             folder = root / name
-            if not os.path.lexists(folder) and folder in hidden_parts(root):
+            if not os.path.lexists(folder) and folder in parts:
                 folder.mkdir(mode=0o700)
                 if gid is not None:
                     os.chown(folder, -1, gid, follow_symlinks=False)
                     os.chmod(folder, 0o750)
                 changes.append(Change(folder, _("（不存在）"), _describe(os.lstat(folder), gid is not None)))
-        for part in hidden_parts(root):
+        for part in parts:
             _secure_tree(part, gid, changes, links)
     finally:
         for fd in _PARENTS.values():

@@ -133,7 +133,7 @@ def test_a_cloned_course_is_refused_then_secured_and_still_grades(clone: dict) -
     assert len(user_reads(student, course)) >= len(HIDDEN) + len(INSIDE)
     # Neither the service nor a grading into the course's gradebook starts; each names every part and the fix.
     for args in (("serve", "--jobs", "1"), GRADE):
-        refused = attnkit(course, *args, timeout=180)
+        refused = attnkit(course, *args, timeout=120)
         said = refused.stdout + refused.stderr
         assert refused.returncode == 2, said[-3000:]
         for name in HIDDEN:

@@ -54,7 +54,7 @@ HIDDEN_NAMES = (
     ".attnkit-serve",
     "nbgrader_config.py",
 )
-GRADEBOOK_SUFFIXES = ("", "-wal", "-shm", "-journal", ".attnkit.lock")
+GRADEBOOK_SUFFIXES = ("", "-wal", "-shm", "-journal")  # not its empty .attnkit.lock: it holds nothing, and a TA must open it
 # The folders the kit and nbgrader write into later: made private when missing, so that what is
 # written there later (with the writer's umask) is never reachable by another user.
 MADE_PRIVATE = ("submitted", "autograded", "feedback", ".attnkit-serve")

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from test_nbgrader_exchange import as_user, instructor, nbgrader_utc
+from ta_machine import lend_to_others
+from test_nbgrader_exchange import LENT, as_user, instructor, nbgrader_utc
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -211,3 +212,45 @@ def test_a_page_is_its_students_alone(tmp_path: Path) -> None:
         while "released by the TA" not in fetched.read_text():
             assert time.monotonic() < deadline, fetched.read_text()[:300]
             as_user(owner, course.home(owner), str(BIN / "nbgrader"), "fetch_feedback", ASSIGNMENT)
+
+
+def test_a_page_placed_without_root_is_its_students_by_an_acl() -> None:
+    """A service or TA that is not root cannot chown: the page gets an ACL for its student only
+    (setfacl); a student who is no user of the host gets nbgrader's 0644, with a warning, once."""
+    if shutil.which("setfacl") is None:
+        pytest.skip("setfacl is not installed (Debian: apt install acl)")
+    suffix = f"{os.getpid() % 100000}"
+    grader, owner, classmate = f"ak49i{suffix}", f"ak49o{suffix}", f"ak49c{suffix}"
+    base = Path(tempfile.mkdtemp(prefix="attnkit-acl-"))
+    base.chmod(0o755)
+    try:
+        for user in (grader, owner, classmate):
+            subprocess.run(["userdel", user], capture_output=True)
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True, capture_output=True)
+        feedback = base / "feedback"
+        feedback.mkdir(mode=0o711)
+        feedback.chmod(0o711)
+        shutil.chown(feedback, grader, grader)
+        script = (
+            "import sys; from pathlib import Path; from attnkit.course.secure import write_page; "
+            "write_page(Path(sys.argv[1]), b'<html>page</html>', sys.argv[2]); write_page(Path(sys.argv[3]), b'<html>x</html>', 'nobody-here'); "
+            "write_page(Path(sys.argv[4]), b'<html>y</html>', 'nobody-here')"
+        )
+        page, shared, again = feedback / "page.html", feedback / "shared.html", feedback / "again.html"
+        run = subprocess.run(  # the checkout's interpreter, lent to the user as the exchange tests lend it
+            lend_to_others(["runuser", "-u", grader, "--", sys.executable, "-c", script, str(page), owner, str(shared), str(again)], LENT),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+        )
+        assert run.returncode == 0, run.stderr
+        assert run.stderr.count("0644") == 1, run.stderr  # the warning, once
+        assert stat.S_IMODE(os.stat(shared).st_mode) == 0o644 and os.stat(page).st_mode & 0o077 == 0o040  # the ACL's mask
+        reads = {user: subprocess.run(["runuser", "-u", user, "--", "cat", str(page)], capture_output=True, text=True) for user in (owner, classmate)}
+        assert reads[owner].stdout == "<html>page</html>", reads[owner].stderr
+        assert reads[classmate].returncode != 0 and "Permission denied" in reads[classmate].stderr
+    finally:
+        for user in (grader, owner, classmate):
+            subprocess.run(["userdel", user], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)

@@ -393,14 +393,14 @@ def give_to(fd: int, path: Path, student: str | None) -> str:
         done = subprocess.run([setfacl, "-m", f"u:{user.pw_uid}:r,m::r", str(path)], capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode == 0:
             return "acl"
-        why = done.stderr.strip()
+        key, why = "setfacl", done.stderr.strip()
     elif user is None:
-        why = _("{student} 不是本机的用户").format(student=student)
+        key, why = "user", _("{student} 不是本机的用户").format(student=student)
     else:
-        why = _("不是 root，且没有 setfacl（apt install acl）")
+        key, why = "root", _("不是 root，且没有 setfacl（apt install acl）")
     os.fchmod(fd, SHARED_FEEDBACK_MODE)
-    if why not in _WARNED:
-        _WARNED.append(why)
+    if key not in _WARNED:  # once per cause: a class of pages would otherwise repeat it
+        _WARNED.append(key)
         print(
             _("注意：反馈页面以 0644 放入交换目录（知道文件名的人都能读）：无法只让该学生读取：{why}").format(why=why),
             file=sys.stderr,

@@ -106,6 +106,8 @@ class Bench:
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
         for command in (["db", "assignment", "add", ASSIGNMENT], ["release_assignment", ASSIGNMENT]):
             subprocess.run([str(BIN / "nbgrader"), *command], cwd=self.course, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+        # As an instructor does (README): the hidden parts the grader's alone, or attnkit serve refuses to start.
+        subprocess.run([str(BIN / "attnkit"), "course", "secure"], cwd=self.course, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)
         started = time.perf_counter()
         for user in self.users:
             subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True, capture_output=True)

@@ -54,6 +54,7 @@ COMMAND_MODULES = {
     "serve --hub": ("service.settings",),  # the hub side starts first; then "serve"'s
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
+    "course": ("course.secure",),
 }
 
 
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the notebooks without an isolated sandbox where the OS gives none: only for notebooks you trust",
     )
+    grade.add_argument("--insecure-course", action="store_true", help=INSECURE_HELP)
 
     check = commands.add_parser("check", parents=[language], help="grade one notebook (self-study) and print the feedback")
     check.add_argument("notebook", type=Path)
@@ -158,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
     serve.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
     serve.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
+    serve.add_argument("--insecure-course", action="store_true", help=INSECURE_HELP)
+
+    course = commands.add_parser("course", parents=[language], help="the course folder's own care (attnkit course secure)")
+    course_commands = course.add_subparsers(dest="course_command", required=True)
+    secure = course_commands.add_parser(
+        "secure",
+        parents=[language],
+        help="make the course's hidden parts (answers, hidden suites, gradebook, submissions, the service's folder) readable by you and the TA group only",
+    )
+    secure.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py; default: here)")
+    secure.add_argument("--ta-group", default=None, help="the TA group that may read them too (default: c.AttnkitCourse.ta_group, else none)")
 
     submit = commands.add_parser(
         "submit", parents=[language], help="submit a notebook to the course's attnkit service in JupyterHub, from your own server (docs/hub.md)"
@@ -174,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--submitted", type=Path, default=None, help="the class's submissions folder (default: the shards' own), read again to check the set against it"
     )
     return parser
+
+
+INSECURE_HELP = (
+    "start although other users can read the course's hidden parts (a single-user machine only; "
+    "c.AttnkitCourse.single_user = True says the same); otherwise run `attnkit course secure` first"
+)
 
 
 def hidden_paths(*extra: Path) -> list[str]:
@@ -235,6 +254,7 @@ def command_grade(args: argparse.Namespace) -> int:
 
     # Workers are forked from here: never let this process start an OpenMP thread pool.
     torch.set_num_threads(1)
+    secured: Path | None = getattr(args, "secured", None)  # main's secure_gradebook_course
     unloadable: list[tuple[Path, str]] = []  # assignment folders whose manifest cannot be read
     suites = discover(args.autograder, unloadable)
     intake = find_jobs(args.submitted, suites, args.assignment)
@@ -319,6 +339,10 @@ def command_grade(args: argparse.Namespace) -> int:
     totals = None
     if args.gradebook is not None:
         totals = record_class(args.gradebook, args.submitted, args.out, all_results, suites, args.quiet)
+        if secured is not None:  # a gradebook this run made is the grader's, as secure makes it
+            from attnkit.course.secure import GRADEBOOK_SUFFIXES, keep_private
+
+            keep_private(secured, [args.gradebook.with_name(args.gradebook.name + suffix) for suffix in GRADEBOOK_SUFFIXES])
     write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped, totals)
     if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
         if not args.quiet and next(args.submitted.glob("*/*/lms.json"), None) is not None:  # placed by `attnkit collect`
@@ -340,6 +364,28 @@ def command_grade(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 2
     return 1 if incomplete else 0
+
+
+def secure_gradebook_course(args: argparse.Namespace) -> Path | None:
+    """``attnkit grade --gradebook`` into a course's own gradebook (its folder is the course: the
+    one ``course.gradebook.course_root`` finds): refused while another user can read the course's
+    hidden parts (``course.secure``), unless ``--insecure-course``. The course root when checked."""
+    if args.gradebook is None:
+        return None
+    from attnkit.course.secure import is_course, refuse_if_exposed
+
+    root = args.gradebook.resolve().parent
+    if not is_course(root):
+        return None
+    refuse_if_exposed(root, "attnkit grade", args.insecure_course)
+    if args.insecure_course:
+        return None
+    if args.out.is_relative_to(root) and not args.out.exists():
+        from attnkit.course.secure import keep_private
+
+        args.out.mkdir(parents=True, mode=0o700)  # an OUT inside a secured course stays the grader's
+        keep_private(root, [args.out])
+    return root
 
 
 def set_aside_broken_assignments(intake: Intake, suites: dict[str, Assignment], unloadable: list[tuple[Path, str]]) -> list[str]:
@@ -632,6 +678,9 @@ def command_serve(args: argparse.Namespace) -> int:
     if args.status:
         print(status(args.course, queue_url))
         return 0
+    from attnkit.course.secure import refuse_if_exposed
+
+    refuse_if_exposed(args.course, "attnkit serve", args.insecure_course)  # before torch: a refusal says so at once
     import torch
 
     from attnkit.service import serve
@@ -664,6 +713,13 @@ def command_serve(args: argparse.Namespace) -> int:
     return serve.serve(service)
 
 
+def command_course(args: argparse.Namespace) -> int:
+    """``attnkit course secure`` (attnkit.course.secure)."""
+    from attnkit.course.secure import command_secure
+
+    return command_secure(args.course, args.ta_group)
+
+
 def leave_working_directory(args: argparse.Namespace) -> None:
     """The grader must not depend on the folder it was started in: a TA's shell may sit in one
     the grader's user cannot even enter (a checkout under a root-only ``mktemp -d``), where
@@ -693,11 +749,14 @@ def main(argv: list[str] | None = None) -> int:
         "lms-feedback": command_lms_feedback,
         "serve": command_serve,
         "submit": command_submit,
+        "course": command_course,
     }[args.command]
     from attnkit.console import console, print_error
     from attnkit.report.store import output_lock
 
     try:
+        if args.command == "grade":  # before the output's lock makes OUT: a refused run makes nothing
+            args.secured = secure_gradebook_course(args)
         if args.command in ("grade", "merge", "lms-feedback"):
             with output_lock(args.out):
                 return command(args)

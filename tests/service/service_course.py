@@ -62,6 +62,8 @@ def running_course(prefix: str, roles: tuple[str, ...], due_in: datetime.timedel
         instructor(setup.root, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
         for user in users.values():
             as_user(user, setup.homes[user], str(BIN / "nbgrader"), "fetch_assignment", ASSIGNMENT)
+        # As the docs say an instructor does: the hidden parts the grader's (and its TAs') alone.
+        instructor(setup.root, str(BIN / "attnkit"), "course", "secure")
         setup.users = users  # type: ignore[attr-defined]
         setup.policy(**policy)
         setup.start()
@@ -143,6 +145,8 @@ def shared_queue_course(url: str, users: list[str], due: datetime.datetime | Non
         due_option = [f"--duedate={nbgrader_utc(due)}"] if due is not None else []
         instructor(root, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, *due_option)
         instructor(root, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
+        # As the docs say an instructor does: the hidden parts the grader's (and its TAs') alone.
+        instructor(root, str(BIN / "attnkit"), "course", "secure")
         yield {"base": base, "exchange": exchange, "root": root, "users": users, "url": url}
     finally:
         for user in created:

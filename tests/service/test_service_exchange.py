@@ -156,6 +156,8 @@ def course() -> Iterator[Course]:
         instructor(setup.root, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
         for user in users.values():
             as_user(user, setup.homes[user], str(BIN / "nbgrader"), "fetch_assignment", ASSIGNMENT)
+        # As the docs say an instructor does: the hidden parts the grader's (and its TAs') alone.
+        instructor(setup.root, str(BIN / "attnkit"), "course", "secure")
         setup.users = users  # type: ignore[attr-defined]
         setup.policy(attempts=2, window_hours=1, visibility="full")
         setup.start()

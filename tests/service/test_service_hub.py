@@ -225,6 +225,8 @@ def running(kind: type[H], ready: bool = True) -> Iterator[H]:
         due = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(days=1)
         instructor(setup.course, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(due)}")
         instructor(setup.course, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
+        # As the docs say an instructor does: the hidden parts the grader's (and its TAs') alone.
+        instructor(setup.course, str(BIN / "attnkit"), "course", "secure")
         (base / "jupyterhub_config.py").write_text(setup.config())
         setup.started = time.monotonic()
         setup.process = start_tool([BIN / "jupyterhub", "-f", base / "jupyterhub_config.py"], log=setup.log, cwd=base)

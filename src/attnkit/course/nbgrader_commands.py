@@ -18,6 +18,10 @@ Three things make nbgrader's commands keep working on a course that attnkit grad
   penalty and total; ``release_feedback``/``fetch_feedback`` then deliver it unchanged.
 - Student markup never reaches the TA's browser: ``SafeMarkup`` (nbconvert's ``SanitizeHTML``
   plus links and attachments) cleans every autograded notebook, which formgrader renders.
+- ``nbgrader release_feedback`` gives each page to its student (issue 49): ``KitReleaseFeedback``
+  writes it as nbgrader does (``<hash>-tmp.html`` moved over ``<hash>.html``), then owned by the
+  student's uid, 0600 (``course.secure.give_to``), so a classmate who computes the name reads
+  nothing; the student's own ``nbgrader fetch_feedback`` copies it as before.
 - ``KitAutoGrades`` is also what ``attnkit grade --gradebook`` uses (see ``gradebook.py``), so a
   score enters the gradebook by one path only.
 """
@@ -25,7 +29,9 @@ Three things make nbgrader's commands keep working on a course that attnkit grad
 from __future__ import annotations
 
 import atexit
+import glob
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -40,6 +46,7 @@ from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat.notebooknode import NotebookNode
 from nbgrader import utils
 from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 from nbgrader.preprocessors import SaveAutoGrades
 
 from attnkit.commands import attnkit_command
@@ -251,6 +258,37 @@ def _assignment_names() -> set[str]:
     return set(discover())
 
 
+class KitReleaseFeedback(ExchangeReleaseFeedback):
+    """``nbgrader release_feedback`` with each page its student's alone: named, placed and moved
+    as nbgrader 0.9's own (``notebook_hash`` of the submission's secret and the notebook), written
+    by ``course.secure.write_page`` (owned by the student's uid, 0600; an ACL or nbgrader's 0644
+    with a warning where that cannot be)."""
+
+    def copy_files(self) -> None:
+        from attnkit.course.secure import write_page
+
+        coursedir = self.coursedir
+        excluded = set(coursedir.student_id_exclude.split(",")) if coursedir.student_id_exclude else set()
+        pattern = re.escape(os.path.sep).join(
+            [coursedir.format_path(coursedir.feedback_directory, "(?P<student_id>.*)", coursedir.assignment_id, escape=True), "(?P<notebook_id>.*).html"]
+        )
+        for html_file in glob.glob(os.path.join(self.src_path, "*.html")):
+            found = re.match(pattern, html_file)
+            if found is None:
+                self.log.error("Could not match '%s' with regexp '%s'", html_file, pattern)
+                continue
+            student, notebook_id = found["student_id"], found["notebook_id"]
+            if student in excluded:
+                continue
+            folder = Path(html_file).parent
+            secret = (folder / "submission_secret.txt").read_text()
+            checksum = utils.notebook_hash(secret=secret, notebook_id=notebook_id)
+            temporary = Path(self.dest_path) / f"{checksum}-tmp.html"
+            write_page(temporary, Path(html_file).read_bytes(), student)
+            os.replace(temporary, Path(self.dest_path) / f"{checksum}.html")
+            self.log.info("Feedback released for student '%s' on '%s/%s' (its student's only)", student, coursedir.assignment_id, notebook_id)
+
+
 # -- generate_assignment guard ---------------------------------------------------------------------
 def source_cells(notebook: Path) -> dict[str, set[str]]:
     """The cell ids nbgrader's SaveCells records for a source notebook (after LockCells)."""
@@ -380,6 +418,7 @@ def configure(c: Any, root: str) -> None:
     """Called from the course's nbgrader_config.py with its config object ``c``."""
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.GenerateFeedback.exporter_class = "attnkit.course.nbgrader_commands.KitFeedbackExporter"
+    c.ExchangeFactory.release_feedback = "attnkit.course.nbgrader_commands.KitReleaseFeedback"
     argv = list(sys.argv[1:])
     command = next((arg for arg in argv if not arg.startswith("-")), "")
     if command in ("generate_assignment", "assign"):

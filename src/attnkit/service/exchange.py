@@ -30,9 +30,12 @@ student-facing text), they never raise on what a student wrote.
 
 Out: ``<exchange>/<course>/feedback/<hash>.html``, named and permitted as nbgrader's own
 ``release_feedback`` does (``nbgrader.utils.notebook_hash`` of the submission's secret and the
-notebook's name; the folder 0711, so nobody can list it; the page 0644, written to
-``<hash>-tmp.html`` and moved over): only the student, who keeps the secret in their nbgrader
-cache, can compute the name, and ``nbgrader fetch_feedback`` / ``nbgrader list`` find it.
+notebook's name; the folder 0711, so nobody can list it; the page written to ``<hash>-tmp.html``
+and moved over): ``nbgrader fetch_feedback`` / ``nbgrader list`` find it. The name alone is not the
+secret (a classmate who reads a student's ``submission_secret.txt``, 0644 in a default home, can
+compute it), so the page is the student's alone (``course.secure.give_to``, issue 49): owned by the student's
+uid, 0600 (0600, not 0400: ``fetch_feedback`` copies the mode, and its next fetch writes over
+that copy); not root, an ACL for that uid only (``setfacl``); neither, 0644 and a warning, once.
 """
 
 from __future__ import annotations
@@ -51,12 +54,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnkit.course.secure import write_page
 from attnkit.i18n import _
 from attnkit.notebook import MAX_SUBMITTED_BYTES, Unsafe, display_name, kind_of, read_submitted
 
 FINISHED_MODE = 0o777  # nbgrader submit's last step: chmod of the submission folder
 FEEDBACK_FOLDER_MODE = 0o711  # release_feedback's ensure_directory (S_IRWXU | S_IXGRP | S_IXOTH)
-FEEDBACK_MODE = 0o644
 MAX_FILES = 100  # files of one submission copied (nbgrader submits the assignment folder)
 MAX_TOTAL_BYTES = 64 * 1024 * 1024  # all its files together (one notebook's cap is intake's)
 MAX_DEPTH = 4
@@ -654,18 +657,17 @@ def feedback_name(staged: Path, course_id: str, student: str, assignment: str, n
     digest.update(notebook + key.encode("utf-8", "surrogateescape"))
     return f"{digest.hexdigest()}.html"
 
-def place_feedback(course: Course, name: str, page: bytes) -> Path:
-    """Write the page as release_feedback does: the folder made 0711 if new, the page written to
-    ``<hash>-tmp.html`` (0644) and moved over ``<hash>.html`` at once."""
+def place_feedback(course: Course, name: str, page: bytes, student: str | None = None) -> Path:
+    """Write the page as release_feedback does (the folder made 0711 if new, the page written to
+    ``<hash>-tmp.html`` and moved over ``<hash>.html`` at once), readable by ``student`` alone
+    (``give_to``)."""
     folder = course.feedback
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(FEEDBACK_FOLDER_MODE)
     final = folder / name
     temporary = folder / f"{final.stem}-tmp.html"
-    with open(temporary, "wb") as handle:
-        handle.write(page)
-        os.fchmod(handle.fileno(), FEEDBACK_MODE)
+    write_page(temporary, page, student)
     os.replace(temporary, final)
     return final
 

@@ -570,7 +570,7 @@ class Service:
             ex.feedback_name(flight.staged, self.course.course_id, row.student, row.assignment, Path(self.suites[row.assignment].notebook).stem, row.timestamp)
         ]
         for name in names:
-            ex.place_feedback(self.course, name, page)
+            ex.place_feedback(self.course, name, page, row.student)
         graded = not results.get("not_graded")
         score = results["score"] if graded else None
         if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now):
@@ -667,11 +667,11 @@ class Service:
                     if next_at is None:
                         kept = self.attempts / row["inbound"] / "feedback.html"
                         if kept.is_file():
-                            ex.place_feedback(self.course, row["feedback"], kept.read_bytes())
+                            ex.place_feedback(self.course, row["feedback"], kept.read_bytes(), row["student"])
                         if self.queue.release_shown(row["id"], "released"):
                             self.emit("released", id=row["id"], assignment=assignment)
                     else:
-                        ex.place_feedback(self.course, row["feedback"], withheld_page(assignment, limit_reason(policy, next_at)).encode())
+                        ex.place_feedback(self.course, row["feedback"], withheld_page(assignment, limit_reason(policy, next_at)).encode(), row["student"])
                         if self.queue.release_shown(row["id"], "withheld"):
                             self.emit("withheld", id=row["id"], assignment=assignment, reason="attempts", next=round(next_at, 3))
 

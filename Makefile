@@ -22,7 +22,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab collect lock browser slurm postgresql hub-proxy grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
+.PHONY: help install lab collect lock browser slurm postgresql acl hub-proxy grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -134,6 +134,15 @@ slurm:
 
 # The replicas test (tests/service/test_service_replicas.py) starts a PostgreSQL server of its own
 # (initdb, pg_ctl as an unprivileged user, on a free port of 127.0.0.1): Debian's postgresql.
+# A page placed by a service without root is its student's by a POSIX ACL (setfacl): Debian's acl.
+acl:
+	@if ! command -v setfacl >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing acl (Debian package: setfacl)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq acl >/dev/null; \
+	  else echo "please install acl (setfacl; needed by tests/course/test_course_secure.py)"; fi; \
+	fi
+
 postgresql:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -168,7 +177,7 @@ grade: $(STAMP)
 
 # The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
 # --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
-test: $(DEV_STAMP) browser slurm postgresql hub-proxy lint
+test: $(DEV_STAMP) browser slurm postgresql hub-proxy acl lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 	$(MAKE) --no-print-directory test-second-assignment
 

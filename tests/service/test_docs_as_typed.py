@@ -65,6 +65,8 @@ COVERED = {
     (SERVICE_MD, "c.AttnkitServe.policies = {"): "test_service_policies_compose.py, "
     "test_service_exchange.py::test_attempt_limit_withholds_the_page_and_says_when_the_next_comes",
     (SERVICE_MD, "# 1. A database and its owner"): "test_service_replicas.py (a real PostgreSQL; createuser/createdb need its host)",
+    (SERVICE_MD, ".venv/bin/attnkit course secure"): "test_course_secure.py::test_a_cloned_course_is_refused_then_secured_and_still_grades "
+    "(attnkit course secure, then with the TA group); every course the service tests make (service_course.py, test_service_exchange.py)",
     (HUB_MD, "c.JupyterHub.services = ["): "test_service_hub.py's Hub.config (the same lines, a course's paths)",
     (HUB_MD, "c.AttnkitServe.hub_ta_groups"): "test_service_hub.py::test_ta_sees_the_class_and_a_student_does_not, test_hub_attacks.py (hub_students)",
     (HUB_MD, "!attnkit submit"): "test_hub_md_submit_lines_as_typed",

@@ -24,7 +24,7 @@ from test_service_exchange import ASSIGNMENT, BIN, CORRECT, MISTAKE, WAIT, Cours
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
-WINDOW_HOURS = 0.01  # 36 s: two windows within one test
+WINDOW_HOURS = 0.005  # 18 s: two windows within one test (two deliveries take a second or two)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def rows_until(course: Course, names: list[str], done: str) -> list[dict]:
 
 
 def test_after_due_with_an_attempt_limit_releases_one_full_page_per_window(course: Course) -> None:
-    """attempts=1 per 36 s window, after-due: three submissions (two in one window, one in the next) are
+    """attempts=1 per 18 s window, after-due: three submissions (two in one window, one in the next) are
     withheld until the due date; then the first of each window gets its full page, the other the limit's page."""
     user = course.users["after"]  # type: ignore[attr-defined]
     made: list[tuple[str, str]] = []

@@ -673,16 +673,10 @@ def place_feedback(course: Course, name: str, page: bytes, student: str | None =
 
 
 def inbound_key(name: str) -> str:
-    """``name`` as the queue keeps it: itself when it is a name nbgrader's submit could make
-    (UTF-8, no control character, no backslash), else ``#`` and its bytes in hex (a name read
-    from the file system carries undecodable bytes as surrogates, which no database takes). Two
-    different names never share a key: a name kept as itself never starts with ``#`` here."""
-    raw = name.encode("utf-8", "surrogateescape")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = ""
-    if text and not text.startswith("#") and "\\" not in text and all(" " <= char != "\x7f" for char in text):
-        return text
-    return "#" + raw.hex()
-
+    """``name`` as the queue keeps it: itself when it is a name an entry may have (``name_problem``:
+    strict UTF-8, no control character, no slash or backslash), else ``#`` and its bytes in hex (a
+    name read from the file system carries undecodable bytes as surrogates, which no database
+    takes). Two different names never share a key: a name kept as itself never starts with ``#``."""
+    if not name_problem(name) and not name.startswith("#"):
+        return name
+    return "#" + name.encode("utf-8", "surrogateescape").hex()

@@ -29,15 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MakeQueue = Callable[[str], Queue]
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.root)])
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeQueue]:
     """``make_queue(replica)``: a queue on one database per test (each replica its own connection)."""

@@ -41,15 +41,6 @@ pytestmark = [pytest.mark.root]
 SETTLED = (DELIVERED, FAILED, REFUSED)
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 @dataclass
 class Poisoned:
     course: Course  # the exchange's and the course's folders (no service of its own: the replicas are)

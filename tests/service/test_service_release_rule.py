@@ -4,11 +4,10 @@ and the two queue methods the service's ``release_after_due`` reads and writes t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from postgres import PostgresServer, server_binaries
+from postgres import PostgresServer
 
 from attnkit.service.policies import Policy, released_at_due
 from attnkit.service.queue import Queue
@@ -59,17 +58,6 @@ def test_queue_lists_and_releases_once_on_sqlite(tmp_path: Path) -> None:
         queue_rows(queue)
     finally:
         queue.close()
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    if server_binaries() is None:
-        pytest.skip("no PostgreSQL server here (make postgresql)")
-    server = PostgresServer()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
 
 
 @pytest.mark.root

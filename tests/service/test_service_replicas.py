@@ -37,15 +37,6 @@ WAIT = 300.0  # seconds anything may take on the shared, loaded machine (nothing
 pytestmark = [pytest.mark.root]
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def queue_url(postgres: PostgresServer, request: pytest.FixtureRequest) -> str:
     return postgres.create_database(f"q{abs(hash(request.node.name)) % 10**9}")

@@ -19,7 +19,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -100,6 +99,15 @@ class Course:
         connection.row_factory = sqlite3.Row
         return connection
 
+    def wait_recorded(self) -> None:
+        """Until the recorder has caught up (no delivery left out of the gradebook), or WAIT passed."""
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            with self.db() as db:
+                if db.execute("SELECT COUNT(*) FROM submissions WHERE state = 'delivered' AND recorded = 0").fetchone()[0] == 0:
+                    return
+            time.sleep(0.5)
+
     def submit(self, user: str, notebook: Path) -> Path:
         """``nbgrader submit`` of ``notebook`` by ``user``; the path their fetch_feedback writes this submission's page to."""
         home = self.home(user)
@@ -127,48 +135,10 @@ class Course:
 
 @pytest.fixture(scope="module")
 def course() -> Iterator[Course]:
-    if shutil.which("useradd") is None or os.geteuid() != 0:
-        pytest.fail("this test creates unix users: run it as root (useradd)")
-    base = Path(tempfile.mkdtemp(prefix="attnkit-serve-"))
-    base.chmod(0o755)
-    setup = Course(base)
-    suffix = f"{os.getpid() % 100000}"
-    users = {"correct": f"ak39c{suffix}", "mistake": f"ak39m{suffix}", "intruder": f"ak39x{suffix}"}
-    created: list[str] = []
-    try:
-        setup.exchange.mkdir()
-        setup.exchange.chmod(0o777)
-        setup.root.mkdir()
-        (base / "home").mkdir(mode=0o755)
-        for user in users.values():
-            home = base / "home" / user
-            subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/sh", user], check=True, capture_output=True)
-            created.append(user)
-            setup.homes[user] = home
-            (home / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(setup.exchange)!r}\nc.CourseDirectory.course_id = 'ch19'\n")
-        shutil.copy(ROOT / "nbgrader_config.py", setup.root / "nbgrader_config.py")
-        shutil.copytree(ROOT / "solutions", setup.root / "solutions")
-        shutil.copytree(ROOT / "assignments", setup.root / "assignments")
-        with open(setup.root / "nbgrader_config.py", "a") as config:
-            config.write(f"\nc.Exchange.root = {str(setup.exchange)!r}\n")
-        due = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) + datetime.timedelta(days=1)
-        instructor(setup.root, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(due)}")
-        instructor(setup.root, str(BIN / "nbgrader"), "release_assignment", ASSIGNMENT)
-        for user in users.values():
-            as_user(user, setup.homes[user], str(BIN / "nbgrader"), "fetch_assignment", ASSIGNMENT)
-        # As the docs say an instructor does: the hidden parts the grader's (and its TAs') alone.
-        instructor(setup.root, str(BIN / "attnkit"), "course", "secure")
-        setup.users = users  # type: ignore[attr-defined]
-        setup.policy(attempts=2, window_hours=1, visibility="full")
-        setup.start()
+    from service_course import running_course  # it builds on this module's Course: imported once this one is
+
+    with running_course("ak39", ("correct", "mistake", "intruder"), datetime.timedelta(days=1), attempts=2, window_hours=1, visibility="full") as setup:
         yield setup
-    finally:
-        if setup.service is not None:
-            setup.service.kill()
-            setup.service.wait()
-        for user in created:
-            subprocess.run(["userdel", "--remove", user], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_submit_then_fetch_feedback_brings_the_kits_page_of_that_submission(course: Course) -> None:
@@ -323,12 +293,7 @@ def test_kill_9_in_a_burst_then_restart_delivers_each_once_and_records_each_once
     delivered = [e["id"] for e in course.events("delivered")]
     assert len(delivered) == len(set(delivered)), "a submission delivered twice"
     # The gradebook: one record per student, the latest submission's score, once the recorder caught up.
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        with course.db() as db:
-            if db.execute("SELECT COUNT(*) FROM submissions WHERE state = 'delivered' AND recorded = 0").fetchone()[0] == 0:
-                break
-        time.sleep(0.5)
+    course.wait_recorded()
     assert course.stop() == 0
     from nbgrader.api import Gradebook
 

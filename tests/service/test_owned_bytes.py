@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from commands import unix_users
 
 from attnkit.service import exchange
 
@@ -43,17 +43,9 @@ class Exchange:
 
 
 @pytest.fixture(scope="module")
-def students() -> Iterator[tuple[str, str]]:
-    if shutil.which("useradd") is None or os.geteuid() != 0:
-        pytest.skip("needs root to make unix users")
-    names = (f"ak48a{os.getpid() % 100000}", f"ak48b{os.getpid() % 100000}")
-    for name in names:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
-    try:
+def students() -> Iterator[tuple[str, ...]]:
+    with unix_users(f"ak48a{os.getpid() % 100000}", f"ak48b{os.getpid() % 100000}") as names:
         yield names
-    finally:
-        for name in names:
-            subprocess.run(["userdel", name], capture_output=True)
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from commands import unix_users
 
 from attnkit.service import exchange
 
@@ -17,17 +17,9 @@ pytestmark = [pytest.mark.root]
 
 
 @pytest.fixture(scope="module")
-def students() -> Iterator[tuple[str, str]]:
-    if shutil.which("useradd") is None or os.geteuid() != 0:
-        pytest.skip("needs root to make unix users")
-    names = (f"ak39i{os.getpid() % 100000}", f"ak39j{os.getpid() % 100000}")
-    for name in names:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
-    try:
+def students() -> Iterator[tuple[str, ...]]:
+    with unix_users(f"ak39i{os.getpid() % 100000}", f"ak39j{os.getpid() % 100000}") as names:
         yield names
-    finally:
-        for name in names:
-            subprocess.run(["userdel", name], capture_output=True)
 
 
 def submission(inbound: Path, claimed: str, owner: str) -> Path:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +127,20 @@ def service_events(log: Path, kind: str) -> list[dict]:
             if event.get("event") == kind:
                 found.append(event)
     return found
+
+
+@contextmanager
+def unix_users(*names: str) -> Iterator[tuple[str, ...]]:
+    """Unix users ``names`` (no home, no login shell) for the block, removed after it; skips the
+    test where users cannot be made (not root, no useradd)."""
+    import pytest
+
+    if shutil.which("useradd") is None or os.geteuid() != 0:
+        pytest.skip("needs root to make unix users")
+    for name in names:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
+    try:
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["userdel", name], capture_output=True)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -97,6 +98,12 @@ class Replica:
             return error.code, error.read().decode()
         except OSError as error:
             return 0, str(error)
+
+    def wait_ready(self, deadline: float) -> None:
+        """Until its ``/health`` answers 200 (its workers warm), while it runs, before ``deadline`` (monotonic)."""
+        while self.get("/health")[0] != 200:
+            assert self.process.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
+            time.sleep(0.2)
 
     def children(self) -> list[int]:
         """Its child processes (workers, recorder), read before it is killed, to wait for them after."""

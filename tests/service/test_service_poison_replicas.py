@@ -97,9 +97,7 @@ def poisoned(postgres: PostgresServer) -> Iterator[Poisoned]:
         try:
             deadline = time.monotonic() + WAIT
             for replica in replicas:
-                while replica.get("/health")[0] != 200:
-                    assert replica.process.poll() is None and time.monotonic() < deadline, replica.log.read_text()[-3000:]
-                    time.sleep(0.2)
+                replica.wait_ready(deadline)
             attacks = Attacks(course)
             attacks.make_all(users["attacker"])
             classmate = forge_submission(course, users["classmate"], CORRECT, 1)

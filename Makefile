@@ -22,7 +22,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab collect lock browser slurm postgresql acl hub-proxy grade test test-fast test-second-assignment lint release check student-zip bench bench-serve serve gradescope clean
+.PHONY: help install lab collect lock browser slurm postgresql acl hub-proxy grade test test-fast test-second-assignment lint release check student-zip student-wheels student-env bench bench-serve serve gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -37,6 +37,8 @@ help:
 	@echo "make check NB=path/to/attention.ipynb       grade one notebook with the hidden suite; the page stays in checked/"
 	@echo "make venv-rebuild PYTHON=python3.12         remove .venv (saying what it removes) and install again with PYTHON"
 	@echo "make student-zip                            build dist/ch19-attention-student.zip"
+	@echo "make student-wheels                         build dist/student/: what a student's environment installs (docs/student-environment.md)"
+	@echo "make student-env STUDENT_VENV=/opt/ch19-student   make that environment here (a hub whose students are users of this host)"
 	@echo "make bench                                  benchmark against nbgrader autograde"
 	@echo "make serve [METRICS_PORT=9339]              grade each nbgrader submit as it arrives (docs/service.md)"
 	@echo "make bench-serve                            time attnkit serve: one submission, a deadline burst, then one student's flood (root)"
@@ -211,6 +213,29 @@ lab: $(STAMP)
 
 student-zip: $(STAMP)
 	$(BIN)/python -m attnkit.course.release --assignment $(ASSIGNMENT) --zip dist/$(ASSIGNMENT)-student.zip
+
+# What a student's own Jupyter server installs (docs/student-environment.md): the kit's wheel (the
+# package alone: no autograder/, solutions/ or reference), the kit's JupyterLab extension's, and the
+# lock as constraints, in one folder a hub's image or host installs from with
+#   pip install -c dist/student/constraints.txt -f dist/student "attnkit[student]"
+STUDENT_WHEELS := dist/student
+student-wheels: $(STAMP)
+	rm -rf $(STUDENT_WHEELS) build
+	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w $(STUDENT_WHEELS) .
+	# LABEXT-PLACEHOLDER (issue 51): the kit's JupyterLab extension (labextension/, prebuilt: no Node needed to install it).
+	if [ -f labextension/pyproject.toml ]; then $(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w $(STUDENT_WHEELS) ./labextension; fi
+	cp requirements.lock $(STUDENT_WHEELS)/constraints.txt
+	rm -rf build
+	@ls $(STUDENT_WHEELS)
+
+# The students' environment on this host (a hub whose students are its unix users): one venv they
+# all use, with the course's nbgrader_config.py lines in it (attnkit course student-config --into).
+STUDENT_VENV ?= /opt/ch19-student
+STUDENT_PYTHON ?= python3
+student-env: student-wheels
+	test -x $(STUDENT_VENV)/bin/python || $(STUDENT_PYTHON) -m venv $(STUDENT_VENV)
+	$(STUDENT_VENV)/bin/pip install --disable-pip-version-check -c $(STUDENT_WHEELS)/constraints.txt -f $(STUDENT_WHEELS) "attnkit[student]"
+	$(BIN)/attnkit course student-config --into $(STUDENT_VENV)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py

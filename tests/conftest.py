@@ -209,3 +209,20 @@ def graded_demo_class(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str
         return graded[lang]
 
     return grade
+
+
+# -- the student's environment (docs/student-environment.md) ---------------------------------------
+@pytest.fixture(scope="session")
+def student_env() -> Iterator[object]:
+    """``make student-wheels``, an empty venv and the doc's one install command (tests/support/student_env.py):
+    minutes, once per session, shared by tests/cli/test_student_environment.py and the hub's test of
+    ``attnkit submit`` from a student's server."""
+    import tempfile
+
+    from student_env import build
+
+    base = Path(tempfile.mkdtemp(prefix="attnkit-student-env-"))
+    try:
+        yield build(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -54,7 +54,7 @@ COMMAND_MODULES = {
     "serve --hub": ("service.settings",),  # the hub side starts first; then "serve"'s
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
-    "course": ("course.secure",),
+    "course": ("course.secure", "course.student_config"),
 }
 
 
@@ -171,6 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     secure.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py; default: here)")
     secure.add_argument("--ta-group", default=None, help="the TA group that may read them too (default: c.AttnkitCourse.ta_group, else none)")
+    student_config = course_commands.add_parser(
+        "student-config",
+        parents=[language],
+        help="the lines of the students' nbgrader_config.py (course id, exchange), printed or written into their environment (docs/student-environment.md)",
+    )
+    student_config.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py; default: here)")
+    student_config.add_argument(
+        "--into", type=Path, default=None, help="the students' virtualenv: write VENV/etc/jupyter/nbgrader_config.py there (default: print the lines)"
+    )
+    student_config.add_argument("--course-id", default=None, help="the course id, without reading a course (an image built away from it)")
+    student_config.add_argument(
+        "--exchange", default=None, help="the exchange's root (default: the course's Exchange.root, else nbgrader's /srv/nbgrader/exchange)"
+    )
 
     submit = commands.add_parser(
         "submit", parents=[language], help="submit a notebook to the course's attnkit service in JupyterHub, from your own server (docs/hub.md)"
@@ -714,7 +727,11 @@ def command_serve(args: argparse.Namespace) -> int:
 
 
 def command_course(args: argparse.Namespace) -> int:
-    """``attnkit course secure`` (attnkit.course.secure)."""
+    """``attnkit course secure`` (attnkit.course.secure), ``attnkit course student-config`` (attnkit.course.student_config)."""
+    if args.course_command == "student-config":
+        from attnkit.course.student_config import command_student_config
+
+        return command_student_config(args.course, args.into, args.course_id, args.exchange)
     from attnkit.course.secure import command_secure
 
     return command_secure(args.course, args.ta_group)

@@ -198,7 +198,7 @@ def test_a_folder_named_after_a_classmate_by_another_uid_is_refused(course: Cour
         time.sleep(0.2)
     refused = [e for e in course.events("refused") if e["inbound"] == name]
     assert refused and "uid" in refused[0]["cause"], course.log.read_text()[-2000:]
-    status = instructor(course.root, str(BIN / "attnkit"), "serve", "--status").stdout
+    status = instructor(course.root, str(BIN / "attnkit"), "serve", "--status", "--lang", "en").stdout
     assert "refused" in status and name in status
     with course.db() as db:
         after = [tuple(r) for r in db.execute("SELECT * FROM submissions WHERE student = ? AND state != 'refused'", (correct,))]

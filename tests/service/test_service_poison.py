@@ -269,5 +269,5 @@ def test_a_second_service_on_the_course_refuses_naming_the_first(after_attacks: 
     assert second.returncode == 2, second.stdout + second.stderr
     assert f"pid {course.service.pid}" in second.stderr and "kill -TERM" in second.stderr, second.stderr
     assert course.service.poll() is None, "the first goes on"
-    status = subprocess.run([str(BIN / "attnkit"), "serve", "--status"], cwd=course.root, capture_output=True, text=True, timeout=WAIT)
+    status = subprocess.run([str(BIN / "attnkit"), "serve", "--status", "--lang", "en"], cwd=course.root, capture_output=True, text=True, timeout=WAIT)
     assert status.returncode == 0 and "delivered=" in status.stdout, status.stderr

@@ -279,7 +279,7 @@ def test_two_replicas_a_kill_9_mid_burst_every_submission_delivered_once_and_rec
             submissions = [(s.student.id, s.score) for s in gradebook.assignment_submissions("ch19-attention")]
         assert sorted(student for student, _score in submissions) == sorted(users), "one record per student"
         assert dict(submissions) == pytest.approx(latest)
-        status = subprocess.run([str(BIN / "attnkit"), "serve", "--status"], cwd=root, capture_output=True, text=True, timeout=120)
+        status = subprocess.run([str(BIN / "attnkit"), "serve", "--status", "--lang", "en"], cwd=root, capture_output=True, text=True, timeout=120)
         assert f"delivered={len(names)}" in status.stdout and "not yet in the gradebook: 0" in status.stdout, status.stdout + status.stderr
     finally:
         queue.close()

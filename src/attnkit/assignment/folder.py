@@ -60,6 +60,9 @@ class Assignment:
     heatmap_parts: frozenset[str] = frozenset()
     hooks: dict[str, str] = field(default_factory=dict)
     release_readme: str = ""
+    # The source notebook's grade cells graded by hand (formgrader): their points, beside the
+    # autograded ``parts``' (a page says "100/100 自动评分，另有 8 分人工评分待定").
+    manual_points: float = 0.0
 
     def part_number(self, grade_id: str) -> int | None:
         """1-based position of a part on the page (None: not one of this notebook's parts)."""
@@ -190,7 +193,8 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
     if not source.is_file():
         raise GraderError(f"{name}: the source notebook {solutions / name / notebook} is missing (points and parts are read from it)")
     titles = dict(manifest.get("parts", {}))
-    cells = [cell for cell in grade_cells(source) if cell["autograded"]]
+    every_cell = grade_cells(source)
+    cells = [cell for cell in every_cell if cell["autograded"]]
     parts = {cell["grade_id"]: Part(cell["grade_id"], str(titles.get(cell["grade_id"], cell["grade_id"])), cell["points"]) for cell in cells}
     unknown = set(titles) - set(parts)
     if unknown:
@@ -207,6 +211,7 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
         heatmap_parts=frozenset(manifest.get("heatmap_parts", ())),
         hooks={str(k): str(v) for k, v in manifest.get("hooks", {}).items()},
         release_readme=(folder / readme).read_text(encoding="utf-8") if readme else "",
+        manual_points=sum(cell["points"] for cell in every_cell if not cell["autograded"]),
     )
 
 

@@ -77,6 +77,22 @@ def late_notice(results: ResultsJson) -> dict[str, Any] | None:
 _ENV.globals["late_notice"] = late_notice
 
 
+def manual_notice(results: Mapping[str, Any], manual_points: float) -> dict[str, float] | None:
+    """What a page says of the points graded by hand: graded already (the gradebook's figures,
+    which ``attnkit grade --gradebook`` puts in ``late``), else pending (the assignment's manual
+    grade cells); None when the assignment has none."""
+    found = results.get("late") or {}
+    autograded = float(results["max_score"])
+    if found.get("manual") is not None and float(found.get("max", 0)) > autograded:
+        return {"graded": 1, "manual": float(found["manual"]), "points": float(found["max"]) - autograded, "total": float(found["max"])}
+    if manual_points > 0:
+        return {"graded": 0, "points": manual_points, "total": autograded + manual_points}
+    return None
+
+
+_ENV.globals["manual_notice"] = manual_notice
+
+
 def heat(value: float | None) -> str:
     """A background colour for a weight in [0, 1]."""
     if value is None or value != value:
@@ -155,6 +171,33 @@ def feedback_html(results: Mapping[str, Any], assignment: Assignment) -> str:
         heat=heat,
         causes=error_causes,
         diagnosis_parts={id_: i18n.join(titles) for id_, titles in diagnosis_parts.items()},
+        manual_points=assignment.manual_points,
+        html_lang=i18n.html_lang(),
+    )
+
+
+def service_page(
+    title: str,
+    notice: str = "",
+    notice_id: str = "",
+    results: Mapping[str, Any] | None = None,
+    assignment: Assignment | None = None,
+) -> str:
+    """A page the on-submit service places instead of the full one (attnkit.service.policies): the
+    scores only (``results``), or none with why (``notice``); the full page's template family and
+    stylesheet, its CSP, the student and assignment line."""
+    parts = []
+    if results is not None:
+        for grade_id, part in results["parts"].items():
+            title_of = assignment.part_title(grade_id) if assignment is not None and grade_id in assignment.parts else grade_id
+            parts.append({"id": grade_id, "title": title_of, "score": part["score"], "max_score": part["max_score"]})
+    return _ENV.get_template("service_page.html.j2").render(
+        title=title,
+        notice=notice,
+        notice_id=notice_id,
+        r=results,
+        parts=parts,
+        manual_points=assignment.manual_points if assignment is not None else 0.0,
         html_lang=i18n.html_lang(),
     )
 

@@ -201,6 +201,20 @@ class Told(web.HTTPError):
         self.text = text
 
 
+def error_title(status: int) -> str:
+    """What an HTTP status means to the student, in their language (HTTP's own reason is English)."""
+    titles = {
+        400: _("请求有误"),
+        403: _("无权访问"),
+        404: _("找不到这个页面"),
+        405: _("不支持这种请求"),
+        413: _("请求体太大"),
+        429: _("请稍后再试"),
+        503: _("评分服务暂时不可用"),
+    }
+    return titles.get(status, _("出错了"))
+
+
 class Handler(HubOAuthenticated, web.RequestHandler):
     """A request from a hub user: who they are comes from the hub alone (the cookie HubOAuth set
     after the hub's login, or the user's own token), asked once in ``prepare``."""
@@ -285,8 +299,16 @@ class Handler(HubOAuthenticated, web.RequestHandler):
         # student here); nothing else an error carries (HubOAuth's 403 causes, a traceback) is shown.
         error = kwargs.get("exc_info", (None, None, None))[1]
         why = error.text if isinstance(error, Told) else ""
-        self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(f"{status_code} {self._reason}\n" + (f"{why}\n" if why else ""))
+        title = error_title(status_code)
+        if status_code == 403 and not why:
+            why = _("这不是你的提交或页面；全班的页面只有助教可以打开。")
+        if self.api:
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
+            self.finish(f"{status_code} {title}\n" + (f"{why}\n" if why else ""))
+            return
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        prefix = self.hub_auth.base_url if hasattr(self.hub_auth, "base_url") else "/"
+        self.finish(_ENV.get_template("hub_error.html.j2").render(html_lang=i18n.html_lang(), prefix=prefix, status=status_code, title=title, why=why))
 
 
 class HealthHandler(web.RequestHandler):

@@ -25,12 +25,15 @@ How they compose (issue 48):
 from __future__ import annotations
 
 import datetime
-import html
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnkit.i18n import _
 from attnkit.records import ResultsJson
+from attnkit.report.pages import service_page
+
+if TYPE_CHECKING:
+    from attnkit.assignment.folder import Assignment
 
 VISIBILITIES = ("full", "scores", "after-due")
 GRADED_PAGES = ("full", "scores", "released")  # what a submission's ``shown`` is when its page showed a score
@@ -68,35 +71,17 @@ def policies_from(config: Any) -> dict[str, Policy]:
     return found
 
 
-def _page(title: str, body: str) -> str:
-    return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8">'
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
-    )
-
-
-def scores_page(results: ResultsJson) -> str:
-    """``scores``: the total and each part's score, nothing of the diagnosis, tests or heatmaps."""
-    rows = "".join(
-        f'<tr data-part="{html.escape(name)}"><td>{html.escape(name)}</td><td>{part["score"]:g} / {part["max_score"]:g}</td></tr>'
-        for name, part in results["parts"].items()
-    )
+def scores_page(results: ResultsJson, assignment: Assignment | None = None) -> str:
+    """``scores``: the total and each part's score (and the points graded by hand, where the
+    assignment has them), nothing of the diagnosis, tests or heatmaps; styled as the full page."""
     title = _("{assignment} 的评分结果").format(assignment=results["assignment"])
     withheld = _("本作业只公布各部分得分；详细诊断在截止后由助教公布。")
-    body = (
-        f"<h1>{html.escape(title)}</h1>"
-        f'<p class="score" id="score">{results["score"]:g} / {results["max_score"]:g}</p>'
-        f'<table id="parts">{rows}</table>'
-        f"<p>{html.escape(withheld)}</p>"
-    )
-    return _page(title, body)
+    return service_page(title, withheld, "scores-only", results, assignment)
 
 
 def withheld_page(assignment: str, why: str) -> str:
     """A page with no result: why, and when the next one comes."""
-    title = _("{assignment} 已收到").format(assignment=assignment)
-    return _page(title, f'<h1>{html.escape(title)}</h1><p id="withheld">{html.escape(why)}</p>')
+    return service_page(_("{assignment} 已收到").format(assignment=assignment), why, "withheld")
 
 
 def when(moment: float) -> str:
@@ -141,6 +126,5 @@ def released_at_due(policy: Policy, pages: list[tuple[float, str]]) -> list[floa
 
 def not_graded_page(assignment: str, reason: str) -> str:
     """A submission that could not be graded: why; no score (it does not count, not even as an attempt)."""
-    title = _("{assignment} 已收到").format(assignment=assignment)
     why = _("这次提交未能评分：{reason}。它不计入成绩，也不占评分反馈的次数；成绩册里保留你之前已评分的提交（如有）。").format(reason=reason)
-    return _page(title, f'<h1>{html.escape(title)}</h1><p id="not-graded">{html.escape(why)}</p>')
+    return service_page(_("{assignment} 已收到").format(assignment=assignment), why, "not-graded")

@@ -640,7 +640,7 @@ class Service:
                 next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
                 return "withheld", withheld_page(row.assignment, limit_reason(policy, next_at)).encode()
         if policy.visibility == "scores":
-            return "scores", scores_page(results).encode()
+            return "scores", scores_page(results, self.suites.get(row.assignment)).encode()
         return "full", full
 
     def due(self, assignment: str) -> float | None:

@@ -77,6 +77,10 @@ def test_the_one_command_installs_torch_cpu_nbgrader_lab_and_attnkit(student_env
     assert nbgrader_version == "0.9.6" and lab_version.startswith("4."), probe.stdout
     assert (bin_ / "jupyterhub-singleuser").is_file(), "a hub's spawner starts jupyterhub-singleuser from this venv"
     assert run_command([bin_ / "attnkit", "submit", "--help"], timeout=120).returncode == 0
+    # `attnkit submit` imports only what posting a notebook needs: no torch, no grading engine, no hub library.
+    heavy = "('torch', 'attnkit.engine.fan_out', 'jupyterhub')"
+    imports = f"import sys, attnkit.cli as c; c.import_commands('submit'); print(sorted(m for m in {heavy} if m in sys.modules))"
+    assert run_command([bin_ / "python", "-c", imports], timeout=120).stdout.strip() == "[]"
     extensions = run_command([bin_ / "jupyter", "labextension", "list"], timeout=300)
     assert "@jupyter/nbgrader" in extensions.stdout + extensions.stderr, extensions.stdout + extensions.stderr
 

@@ -174,6 +174,22 @@ def test_every_time_on_a_page_states_its_zone() -> None:
             assert page[moment.end() : moment.end() + 4] == " UTC", page[moment.start() : moment.end() + 20]
 
 
+def test_times_are_shown_in_the_courses_zone_when_it_names_one() -> None:
+    """nbgrader's own ``c.Exchange.timezone``: the pages' times in it, zone and offset named."""
+    from traitlets.config import Config
+
+    moment = 1796688000.0  # 2026-12-08 00:00 UTC
+    try:
+        policies.show_times_in(Config({"Exchange": {"timezone": "Asia/Shanghai"}}))
+        page = policies.withheld_page(ASSIGNMENT, policies.after_due_reason(moment))
+        assert "2026-12-08 08:00 Asia/Shanghai (UTC+08:00)" in page, page
+        policies.show_times_in(Config({"Exchange": {"timezone": "no/such-zone"}}))
+        assert "2026-12-08 00:00 UTC" in policies.withheld_page(ASSIGNMENT, policies.after_due_reason(moment))
+    finally:
+        policies.show_times_in(Config())
+    assert policies.when(moment) == "2026-12-08 00:00 UTC"
+
+
 @pytest.mark.browser
 @pytest.mark.e2e
 def test_the_pages_look_alike_in_chromium(graded_demo_class, tmp_path: Path) -> None:

@@ -310,9 +310,10 @@ def test_student_submits_through_the_page_and_reads_the_kits_page_and_b_is_refus
         log_in(browser, hub, hub.b, attempt_url)
         refused = browser.wait_for("body", WAIT)
         assert browser.url() == attempt_url and "403" in refused and hub.a not in refused
+        assert "无权访问" in refused and "Forbidden" not in refused, "the refusal in the pages' language"
         browser.go(f"{attempt_url}/feedback")
         refused = browser.html()
-        assert "403" in refused and 'id="score"' not in refused
+        assert "403" in refused and 'id="score"' not in refused and "无权访问" in refused
         browser.go(hub.service)
         own = browser.wait_for("#upload", WAIT)
         assert hub.b in own and hub.a not in own and f'data-attempt="{row["id"]}"' not in own
@@ -418,6 +419,30 @@ def test_ta_sees_the_class_and_a_student_does_not(hub: Hub) -> None:
     seen = json.loads(answer)
     assert id in [s["id"] for s in seen["latest"]] and {s["student"] for s in seen["latest"]} >= {hub.a}
     assert request(f"{hub.service}api/attempts/{id}", token=hub.token(hub.ta))[0] == 200
+    status, page = request(f"{hub.service}class", token=hub.token(hub.ta))
+    counts = page.decode().split('id="counts"')[1].split("</p>")[0]
+    assert status == 200 and "已反馈" in counts and "delivered" not in counts.replace('data-count="delivered"', ""), counts
+
+
+@pytest.mark.slow
+def test_attnkit_submit_from_the_students_own_environment(hub: Hub, student_env: Any, tmp_path: Path) -> None:
+    """``attnkit submit`` from the venv docs/student-environment.md's one command made (no grader
+    venv on PATH, only what a single-user server has): the submission is the user's and is graded."""
+    env = {
+        "PATH": f"{student_env.bin}{os.pathsep}/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "JUPYTERHUB_API_TOKEN": hub.token(hub.b),
+        "ATTNKIT_SERVICE_URL": hub.service,
+    }
+    done = run_command(["attnkit", "submit", CORRECT, "--assignment", ASSIGNMENT], env=env, cwd=tmp_path, timeout=WAIT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["student"] == hub.b and answer["page"] == f"{hub.service}attempt/{answer['id']}"
+    deadline = time.monotonic() + WAIT
+    while (seen := json.loads(request(f"{hub.service}api/attempts/{answer['id']}", token=hub.token(hub.b))[1]))["state"] != "delivered":
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.5)
 
 
 def test_health_answers_without_a_login_and_says_nothing_else(hub: Hub) -> None:

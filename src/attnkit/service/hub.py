@@ -66,7 +66,7 @@ from attnkit.service.http_submit import (
     student_id,
     usable_id,
 )
-from attnkit.service.policies import DEFAULT, Policy, policies_from, when
+from attnkit.service.policies import DEFAULT, Policy, policies_from, show_times_in, when
 from attnkit.service.hub_process import READY, STARTING, read_phase
 from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, is_url, open_queue
 
@@ -620,6 +620,7 @@ def load_kit(course: Path, autograder: Path, state: Path, feedback: str, parent:
         raise Refused(_("这个课程已有一个 attnkit serve --hub 在运行")) from None
     HELD.append(lock)
     config = course_config(course)
+    show_times_in(config)
     queue_at = os.environ.get(QUEUE_AT_VARIABLE, "") or settings.queue_url_of(course) or ""
     section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
     students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})

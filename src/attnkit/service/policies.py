@@ -25,6 +25,7 @@ How they compose (issue 48):
 from __future__ import annotations
 
 import datetime
+import zoneinfo
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +85,29 @@ def withheld_page(assignment: str, why: str) -> str:
     return service_page(_("{assignment} 已收到").format(assignment=assignment), why, "withheld")
 
 
+_SHOWN_ZONE: datetime.tzinfo = datetime.UTC  # the zone the pages' times are shown in (``show_times_in``)
+
+
+def show_times_in(config: Any) -> None:
+    """The course's zone for the times its pages show: nbgrader's own ``c.Exchange.timezone`` (the
+    zone its timestamps are written in) when it names an IANA zone (``Asia/Shanghai``), else UTC.
+    Every time shown names its zone either way (the student's JupyterLab shows local time itself)."""
+    global _SHOWN_ZONE
+    section = config.get("Exchange", {}) if hasattr(config, "get") else {}
+    name = str(section.get("timezone", "") or "UTC") if hasattr(section, "get") else "UTC"
+    try:
+        _SHOWN_ZONE = datetime.UTC if name.upper() in ("UTC", "Z") else zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        _SHOWN_ZONE = datetime.UTC
+
+
 def when(moment: float) -> str:
-    return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    """A moment as a page shows it: to the minute, in the course's zone, the zone named."""
+    local = datetime.datetime.fromtimestamp(moment, tz=_SHOWN_ZONE)
+    if _SHOWN_ZONE is datetime.UTC:
+        return local.strftime("%Y-%m-%d %H:%M UTC")
+    offset = local.strftime("%z")
+    return f"{local:%Y-%m-%d %H:%M} {local.tzinfo} (UTC{offset[:3]}:{offset[3:]})"
 
 
 def limit_reason(policy: Policy, next_at: float) -> str:

@@ -56,6 +56,7 @@ from attnkit.service.policies import (
     policies_from,
     released_at_due,
     scores_page,
+    show_times_in,
     withheld_page,
 )
 from attnkit.service.http_submit import SPOOL, take_spooled
@@ -288,6 +289,7 @@ class Service:
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
         self.policies: dict[str, Policy] = policies_from(self.config)
+        show_times_in(self.config)
         self.gradebook = gradebook
         self.log = log
         self.metrics = Metrics()

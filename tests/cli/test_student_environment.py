@@ -16,6 +16,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,11 +195,16 @@ def test_a_unix_student_fetches_and_submits_with_the_venvs_nbgrader_and_the_conf
 
         # nbgrader's instructor parts are off in the students' venv; the Assignment List is on.
         labs = as_student(user, home, student_env.venv, "jupyter", "labextension", "list")
-        text = labs.stdout + labs.stderr
-        assert "@jupyter/nbgrader:formgrader" in text and "@jupyter/nbgrader:create-assignment" in text, text
+        disabled = (labs.stdout + labs.stderr).partition("Disabled extensions:")[2]
+        for plugin in ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:course-list"):
+            assert plugin in disabled, labs.stdout + labs.stderr
+        assert "assignment-list" not in disabled and "validate-assignment" not in disabled, disabled
         servers = as_student(user, home, student_env.venv, "jupyter", "server", "extension", "list")
-        lines = {line.split()[0]: line for line in (servers.stdout + servers.stderr).splitlines() if line.strip().startswith("nbgrader.server_extensions.")}
-        assert "disabled" in lines["nbgrader.server_extensions.formgrader"] and "enabled" in lines["nbgrader.server_extensions.assignment_list"], lines
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", servers.stdout + servers.stderr)  # its colours
+        said = [line.split() for line in plain.splitlines() if re.fullmatch(r"\s*\S+ (enabled|disabled)\s*", line)]
+        state = {words[0]: words[1] for words in said if words[0].startswith("nbgrader.")}
+        assert state["nbgrader.server_extensions.formgrader"] == "disabled" and state["nbgrader.server_extensions.course_list"] == "disabled", state
+        assert state["nbgrader.server_extensions.assignment_list"] == "enabled", state
     finally:
         subprocess.run(["userdel", "--remove", user], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)

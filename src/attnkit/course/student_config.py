@@ -63,16 +63,17 @@ def student_config(root: Path, course_id: str | None = None, exchange: str | Non
 def instructor_parts_off(venv: Path) -> None:
     """nbgrader's instructor parts off in ``venv``, by JupyterLab's and Jupyter Server's own commands
     (their files, their format); the Assignment List and Validate stay."""
-    jupyter = venv / "bin" / "jupyter"
-    for plugin in STUDENT_HIDDEN_PLUGINS:
-        _run([str(jupyter), "labextension", "disable", "--level=sys_prefix", plugin])
-    for extension in STUDENT_HIDDEN_SERVER_EXTENSIONS:
-        _run([str(jupyter), "server", "extension", "disable", "--sys-prefix", extension])
+    jupyter = str(venv / "bin" / "jupyter")
+    _run([jupyter, "labextension", "disable", "--level=sys_prefix", *STUDENT_HIDDEN_PLUGINS])
+    # Since JupyterLab 4.1 a user may turn a disabled plugin on again in the lab's own settings, unless it is locked.
+    _run([jupyter, "labextension", "lock", "--level=sys_prefix", *STUDENT_HIDDEN_PLUGINS])
+    # Jupyter Server logs a refused toggle and still exits 0: its words are the only sign.
+    _run([jupyter, "server", "extension", "disable", "--sys-prefix", *STUDENT_HIDDEN_SERVER_EXTENSIONS], failed_if="Validation failed")
 
 
-def _run(command: list[str]) -> None:
+def _run(command: list[str], failed_if: str = "") -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
+    if done.returncode != 0 or (failed_if and failed_if in done.stdout + done.stderr):
         raise GraderError(_("{command} 失败：{output}").format(command=" ".join(command), output=(done.stderr or done.stdout).strip()[-2000:]))
 
 

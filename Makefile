@@ -221,7 +221,7 @@ student-zip: $(STAMP)
 STUDENT_WHEELS := dist/student
 student-wheels: $(STAMP)
 	rm -rf $(STUDENT_WHEELS) build
-	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w $(STUDENT_WHEELS) .
+	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(STUDENT_WHEELS) .
 	# LABEXT-PLACEHOLDER (issue 51): the kit's JupyterLab extension (labextension/, prebuilt: no Node needed to install it).
 	if [ -f labextension/pyproject.toml ]; then $(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w $(STUDENT_WHEELS) ./labextension; fi
 	cp requirements.lock $(STUDENT_WHEELS)/constraints.txt

@@ -156,6 +156,18 @@ def test_the_full_page_states_the_manual_points_in_both_languages(graded_demo_cl
     assert "100/100 autograded; 8 more points are graded by hand, still pending (108 in all)" in english
 
 
+def test_the_hub_pages_state_the_manual_points(language) -> None:
+    """The student's own page (per assignment) and an attempt's page, as the hub side renders them."""
+    assignment = {"name": ASSIGNMENT, "submissions": [], "attempts": 5, "window_hours": 1, "next_feedback": None, "manual_points": 8.0}
+    home = hub_template("hub_student.html.j2", status={"student": "ana", "assignments": [assignment]}, suites=[ASSIGNMENT], xsrf="x", user={}, ta=False)
+    assert "本作业另有 8 分由助教人工评分，不在下面的得分里。" in home
+    attempt = {"id": 3, "assignment": ASSIGNMENT, "student": "ana", "timestamp": "t", "state": "delivered", "position": None, "cause": ""}
+    page = hub_template("hub_attempt.html.j2", attempt=attempt | {"score": 100.0, "max_score": 100.0, "page": True}, manual_points=8.0, user={}, ta=False)
+    assert SAID in page
+    hidden = hub_template("hub_attempt.html.j2", attempt=attempt | {"score": None, "max_score": None, "page": True}, manual_points=8.0, user={}, ta=False)
+    assert "人工评分待定" not in hidden, "no score shown (the policy withheld it): nothing said of it"
+
+
 def test_a_graded_manual_part_is_stated_as_graded() -> None:
     results = results_of() | {"late": {"manual": 6.0, "max": 108.0, "total": 106.0, "penalty": 0.0}}
     page = policies.scores_page(results, discover()[ASSIGNMENT])

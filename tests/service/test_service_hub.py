@@ -288,6 +288,7 @@ def test_student_submits_through_the_page_and_reads_the_kits_page_and_b_is_refus
         assert attempt_url == f"{hub.service}attempt/{row['id']}"
         assert row["state"] == "delivered" and row["inbound"].startswith("http+") and row["score"] == row["max_score"] > 0
         assert f"{row['score']:g} / {row['max_score']:g}" in attempt_page
+        assert f"{row['score']:g}/{row['max_score']:g} 自动评分，另有 8 分人工评分待定" in attempt_page, "the source notebook's manual cells"
         browser.click("#feedback-link")
         page = browser.wait_for("#score", WAIT)
         assert browser.url() == f"{attempt_url}/feedback"

@@ -168,6 +168,8 @@ def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
                     "window_hours": policy.window_hours,
                     "visibility": policy.visibility,
                     "next_feedback": next_at,
+                    # points graded by hand (formgrader), never in the scores shown here
+                    "manual_points": kit.suites[name].manual_points if name in kit.suites else 0.0,
                 }
             )
         return {"student": student, "assignments": assignments}
@@ -355,7 +357,8 @@ class AttemptHandler(Handler):
             places = queue.positions() if row["state"] == QUEUED else {}
         finally:
             queue.close()
-        self.page("hub_attempt.html.j2", attempt=row_view(row, places.get(row["id"])))
+        suite = self.kit.suites.get(row["assignment"])
+        self.page("hub_attempt.html.j2", attempt=row_view(row, places.get(row["id"])), manual_points=suite.manual_points if suite else 0.0)
 
 
 class FeedbackHandler(Handler):

@@ -20,6 +20,7 @@ import pytest
 
 from service_course import running_course
 from test_nbgrader_exchange import instructor
+from test_service_policies_compose import forge, page_of, rows_until
 from test_service_exchange import ASSIGNMENT, BIN, MISTAKE, Course
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
@@ -45,23 +46,28 @@ def test_the_same_mistake_climbs_the_ladder_and_a_classmates_starts_at_one(cours
     levels 1, 2, 3 in order, each page holding the rungs up to its level; the classmate's first
     page of the same mistake shows level 1; both attempts pages and the TA's class page say which
     level was shown; the gradebook holds what ``attnkit grade`` (``full``) records."""
+    from markupsafe import escape
+
     from attnkit.assignment.folder import discover
 
     climber, other = course.users["climber"], course.users["other"]  # type: ignore[attr-defined]
     entry = discover()[ASSIGNMENT].mistakes[MISTAKE_ID]
-    fix = entry["hints"][2]
+    fix, whole = str(escape(entry["hints"][2])), str(escape(entry["text"]))
     pages = []
     for n in (1, 2, 3):
         if n == 3:  # the ladder is in the queue, not in the service's memory
             assert course.stop() == 0
             course.start()
-        pages.append(course.fetch(climber, course.submit(climber, MISTAKE)))
+        name, secret = forge(course, climber, MISTAKE, n)  # what nbgrader submit leaves, owned by the student
+        rows_until(course, [name], "state = 'delivered'")
+        pages.append(page_of(course, secret).read_text(encoding="utf-8"))  # what fetch_feedback fetches
     seen = [levels_on(page) for page in pages]
     assert seen == [(1, [1]), (2, [1, 2]), (3, [1, 2, 3])], seen
     assert fix not in pages[0] and fix not in pages[1] and fix in pages[2], "the fix only at level 3"
-    assert entry["text"] not in pages[0], "level 1 is not today's whole explanation"
-    first = course.fetch(other, course.submit(other, MISTAKE))
-    assert levels_on(first) == (1, [1]), "a classmate's ladder is their own"
+    assert whole not in pages[0], "level 1 is not today's whole explanation"
+    name, secret = forge(course, other, MISTAKE, 4)
+    rows_until(course, [name], "state = 'delivered'")
+    assert levels_on(page_of(course, secret).read_text(encoding="utf-8")) == (1, [1]), "a classmate's ladder is their own"
 
     # What the queue holds (results and the hints column), and the pages the hub shows from it.
     with course.db() as db:
@@ -78,7 +84,7 @@ def test_the_same_mistake_climbs_the_ladder_and_a_classmates_starts_at_one(cours
         assert re.search(rf'<tr data-attempt="{row["id"]}".*?data-hint-shown="{MISTAKE_ID}:{level}"', attempts, re.S), attempts
     for row, level in zip(rows, (1, 2, 3, 1), strict=True):
         assert re.search(rf'<tr data-attempt="{row["id"]}".*?data-hint-shown="{MISTAKE_ID}:{level}"', class_page, re.S), class_page
-    assert all(e.get("hints") for e in course.events("delivered")[-4:])
+    assert [e["hints"] for e in course.events("delivered")] == [{MISTAKE_ID: level} for level in (1, 2, 3, 1)]
 
     # The gradebook: the same scores as `make grade` (hints "full", today's page) over the same notebooks.
     course.wait_recorded()
@@ -106,7 +112,7 @@ def test_the_same_mistake_climbs_the_ladder_and_a_classmates_starts_at_one(cours
         graded = {s.student.id: s.score for s in gradebook.assignment_submissions(ASSIGNMENT)}
     assert graded == pytest.approx(recorded)
     full = (other_out / "graded" / "students" / climber / ASSIGNMENT / "feedback.html").read_text(encoding="utf-8")
-    assert f'data-diagnosis="{MISTAKE_ID}"' in full and "data-hint-level" not in full and entry["text"] in full, "make grade: today's page"
+    assert f'data-diagnosis="{MISTAKE_ID}"' in full and "data-hint-level" not in full and whole in full, "make grade: today's page"
 
 
 def hub_pages(course: Course, student: str) -> tuple[str, str]:

@@ -114,6 +114,9 @@ def test_the_service_page_make_grades_page_and_nbgrader_export_agree(late_course
 
 def test_a_course_plugin_module_beside_the_config_imports_from_any_working_folder(late_course: Course) -> None:
     """``attnkit grade`` runs from ``/`` (ARCHITECTURE.md): the course's plugin module still imports, as under nbgrader."""
-    script = f"from pathlib import Path; from attnkit.course.lateness import course_late_plugin; print(type(course_late_plugin(Path({str(late_course.root)!r}))).__name__)"
+    script = (
+        "from pathlib import Path; from attnkit.course.lateness import course_late_plugin; "
+        f"print(type(course_late_plugin(Path({str(late_course.root)!r}))).__name__)"
+    )
     found = subprocess.run([sys.executable, "-c", script], cwd="/", capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "PerStartedHour", found.stderr

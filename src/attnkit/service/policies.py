@@ -61,8 +61,14 @@ DEFAULT = Policy()
 
 def policies_from(config: Any) -> dict[str, Policy]:
     """``c.AttnkitServe.policies`` of a loaded nbgrader config; ValueError names a bad entry."""
-    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
-    given = section.get("policies", {}) if hasattr(section, "get") else {}
+    from traitlets import TraitError
+
+    from attnkit.course.settings import AttnkitServe
+
+    try:
+        given = AttnkitServe(config=config).policies if hasattr(config, "get") else {}
+    except TraitError as error:  # not a dict
+        raise ValueError(f"AttnkitServe.policies: {error}") from None
     found: dict[str, Policy] = {}
     for assignment, entry in dict(given).items():
         unknown = set(entry) - set(Policy.__dataclass_fields__)

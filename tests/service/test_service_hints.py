@@ -119,7 +119,7 @@ def hub_pages(course: Course, student: str) -> tuple[str, str]:
     """The student's attempts page and the TA's class page as the hub side renders them, from the
     course's own queue (its database, read as the hub reads it)."""
     from attnkit.assignment.folder import discover
-    from attnkit.course.gradebook import course_config
+    from attnkit.course.settings import course_config
     from attnkit.service.hub import _ENV, Kit, class_status, student_status
     from attnkit.service.policies import policies_from
 

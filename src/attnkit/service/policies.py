@@ -11,8 +11,10 @@ submission counts (nbgrader's own rule), ``full`` hints (each diagnosis's whole 
 page ``make grade`` and ``make check`` show). ``hints = "ladder"`` (issue 53): each diagnosis shows
 the next level of its catalogue entry's hints (1: a nudge, which check, concept and section; 2: the
 misconception explained; 3: the fix) each time the same student's page shows the same mistake again
-(``ladder_levels``; the levels seen so far are the queue's, ``Queue.hints_seen``). Past the limit a submission is still graded and
-recorded for the TA; the student's page says when the next feedback comes.
+(``ladder_levels``; the levels seen so far are the queue's, ``Queue.hints_seen``).
+
+Past the limit a submission is still graded and recorded for the TA; the student's page says when
+the next feedback comes.
 
 How they compose (issue 48):
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.constants import GraderError
-from attnkit.course.gradebook import course_config
+from attnkit.course.settings import course_config
 from attnkit.i18n import _
 
 # The sections of the course's configuration a student's nbgrader needs, and nothing else: the

@@ -93,32 +93,15 @@ def policies_from(config: Any) -> dict[str, Policy]:
     return found
 
 
-<<<<<<< HEAD
-def scores_page(results: ResultsJson, assignment: Assignment | None = None) -> str:
-    """``scores``: the total and each part's score (and the points graded by hand, where the
-    assignment has them), nothing of the diagnosis, tests or heatmaps; styled as the full page."""
-=======
 def ladder_levels(diagnoses: list[str], seen: dict[str, int]) -> dict[str, int]:
     """``hints = "ladder"``: the level of each diagnosis's hints this page shows: one above the
     highest its student has seen for that mistake on this assignment (``seen``), at most the last."""
     return {mistake: min(HINT_LEVELS, seen.get(mistake, 0) + 1) for mistake in diagnoses}
 
 
-def _page(title: str, body: str) -> str:
-    return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8">'
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
-    )
-
-
-def scores_page(results: ResultsJson) -> str:
-    """``scores``: the total and each part's score, nothing of the diagnosis, tests or heatmaps."""
-    rows = "".join(
-        f'<tr data-part="{html.escape(name)}"><td>{html.escape(name)}</td><td>{part["score"]:g} / {part["max_score"]:g}</td></tr>'
-        for name, part in results["parts"].items()
-    )
->>>>>>> main
+def scores_page(results: ResultsJson, assignment: Assignment | None = None) -> str:
+    """``scores``: the total and each part's score (and the points graded by hand, where the
+    assignment has them), nothing of the diagnosis, tests or heatmaps; styled as the full page."""
     title = _("{assignment} 的评分结果").format(assignment=results["assignment"])
     withheld = _("本作业只公布各部分得分；详细诊断在截止后由助教公布。")
     return service_page(title, withheld, "scores-only", results, assignment)

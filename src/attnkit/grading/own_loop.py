@@ -87,6 +87,9 @@ class _BySlip:
     part: str
     concept: str
     calls: list[Call]  # its plain run's, diagnosed in full should the names not stand
+    # Recorded before the part it rests on had run (``OwnLoop._judged_by_own``): judged only if
+    # that part failed after all, its failure (and diagnosis) standing otherwise.
+    later: bool = False
 
 
 def _passed(result: TestResult) -> None:
@@ -110,6 +113,7 @@ class OwnLoop:
         suite_state: tuple | None
         plain_suites: set[tuple]  # plugin._PLAIN_SUITES
         _positions: dict[str, int]
+        _last_of_part: dict[str, int]  # each grade cell's last test in the session's order
         _deferred: list[_Deferred]
         _unnarrowed: list[tuple[int, TestResult, list[str], Assignment]]
         _recorded_at: dict[int, int]
@@ -155,6 +159,7 @@ class OwnLoop:
         if self.suite_state is not None:
             self.plain_suites.add(self.suite_state)
         self._positions = {test_key(item): position for position, item in enumerate(session.items)}
+        self._last_of_part = {grade_id_of(item): position for position, item in enumerate(session.items)}
         if self.template:
             runs = self._template_runs(session.items)
         else:
@@ -261,17 +266,32 @@ class OwnLoop:
            their attention over the allowed keys, behind a real-work gate).
 
         Passed, it is recorded as passed, saying so: the slip is charged once, in its own part."""
-        part, concept = rests_on_of(item)
-        if not part or part not in self._failed_parts.get(submission_id, set()):
+        resting = rests_on_of(item)
+        if not resting:
             return False
         if isinstance(error, StudentRaised):
             if error.type_name == "NotImplementedError":
                 return False
         elif not isinstance(error, (AssertionError, pytest.fail.Exception)):
             return False
-        if self._by_named_slip(item, error, proxy, submission_id, part, concept):
-            return True
-        return self._by_own_function(item, proxy, submission_id, part, concept)
+        failed = self._failed_parts.get(submission_id, set())
+        for part, concept in resting:  # the first part it rests on that the student failed
+            if part in failed:
+                if self._by_named_slip(item, error, proxy, submission_id, part, concept):
+                    return True
+                return self._by_own_function(item, proxy, submission_id, part, concept)
+        # A part it rests on whose tests come later in the session (the multi-head part, after the
+        # multi-head future tests, issue 53): recorded failed now, diagnosed as any failure, and
+        # judged at the close (``_judge_slips``) if that part turns out failed.
+        position = self._positions.get(test_key(item), 0)
+        later = [(part, concept) for part, concept in resting if self._last_of_part.get(part, -1) > position]
+        if not later:
+            return False
+        part, concept = later[0]
+        self.record(item, submission_id, failure_message(error), diagnose=True, error=error)
+        result = self.results[submission_id][-1]
+        self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(proxy.calls), later=True))
+        return True
 
     def _slips_named_in(self, submission_id: str, part: str) -> set[str]:
         """The mistakes named on the failed tests of ``part`` so far."""
@@ -328,6 +348,8 @@ class OwnLoop:
         waiting = self._by_slip.pop(submission_id, [])
         for pending in waiting:
             result = pending.result
+            if pending.later and pending.part not in self._failed_parts.get(submission_id, set()):
+                continue  # the part it rests on passed: its own failure stands, as recorded
             named = self._slips_named_in(submission_id, pending.part)
             if result["diagnoses"] and set(result["diagnoses"]) <= named:
                 self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)

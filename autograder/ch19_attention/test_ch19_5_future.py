@@ -82,9 +82,8 @@ def test_future_key_and_value_do_not_leak(student):
     changed_value[..., 2, :] -= 100
     before, _unused = unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")
     after, _unused = unpack_pair(student.scaled_attention(Q, changed_key, changed_value, causal(T)), "scaled_attention")
-    check_positions(
-        before, after, 2, _("因果注意力（改动第 3 个位置的键和值）"), (2, 2, T, 2), lambda: unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")[0]
-    )
+    again = lambda: unpack_pair(student.scaled_attention(Q, K, V, causal(T)), "scaled_attention")[0]
+    check_positions(before, after, 2, _("因果注意力（改动第 3 个位置的键和值）"), (2, 2, T, 2), again)
     assert_real_attention(before, expected_attention(student, Q, K, V, causal(T))[0], _("因果注意力（改动前）的输出"))
 
 
@@ -137,10 +136,10 @@ def test_multi_head_future_with_your_causal_mask(student):
     before, weights = unpack_pair(before, "multi_head_attention")
     after, _unused = unpack_pair(after, "multi_head_attention")
     what = _("多头注意力 + 你的 causal_allowed({size})").format(size=T)
-    again = lambda: unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=mask), "multi_head_attention")[0]  # noqa: E731
+    again = lambda: unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=mask), "multi_head_attention")[0]
     check_positions(before, after, 2, what, (2, T, D), again)
     if judged_by_own(student):  # they failed check_multi_head: their own multi-head attention is the standard
-        call = lambda changed: student.multi_head_attention(changed, W_Q, W_K, W_V, W_O, HEADS, allowed=mask)  # noqa: E731
+        call = lambda changed: student.multi_head_attention(changed, W_Q, W_K, W_V, W_O, HEADS, allowed=mask)
         assert_causal_mixing(student, call, before, weights, first_position_changed(), causal(T), what)
         return
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
@@ -155,10 +154,10 @@ def test_multi_head_future_with_trusted_mask(student):
     """多头注意力配正确的因果掩码：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
     before, weights = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
     after, _unused = unpack_pair(student.multi_head_attention(perturbed_input(), W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")
-    again = lambda: unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")[0]  # noqa: E731
+    again = lambda: unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")[0]
     check_positions(before, after, 2, _("多头注意力 + 因果掩码"), (2, T, D), again)
     if judged_by_own(student):  # they failed check_multi_head: their own multi-head attention is the standard
-        call = lambda changed: student.multi_head_attention(changed, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))  # noqa: E731
+        call = lambda changed: student.multi_head_attention(changed, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))
         assert_causal_mixing(student, call, before, weights, first_position_changed(), causal(T), _("多头注意力 + 因果掩码"))
         return
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]

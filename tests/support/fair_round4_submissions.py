@@ -117,7 +117,10 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, num_heads, allowed=None, context
     return merge_heads(out) @ w_o, weights
 """,
         85,
-        why="the head size passed as the head count (D=6, h=2 gives 3 heads of 2): the multi-head part (15); each head is causal attention, so check_future keeps its 5",
+        why=(
+            "the head size passed as the head count (D=6, h=2 gives 3 heads of 2):"
+            " the multi-head part (15); each head is causal attention, so check_future keeps its 5"
+        ),
     ),
     # -- a masking slip whose empty-row raise is right ----------------------------------------------
     "mask_fill_zero_checks_rows": Case(
@@ -139,7 +142,10 @@ def scaled_attention(query, key, value, allowed=None):
 """,
         87,
         frozenset({"mask_by_multiplying"}),
-        why="blocked scores set to 0, not -inf: masking (10) and the scaled_attention future test it leaks on (3); its empty-row raise is right, so check_empty_row keeps its 10",
+        why=(
+            "blocked scores set to 0, not -inf:"
+            " masking (10) and the scaled_attention future test it leaks on (3); its empty-row raise is right, so check_empty_row keeps its 10"
+        ),
     ),
     "mask_small_negative_checks_rows": Case(
         "scaled_attention",
@@ -159,7 +165,10 @@ def scaled_attention(query, key, value, allowed=None):
     return weights @ value, weights
 """,
         87,
-        why="blocked scores set to -1 ("any negative number will do"), not -inf (uncatalogued): masking (10) and the future test it leaks on (3); the empty-row raise is right: check_empty_row keeps its 10",
+        why=(
+            "blocked scores set to -1 ('any negative number will do'), not -inf (uncatalogued):"
+            " masking (10) and the future test it leaks on (3); the empty-row raise is right: check_empty_row keeps its 10"
+        ),
     ),
     # -- sentences that were not true -------------------------------------------------------------
     "dropout_left_on": Case(

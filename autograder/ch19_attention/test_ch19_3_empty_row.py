@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnkit.assignment.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
-from .attention_checks import ATTENTION, EMPTY_ROW, MASKING, as_judged, assert_real_attention, expected_attention, unpack_pair
+from .attention_checks import ATTENTION, BY_OWN_MASKING, EMPTY_ROW, MASKING, as_judged, assert_real_attention, expected_attention, unpack_pair
 from .messages import _
 
 # The empty-row error rests on the attention itself: judged against the student's own attention
@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.concept(EMPTY_ROW),
     pytest.mark.rests_on("check_scaled_attention", ATTENTION),
     # And on masking (issue 53): a masking slip whose empty-row raise is right keeps these points.
-    pytest.mark.rests_on("check_masking", MASKING),
+    pytest.mark.rests_on("check_masking", MASKING, BY_OWN_MASKING),
 ]
 
 

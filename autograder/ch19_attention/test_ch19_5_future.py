@@ -16,7 +16,7 @@ import torch
 from attnkit.boundary.outcome import StudentRaised
 from . import reference
 from attnkit.assignment.checks import assert_shape, fail, fmt_index, max_change
-from .attention_checks import ATTENTION, FUTURE, PROJECTION, assert_causal_mixing, assert_real_attention, expected_attention, judged_by_own, unpack_pair
+from .attention_checks import ATTENTION, BY_OWN_MULTI_HEAD, FUTURE, PROJECTION, assert_causal_mixing, assert_real_attention, expected_attention, judged_by_own, unpack_pair
 from .messages import _
 
 pytestmark = [pytest.mark.grade_id("check_future"), pytest.mark.concept(FUTURE)]
@@ -118,7 +118,7 @@ def perturbed_input():
 @pytest.mark.depends_on("causal_allowed", "scaled_attention", "split_heads", "merge_heads")
 # The question (does a future token change an earlier output?) rests on the multi-head part: a slip
 # there that still computes causal attention keeps these points (issue 53).
-@pytest.mark.rests_on("check_multi_head", PROJECTION)
+@pytest.mark.rests_on("check_multi_head", PROJECTION, BY_OWN_MULTI_HEAD)
 def test_multi_head_future_with_your_causal_mask(student):
     """多头注意力配你的 causal_allowed(5)：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
     mask = student.causal_allowed(T)
@@ -149,7 +149,7 @@ def test_multi_head_future_with_your_causal_mask(student):
 @pytest.mark.weight(2)
 @pytest.mark.function("multi_head_attention")
 @pytest.mark.depends_on("scaled_attention", "split_heads", "merge_heads")
-@pytest.mark.rests_on("check_multi_head", PROJECTION)
+@pytest.mark.rests_on("check_multi_head", PROJECTION, BY_OWN_MULTI_HEAD)
 def test_multi_head_future_with_trusted_mask(student):
     """多头注意力配正确的因果掩码：改动第 3 个位置的输入，前两个位置的输出是否不变？"""
     before, weights = unpack_pair(student.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T)), "multi_head_attention")

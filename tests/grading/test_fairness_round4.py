@@ -96,6 +96,50 @@ def test_a_masking_slip_keeps_the_points_of_its_right_empty_row_raise(results, n
 
 
 @pytest.mark.e2e
+def test_an_empty_check_slip_costs_no_masking_point(results):
+    """A check over the keys raises for the padding mask's PAD column, where every query keeps a
+    key: that raise is the empty-row concept's; masking is judged on a mask the check lets through."""
+    graded = results["empty_check_column_sums"]
+    assert part_score(graded, "check_masking") == part_max(graded, "check_masking"), summary(graded)
+    judged = [r for r in graded if r["grade_id"] == "check_masking" and r["charge"].get("judged_by_own")]
+    assert [r["charge"]["judged_by_own"] for r in judged] == ["check_empty_row"], summary(graded)
+    assert "这是空行检查的问题" in judged[0]["output"]
+    assert "按概念扣分：「用掩码屏蔽」" not in page(graded)
+
+
+@pytest.mark.e2e
+def test_a_masking_slip_that_raises_is_not_given_masking_points_by_the_empty_row_concept():
+    """Judged by the empty-row concept, masking is still checked (on a mask the student's check
+    lets through): a function that raises for every mask, or masks wrongly as well, keeps nothing."""
+    raises_always = """
+from math import sqrt
+
+
+def scaled_attention(query, key, value, allowed=None):
+    if allowed is not None:
+        raise ValueError("no masks")
+    weights = (query @ key.transpose(-2, -1) / sqrt(query.shape[-1])).softmax(dim=-1)
+    return weights @ value, weights
+"""
+    both_wrong = """
+from math import sqrt
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if not allowed.any(dim=-2).all():
+            raise ValueError("empty")
+        scores = scores.masked_fill(~allowed, 0.0)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+"""
+    graded = grade_in_one_session({"raises_always": REFERENCE + raises_always, "both_wrong": REFERENCE + both_wrong})
+    for name in graded:
+        assert part_score(graded[name], "check_masking") == 0, (name, summary(graded[name]))
+
+
+@pytest.mark.e2e
 def test_a_multi_head_slip_that_breaks_causality_still_loses_the_future_points():
     """The standard is the student's own multi-head attention behind a real-work gate: one that
     looks at a later position, or returns uniform weights, keeps no future point."""

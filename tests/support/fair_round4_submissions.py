@@ -170,6 +170,31 @@ def scaled_attention(query, key, value, allowed=None):
             " masking (10) and the future test it leaks on (3); the empty-row raise is right: check_empty_row keeps its 10"
         ),
     ),
+    # -- an empty-check slip that raises where every query keeps a key --------------------------------
+    "empty_check_column_sums": Case(
+        "scaled_attention",
+        "rests",
+        """
+import math
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if allowed is not None:
+        if (allowed.sum(dim=-2) == 0).any():
+            raise ValueError("有位置无法访问")
+        scores = scores.masked_fill(~allowed, -math.inf)
+    return torch.softmax(scores, dim=-1) @ value, torch.softmax(scores, dim=-1)
+""",
+        90,
+        frozenset({"empty_check_on_keys"}),
+        why=(
+            "counts blocked queries per key instead of keys per query: the empty-row part (10); "
+            "its raise for the padding mask's PAD column is that concept's, not masking's (masking keeps its 10)"
+        ),
+    ),
     # -- sentences that were not true -------------------------------------------------------------
     "dropout_left_on": Case(
         "scaled_attention",

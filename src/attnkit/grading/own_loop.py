@@ -74,6 +74,9 @@ class _Deferred:
     # Dependencies that passed their own tests but may be where the failure starts
     # (``attnkit.grading.charges``): each is swapped in alone; the first with which it passes is charged.
     suspects: tuple[str, ...] = ()
+    # A part its concept rests on whose tests come later (``OwnLoop._judged_by_own``), with that
+    # concept: judged at the close should its own failure stand after the charge trials.
+    rests_later: tuple[str, str] | None = None
 
 
 @dataclass
@@ -275,7 +278,7 @@ class OwnLoop:
         elif not isinstance(error, (AssertionError, pytest.fail.Exception)):
             return False
         failed = self._failed_parts.get(submission_id, set())
-        for part, concept in resting:  # the first part it rests on that the student failed
+        for part, concept, _how in resting:  # the first part it rests on that the student failed
             if part in failed:
                 if self._by_named_slip(item, error, proxy, submission_id, part, concept):
                     return True
@@ -284,10 +287,14 @@ class OwnLoop:
         # multi-head future tests, issue 53): recorded failed now, diagnosed as any failure, and
         # judged at the close (``_judge_slips``) if that part turns out failed.
         position = self._positions.get(test_key(item), 0)
-        later = [(part, concept) for part, concept in resting if self._last_of_part.get(part, -1) > position]
+        later = [(part, concept) for part, concept, _how in resting if self._last_of_part.get(part, -1) > position]
         if not later:
             return False
         part, concept = later[0]
+        suspects = self._charge_suspects(item, error, proxy, submission_id)
+        if suspects:  # a dependency may be where it starts: the charge trials first (``_run_deferred``)
+            self._deferred.append(_Deferred(item, error, list(proxy.calls), suspects, rests_later=(part, concept)))
+            return True
         self.record(item, submission_id, failure_message(error), diagnose=True, error=error)
         result = self.results[submission_id][-1]
         self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(proxy.calls), later=True))
@@ -351,7 +358,11 @@ class OwnLoop:
             if pending.later and pending.part not in self._failed_parts.get(submission_id, set()):
                 continue  # the part it rests on passed: its own failure stands, as recorded
             named = self._slips_named_in(submission_id, pending.part)
-            if result["diagnoses"] and set(result["diagnoses"]) <= named:
+            # Standard 1 only where the slip was named before the test ran (its part came first):
+            # a slip of a part graded later (the multi-head part's) may break this test's own
+            # concept (a mask inverted in multi_head_attention leaks), so only the student's own
+            # function, behind its gate, judges it.
+            if not pending.later and result["diagnoses"] and set(result["diagnoses"]) <= named:
                 self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
                 _passed(result)
                 continue
@@ -378,10 +389,16 @@ class OwnLoop:
         where = part
         if part in assignment.parts:
             where = _("第 {number} 部分「{title}」").format(number=assignment.part_number(part), title=assignment.part_title(part))
-        result["output"] = _(
-            "这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。"
-            "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
-        ).format(concept=assignment._(concept), where=where)
+        how = next((how for resting, _concept, how in rests_on_of(item) if resting == part and how), "")
+        if how:  # the test says how it is judged then (issue 53)
+            result["output"] = _("这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。{how}").format(
+                concept=assignment._(concept), where=where, how=assignment._(how)
+            )
+        else:
+            result["output"] = _(
+                "这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。"
+                "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
+            ).format(concept=assignment._(concept), where=where)
         result["charge"] = {"judged_by_own": part}
 
     @staticmethod
@@ -451,6 +468,10 @@ class OwnLoop:
             if not swap:  # the dependency it waited for passed after all (or none was charged): its own failure stands
                 opened.calls = waiting.calls
                 self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
+                if waiting.rests_later:  # and is judged at the close, should the part it rests on fail
+                    part, concept = waiting.rests_later
+                    result = self.results[submission_id][-1]
+                    self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(waiting.calls), later=True))
                 continue
             item.funcargs = {"student": opened}
             error = self._within_test(item, functools.partial(self._swapped_call, item, swap))

@@ -267,10 +267,14 @@ SELF_TEST = N_("自测题")
 # How a test is judged when it rests on a part the student failed (the third argument of its
 # ``rests_on`` marker: the page's sentence, issue 53). Without one, the engine's sentence says the
 # standard became the student's own function's result.
-BY_OWN_MASKING = N_("这一项检查的是它自己的内容（有没有在该报错时报错、不该报错时正常返回）；被屏蔽的键怎样处理，标准换成了你自己的函数加同一个掩码的结果。")
+BY_OWN_MASKING = N_(
+    "这一项检查的是它自己的内容（有没有在该报错时报错、不该报错时正常返回）；被屏蔽的键怎样处理，标准换成了你自己的函数加同一个掩码的结果。"
+)
 BY_OWN_EMPTY_CHECK = N_(
-    "你的函数对这个掩码（每个查询都还有可访问的键）抛出了 ValueError，这是空行检查的问题；这一项改用另一个掩码（每个键都有查询能访问）检查屏蔽本身，仍按参考答案的数值评判。"
+    "你的函数对这个掩码（每个查询都还有可访问的键）抛出了 ValueError，这是空行检查的问题；"
+    "这一项改用另一个掩码（每个键都有查询能访问）检查屏蔽本身，仍按参考答案的数值评判。"
 )
 BY_OWN_MULTI_HEAD = N_(
-    "这一项检查的是它自己的内容（改动后面的位置，前面的输出是否不变）；“同时算出正确的注意力”这一条，标准换成了你自己的多头注意力：权重是每行和为 1、不给被屏蔽位置的分布，输出按权重混合各位置。"
+    "这一项检查的是它自己的内容（改动后面的位置，前面的输出是否不变）；"
+    "“同时算出正确的注意力”这一条，标准换成了你自己的多头注意力：权重是每行和为 1、不给被屏蔽位置的分布，输出按权重混合各位置。"
 )

@@ -16,7 +16,17 @@ import torch
 from attnkit.boundary.outcome import StudentRaised
 from . import reference
 from attnkit.assignment.checks import assert_shape, fail, fmt_index, max_change
-from .attention_checks import ATTENTION, BY_OWN_MULTI_HEAD, FUTURE, PROJECTION, assert_causal_mixing, assert_real_attention, expected_attention, judged_by_own, unpack_pair
+from .attention_checks import (
+    ATTENTION,
+    BY_OWN_MULTI_HEAD,
+    FUTURE,
+    PROJECTION,
+    assert_causal_mixing,
+    assert_real_attention,
+    expected_attention,
+    judged_by_own,
+    unpack_pair,
+)
 from .messages import _
 
 pytestmark = [pytest.mark.grade_id("check_future"), pytest.mark.concept(FUTURE)]

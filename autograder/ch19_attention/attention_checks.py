@@ -53,7 +53,7 @@ def judged_by_own(student: Any) -> str:
     return str(getattr(student, "judged_by_own", "") or "")
 
 
-def assert_causal_mixing(student: Any, call: Any, before: Any, weights: Any, changed_input: torch.Tensor, mask: torch.Tensor, what: str) -> None:
+def assert_causal_mixing(call: Any, before: Any, weights: Any, changed_input: torch.Tensor, mask: torch.Tensor, what: str) -> None:
     """The real-work gate of a multi-head future test judged against the student's own
     multi-head attention (they failed check_multi_head; issue 53): their no-leak result counts
     if the same function computes causal attention of some kind. Its weights are per-head

@@ -150,7 +150,7 @@ def test_multi_head_future_with_your_causal_mask(student):
     check_positions(before, after, 2, what, (2, T, D), again)
     if judged_by_own(student):  # they failed check_multi_head: their own multi-head attention is the standard
         call = lambda changed: student.multi_head_attention(changed, W_Q, W_K, W_V, W_O, HEADS, allowed=mask)
-        assert_causal_mixing(student, call, before, weights, first_position_changed(), causal(T), what)
+        assert_causal_mixing(call, before, weights, first_position_changed(), causal(T), what)
         return
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
     assert_real_attention(before, expected, _("多头注意力 + 你的 causal_allowed({size})（改动前）的输出").format(size=T))
@@ -168,7 +168,7 @@ def test_multi_head_future_with_trusted_mask(student):
     check_positions(before, after, 2, _("多头注意力 + 因果掩码"), (2, T, D), again)
     if judged_by_own(student):  # they failed check_multi_head: their own multi-head attention is the standard
         call = lambda changed: student.multi_head_attention(changed, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))
-        assert_causal_mixing(student, call, before, weights, first_position_changed(), causal(T), _("多头注意力 + 因果掩码"))
+        assert_causal_mixing(call, before, weights, first_position_changed(), causal(T), _("多头注意力 + 因果掩码"))
         return
     expected = reference.multi_head_attention(X, W_Q, W_K, W_V, W_O, HEADS, allowed=causal(T))[0]
     assert_real_attention(before, expected, _("多头注意力 + 因果掩码（改动前）的输出"))

@@ -353,4 +353,19 @@ def scaled_attention(query, key, value, allowed=None):
 
 # Measured on main a494f88 (``tests/grading/test_fairness_round4.py``'s session), after the fair
 # grades above were written.
-TODAY: dict[str, float] = {}
+TODAY: dict[str, float] = {
+    "mha_einsum_model_width": 80,
+    "mha_loop_no_projection": 80,
+    "mha_one_weight_helper": 80,
+    "mha_head_size_as_count": 80,
+    "mask_fill_zero_checks_rows": 77,
+    "mask_small_negative_checks_rows": 77,
+    "empty_check_column_sums": 87,
+    "dropout_left_on": 55,  # its future tests told of a leak
+    "additive_mask_subtracted": 77,  # told its ~allowed was right
+    "mha_value_from_x": 95,  # led by scaled_attention's RuntimeError
+    "bmm_for_four_dims": 55,  # no explanation
+    "scaled_twice": 80,  # shown the variance argument only
+    "causal_as_additive_matrix": 90,  # unnamed
+    "allowed_read_as_blocked": 77,  # unnamed
+}

@@ -26,3 +26,16 @@ def usage_of(pid: int, zygote: int) -> dict[str, Any]:
         cpu_seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     peak = next((line.split()[1] for line in status.splitlines() if line.startswith(b"VmHWM:")), b"0")
     return {"cpu_seconds": round(cpu_seconds, 4), "max_rss_kb": int(peak)}
+
+
+def wanted_seconds(pid: int) -> float | None:
+    """The seconds ``pid`` (its main thread) has run on a CPU or waited in the run queue for one,
+    as the kernel counts them (/proc/<pid>/schedstat: its first two fields); None where the kernel
+    does not say. Its wall-clock time beyond this it spent neither running nor wanting to run:
+    stopped (SIGSTOP, a frozen cgroup), or the whole machine paused, or sleeping, or blocked: the
+    time a timeout may not charge to the student's own CPU (``driver.submission``)."""
+    try:
+        fields = Path(f"/proc/{pid}/schedstat").read_bytes().split()
+        return (int(fields[0]) + int(fields[1])) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None

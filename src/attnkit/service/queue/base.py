@@ -11,8 +11,9 @@ by this replica).
 (the service or its replica died while grading it) is ``failed`` with that cause instead of being
 put back: whatever it does to a service, it cannot do it on every restart.
 
-**Fair between students** (``claim``): one submission in flight per student; among the students
-who have work waiting, the one whose *turn* is oldest goes first, a turn being the later of
+**Fair between students** (``claim``): one submission in flight per student, each student's in
+the order of their own time (``noticed``); among the students who have work waiting, the one whose
+*turn* is oldest goes first, a turn being the later of
 when their oldest waiting submission arrived and when their last one finished. So a student's
 burst waits behind every classmate who submitted while their previous one was being graded,
 however many older submissions they queued. ``MAX_WAITING`` bounds what one student may have
@@ -77,11 +78,12 @@ TURN = (
     "{greatest}(s.noticed, COALESCE((SELECT MAX(d.finished) FROM submissions d"
     " WHERE d.student = s.student AND d.state IN ('delivered', 'failed')), 0))"
 )
-# Each student's oldest waiting submission, none of a student with one in flight, in turn order.
+# Each student's oldest waiting submission by its own time (``noticed``: nbgrader's order, not the
+# order the folders were found in), none of a student with one in flight, in turn order.
 CANDIDATES = (
     "SELECT s.id, s.student{extra} FROM submissions s"
     " WHERE s.state = 'queued'"
-    " AND s.id = (SELECT MIN(q.id) FROM submissions q WHERE q.student = s.student AND q.state = 'queued')"
+    " AND s.id = (SELECT q.id FROM submissions q WHERE q.student = s.student AND q.state = 'queued' ORDER BY q.noticed, q.id LIMIT 1)"
     " AND NOT EXISTS (SELECT 1 FROM submissions g WHERE g.student = s.student AND g.state = 'grading')"
     " ORDER BY {turn}, s.id LIMIT :scan"
 )
@@ -232,27 +234,41 @@ class Queue(ABC):
         self, id: int, results: dict[str, Any], feedback: str, shown: str, score: float | None, max_score: float, finished: float | None = None
     ) -> bool:
         """Grading (by this replica) -> delivered, with what was delivered; False if the row was
-        not (then nothing changes: a row is delivered once). The attempt's number counts the
-        student's deliveries before it (none can be delivered meanwhile: one in flight per student)."""
+        not (then nothing changes: a row is delivered once). The attempt's number is its place
+        among the student's deliveries of the assignment by their own time (``noticed``, then id),
+        as nbgrader orders attempts: one delivered after a later one (found later, after a restart)
+        takes its place, and those after it move up one (none can be delivered meanwhile: one in
+        flight per student)."""
         with self.transaction() as db:
-            return bool(
-                self.run(
-                    db,
-                    "UPDATE submissions SET state = 'delivered', finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
-                    " feedback = :feedback, results = :results, leased_until = NULL,"
-                    " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = submissions.student"
-                    " AND d.assignment = submissions.assignment AND d.state = 'delivered')"
-                    " WHERE id = :id AND state = 'grading' AND replica = :me",
-                    finished=finished if finished is not None else time.time(),
-                    shown=shown,
-                    score=score,
-                    max_score=max_score,
-                    feedback=feedback,
-                    results=json.dumps(results),
-                    id=id,
-                    me=self.replica,
-                )
+            if not self.run(
+                db,
+                "UPDATE submissions SET state = 'delivered', finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
+                " feedback = :feedback, results = :results, leased_until = NULL,"
+                " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = submissions.student"
+                " AND d.assignment = submissions.assignment AND d.state = 'delivered'"
+                " AND (d.noticed < submissions.noticed OR (d.noticed = submissions.noticed AND d.id < submissions.id)))"
+                " WHERE id = :id AND state = 'grading' AND replica = :me",
+                finished=finished if finished is not None else time.time(),
+                shown=shown,
+                score=score,
+                max_score=max_score,
+                feedback=feedback,
+                results=json.dumps(results),
+                id=id,
+                me=self.replica,
+            ):
+                return False
+            (mine,) = self.fetch(db, "SELECT student, assignment, noticed FROM submissions WHERE id = :id", id=id)
+            self.run(
+                db,
+                "UPDATE submissions SET attempt = attempt + 1 WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+                " AND id != :id AND (noticed > :noticed OR (noticed = :noticed AND id > :id))",
+                student=mine["student"],
+                assignment=mine["assignment"],
+                noticed=mine["noticed"],
+                id=id,
             )
+            return True
 
     def fail(self, id: int, cause: str) -> bool:
         """Grading (by this replica) -> failed, with the cause (for the TA; the student's page says it too)."""
@@ -310,19 +326,19 @@ class Queue(ABC):
         """Each queued submission's place (1: next), as ``claim`` would take them with one worker
         at a time: each student's in arrival order, students by turn."""
         order = self.rows(
-            f"SELECT s.id, s.student FROM submissions s WHERE s.state = 'queued' ORDER BY {TURN.format(greatest=self.greatest)}, s.id"
+            f"SELECT s.id, s.student, s.noticed FROM submissions s WHERE s.state = 'queued' ORDER BY {TURN.format(greatest=self.greatest)}, s.id"
         )
-        by_student: dict[str, list[int]] = {}
+        by_student: dict[str, list[tuple[float, int]]] = {}
         for row in order:
-            by_student.setdefault(row["student"], []).append(int(row["id"]))
-        for ids in by_student.values():
-            ids.sort()
+            by_student.setdefault(row["student"], []).append((float(row["noticed"]), int(row["id"])))
+        for waiting in by_student.values():
+            waiting.sort()  # each student's by their own time, as ``claim`` takes them
         places: dict[int, int] = {}
         round_ = 0
         while len(places) < len(order):
-            for ids in by_student.values():
-                if round_ < len(ids):
-                    places[ids[round_]] = len(places) + 1
+            for waiting in by_student.values():
+                if round_ < len(waiting):
+                    places[waiting[round_][1]] = len(places) + 1
             round_ += 1
         return places
 

@@ -319,10 +319,10 @@ class FanOut:
             if message[messages.STARTED] in chunk:
                 worker.current, worker.since = message[messages.STARTED], time.monotonic()
             else:
-                self.discard(worker, message, _("不在这个评分进程手上的提交"))
+                self.discard(worker, message, "not a submission this worker holds")
         elif kind in (messages.CHUNK_DONE, messages.CHUNK_FAILED):
             if message.get(messages.JOBS) != list(chunk):
-                self.discard(worker, message, _("不是这个评分进程正在评的那一批"))
+                self.discard(worker, message, "not the chunk this worker holds")
             elif kind == messages.CHUNK_DONE:
                 if any(self.waiting(job) for job in chunk.values()):
                     # A session that ended without a record for someone: find whom, alone.
@@ -336,14 +336,15 @@ class FanOut:
             record = message[messages.RECORD]
             # The record is the job this worker was given and still waiting, never a later one of the same student.
             if job is None or not self.waiting(job) or (record.get("student_id"), record.get("assignment")) != (job.student_id, job.assignment):
-                self.discard(worker, message, _("这份结果所属的提交已不在评分中"))
+                self.discard(worker, message, "its submission is no longer being graded here")
             else:
                 self.take(job, record)
         else:
-            self.discard(worker, message, _("无法识别的消息"))
+            self.discard(worker, message, "not a message a worker sends")
 
     def discard(self, worker: _Worker, message: Mapping[str, Any], why: str) -> None:
-        """A worker's message that is about no job it holds and still waits for: dropped, and said."""
+        """A worker's message that is about no job it holds and still waits for: dropped, and said
+        (``why``: for the operator's log, in English as the log's other fields)."""
         record = message.get(messages.RECORD)
         about = f"{record.get('student_id')}/{record.get('assignment')}" if isinstance(record, Mapping) else message.get("key", "")
         self.event(

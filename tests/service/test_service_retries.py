@@ -39,8 +39,10 @@ LIMIT = 3.0  # the cell and call limit of this module's service (seconds)
 
 @pytest.fixture(scope="module")
 def course() -> Iterator[Course]:
-    limits = ("--cell-timeout", f"{LIMIT:g}", "--call-timeout", f"{LIMIT:g}")
-    with running_course("ak50r", ("steady",), datetime.timedelta(days=1), options=limits, attempts=0, visibility="full") as setup:
+    def short_limits(setup: Course) -> None:
+        setup.options = ["--cell-timeout", f"{LIMIT:g}", "--call-timeout", f"{LIMIT:g}"]
+
+    with running_course("ak50r", ("steady",), datetime.timedelta(days=1), before_start=short_limits, attempts=0, visibility="full") as setup:
         yield setup
 
 

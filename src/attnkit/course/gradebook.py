@@ -157,12 +157,17 @@ def graded_bytes(submitted: Path, folder: Path, results: ResultsJson, name: str)
 
 
 def course_config(root: Path) -> Any:
-    """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does."""
+    """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does:
+    its apps run in the course's folder and put that folder on ``sys.path`` (``NbGrader.add_to_path``
+    ... ``os.getcwd()``), so a class the configuration names by a module kept beside it (a course's own
+    ``LateSubmissionPlugin``, say) imports; the kit runs from ``/`` and puts the course's folder there."""
     from traitlets.config.loader import Config, PyFileConfigLoader
 
     path = root / "nbgrader_config.py"
     if not path.is_file():
         return Config()
+    if str(root) not in sys.path:
+        sys.path.append(str(root))  # after the kit's own: a course module never shadows the grader's
     return PyFileConfigLoader(path.name, path=str(root)).load_config()
 
 

@@ -66,7 +66,7 @@ from attnkit.service.http_submit import (
     student_id,
     usable_id,
 )
-from attnkit.service.policies import DEFAULT, Policy, policies_from, when
+from attnkit.service.policies import DEFAULT, Policy, next_feedback_at, policies_from, when
 from attnkit.service.hub_process import READY, STARTING, read_phase
 from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, is_url, open_queue
 
@@ -155,11 +155,7 @@ def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
         assignments = []
         for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
             policy = kit.policies.get(name, DEFAULT)
-            next_at = None
-            if policy.attempts:
-                shown = queue.shown_times(student, name, now - policy.window_seconds)
-                if len(shown) >= policy.attempts:
-                    next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
+            next_at = next_feedback_at(policy, queue.shown_times(student, name, now - policy.window_seconds)) if policy.attempts else None
             assignments.append(
                 {
                     "name": name,

@@ -103,6 +103,16 @@ def when(moment: float) -> str:
     return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def next_feedback_at(policy: Policy, shown: list[float]) -> float | None:
+    """When the next submission gets feedback again under the attempt limit: ``shown``, the moments
+    of the pages shown in the window that ends now (oldest first, ``Queue.shown_times``); None
+    while the limit is not reached. The one rule the page (``serve``) and the student's status
+    (``hub``) both say."""
+    if not policy.attempts or len(shown) < policy.attempts:
+        return None
+    return shown[len(shown) - policy.attempts] + policy.window_seconds
+
+
 def limit_reason(policy: Policy, next_at: float) -> str:
     return _("你在 {hours:g} 小时内已获得 {count} 次评分反馈（上限）。这次提交已评分并记录，助教可见；下一次反馈最早在 {moment} 之后的提交。").format(
         hours=policy.window_hours, count=policy.attempts, moment=when(next_at)

@@ -27,7 +27,7 @@ from attnkit.notebook import CodeCell
 from attnkit.boundary.policy import Limits
 from attnkit.boundary.outcome import Outcome
 from attnkit.driver.replies import CellRun, ReplyDecoding
-from attnkit.driver.usage import usage_of, wanted_seconds
+from attnkit.driver.usage import open_schedstat, usage_of, wanted_seconds
 from attnkit.driver.swapped_calls import SwappedCalls
 from attnkit.driver.zygote_handle import Zygote
 
@@ -73,6 +73,7 @@ class Submission(SwappedCalls, ReplyDecoding):
     seconds_used: float = 0.0  # wall-clock spent in the sandbox, cells and calls together
     _channel: socket.socket | None = None
     _pid: int | None = None
+    _schedstat: int | None = None  # a descriptor on the sandbox's /proc/<pid>/schedstat (``_mark``)
     _given_up: bool = False
     # Swap sessions: substituted names -> the channel of the sandbox's fork that holds them bound
     # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
@@ -162,14 +163,14 @@ class Submission(SwappedCalls, ReplyDecoding):
         return replies, None
 
     def _mark(self) -> _Mark:
-        return _Mark(time.monotonic(), wanted_seconds(self._pid) if self._pid is not None else None, self.seconds_used)
+        return _Mark(time.monotonic(), wanted_seconds(self._schedstat), self.seconds_used)
 
     def _stalled(self, mark: _Mark, seconds: float) -> bool:
         """At a timeout, before the sandbox is closed: did the host stall it? Since ``mark`` it
         spent at least half of the limit (``seconds``) neither on a CPU nor waiting for one, and
         this submission has stalls left to excuse. If so the stretch is charged only the CPU time
         the sandbox wanted (not its wall-clock), and the caller asks again."""
-        now = wanted_seconds(self._pid) if self._pid is not None else None
+        now = wanted_seconds(self._schedstat)
         if now is None or mark.wanted is None or self.host_stalls >= self.limits.host_retries:
             return False
         wall, wanted = time.monotonic() - mark.at, max(0.0, now - mark.wanted)
@@ -196,10 +197,14 @@ class Submission(SwappedCalls, ReplyDecoding):
             except ProcessLookupError:
                 pass
             self._pid = None
+        if self._schedstat is not None:
+            os.close(self._schedstat)
+            self._schedstat = None
 
     def _boot(self) -> None:
         self.close()
         self._channel, self._pid = self.zygote.spawn(self.limits)
+        self._schedstat = open_schedstat(self._pid)
         try:
             ready = wire.receive(self._channel, time.monotonic() + 30)
         except (OSError, wire.ProtocolError) as error:

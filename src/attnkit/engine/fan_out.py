@@ -399,6 +399,8 @@ class FanOut:
     def bury(self, worker: _Worker, reason: str) -> None:
         """A dead or stalled worker: ended, its leftovers too, its chunk back, a new one in its place."""
         del self.pool[worker.outbox]
+        if not reason:  # its pipe's end can be seen a moment before its exit can be reaped
+            worker.process.join(timeout=2)
         died = not reason and not worker.process.is_alive()  # on its own: not stalled, not ended by us
         if worker.process.is_alive():
             worker.process.kill()

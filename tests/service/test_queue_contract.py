@@ -93,6 +93,27 @@ def test_a_students_attempts_go_and_are_numbered_by_their_own_time_not_by_when_t
     assert [queue.row(id).attempt for id in (earliest, earlier, later)] == [1, 2, 3]
 
 
+def test_an_older_attempt_delivered_while_a_batch_is_recorded_waits_for_the_next_batch(make_queue: MakeQueue) -> None:
+    """Issue 50: attempts are delivered in the order of their own time, so after a restart one with
+    a lower id (the later attempt, found first) can be delivered while the recorder records the
+    batch that read the other: marking "every delivery up to the newest id" marked it recorded
+    unseen, and the gradebook kept the older attempt (77 for a model answer). Only what the batch
+    saw is marked; the later attempt is the next batch's."""
+    queue = make_queue("r1")
+    later = queue.notice("ana+x+t2+r", "ana", "x", "t2", noticed=200.0)
+    earlier = queue.notice("ana+x+t1+r", "ana", "x", "t1", noticed=100.0)
+    assert later is not None and earlier is not None and later < earlier
+    (first,) = queue.claim(4)
+    assert first.id == earlier and queue.deliver(first.id, {"score": 1}, "p.html", "full", 1.0, 2.0)
+    (pair,) = queue.unrecorded_pairs(10)  # the recorder's batch reads its pairs ...
+    (second,) = queue.claim(4)
+    assert second.id == later and queue.deliver(second.id, {"score": 2}, "p.html", "full", 2.0, 2.0)  # ... the later attempt is delivered ...
+    with queue.recording() as ours:
+        assert ours
+        queue.mark_recorded([(pair["student"], pair["assignment"], int(pair["newest"]))])  # ... and the batch is marked
+    assert [int(row["newest"]) for row in queue.unrecorded_pairs(10)] == [later], "the later attempt waits for the next batch"
+
+
 def test_a_stage_that_raises_leaves_no_row(make_queue: MakeQueue) -> None:
     queue = make_queue("r1")
 

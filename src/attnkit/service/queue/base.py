@@ -410,12 +410,20 @@ class Queue(ABC):
     # -- the recorder --------------------------------------------------------------------------
     def unrecorded_pairs(self, limit: int) -> list[Mapping[str, Any]]:
         """Up to ``limit`` (student, assignment) pairs with deliveries not yet in the gradebook,
-        oldest first: ``student``, ``assignment``, ``newest`` (id), ``waiting`` (how many)."""
-        return self.rows(
+        oldest first: ``student``, ``assignment``, ``newest`` (id), ``waiting`` (how many). The
+        deliveries seen here are the ones the next ``mark_recorded`` of a pair may mark: a student's
+        attempts are delivered in the order of their own time, not of their ids (an older one found
+        after a restart has the higher id), so an attempt with a lower id delivered after this read
+        must wait for the batch that chooses what counts with it in sight."""
+        pairs = self.rows(
             "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = 'delivered' AND recorded = 0"
             " GROUP BY student, assignment ORDER BY MIN(id) LIMIT :limit",
             limit=limit,
         )
+        self.seen_unrecorded: dict[tuple[str, str], list[int]] = {}
+        for row in self.rows("SELECT id, student, assignment FROM submissions WHERE state = 'delivered' AND recorded = 0"):
+            self.seen_unrecorded.setdefault((row["student"], row["assignment"]), []).append(int(row["id"]))
+        return pairs
 
     def counted(self, student: str, assignment: str, best: bool) -> Mapping[str, Any] | None:
         """The delivered, graded submission that counts for ``student`` on ``assignment``: the
@@ -433,13 +441,17 @@ class Queue(ABC):
 
     def mark_recorded(self, pairs: list[tuple[str, str, int]]) -> None:
         """Each (student, assignment)'s deliveries up to the given id are in the gradebook, in one
-        transaction (the recorder's lock's, with replicas)."""
+        transaction (the recorder's lock's, with replicas); of a pair the last ``unrecorded_pairs``
+        saw, only the deliveries it saw (one delivered since was not in sight of the batch)."""
+        seen = getattr(self, "seen_unrecorded", {})
         with self.recording_transaction() as db:
             for student, assignment, newest in pairs:
+                ids = seen.get((student, assignment))
+                within = f" AND id IN ({', '.join(str(int(id)) for id in ids)})" if ids else ""
                 self.run(
                     db,
                     "UPDATE submissions SET recorded = 1 WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
-                    " AND id <= :newest AND recorded = 0",
+                    f" AND id <= :newest AND recorded = 0{within}",
                     student=student,
                     assignment=assignment,
                     newest=newest,

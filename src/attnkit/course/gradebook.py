@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnkit.constants import PROJECT_ROOT, GraderError
+from attnkit.course.settings import course_config  # (the course's file has one reader; its callers here and elsewhere)
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
 from attnkit.i18n import _
@@ -154,21 +155,6 @@ def graded_bytes(submitted: Path, folder: Path, results: ResultsJson, name: str)
     if digest_of(data) != entry.get("sha256"):
         return None, _("未复制到 autograded/：{student}/{name}：文件在评分之后被改动过").format(student=results["student_id"], name=own)
     return data, ""
-
-
-def course_config(root: Path) -> Any:
-    """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does:
-    its apps run in the course's folder and put that folder on ``sys.path`` (``NbGrader.add_to_path``
-    ... ``os.getcwd()``), so a class the configuration names by a module kept beside it (a course's own
-    ``LateSubmissionPlugin``, say) imports; the kit runs from ``/`` and puts the course's folder there."""
-    from traitlets.config.loader import Config, PyFileConfigLoader
-
-    path = root / "nbgrader_config.py"
-    if not path.is_file():
-        return Config()
-    if str(root) not in sys.path:
-        sys.path.append(str(root))  # after the kit's own: a course module never shadows the grader's
-    return PyFileConfigLoader(path.name, path=str(root)).load_config()
 
 
 def copy_other_files(submitted: Path, folder: Path | None, target: Path, source: Path, timestamp: datetime.datetime | None) -> None:

@@ -36,6 +36,10 @@ class Job:
     # once with it. Not part of the fingerprint: a re-collect that changed only the flag rewrites
     # the record without regrading.
     lms_late: dict[str, str] | None = None
+    # The submission's own id, on every message about it between the parent and a worker (the
+    # service's queue row id; in a grade run its place, given by ``engine.fan_out.FanOut``): a
+    # record is taken only for the job it names, never another one of the same student (issue 50).
+    id: int = 0
 
     @property
     def key(self) -> str:

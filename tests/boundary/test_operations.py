@@ -47,10 +47,11 @@ CONTROL = {  # the zygote's control socket: JSON
 }
 MESSAGES = {  # a worker's to its parent
     "fatal": (worker_messages.fatal("why"), {"fatal": "why"}),
-    "started": (worker_messages.started("s/a"), {"started": "s/a"}),
-    "chunk_done": (worker_messages.chunk_done(), {"chunk_done": True}),
-    "chunk_failed": (worker_messages.chunk_failed("why"), {"chunk_failed": "why"}),
-    "from_worker": (worker_messages.from_worker({"started": "s/a"}, 7), {"started": "s/a", "pid": 7}),
+    "started": (worker_messages.started(12, "s/a"), {"started": 12, "key": "s/a"}),
+    "chunk_done": (worker_messages.chunk_done([12, 13]), {"chunk_done": True, "jobs": [12, 13]}),
+    "chunk_failed": (worker_messages.chunk_failed("why", [12]), {"chunk_failed": "why", "jobs": [12]}),
+    "record": (worker_messages.record(12, {"student_id": "s", "tests": []}), {"record": {"student_id": "s", "tests": []}, "job": 12}),
+    "from_worker": (worker_messages.from_worker({"started": 12, "key": "s/a"}, 7), {"started": 12, "key": "s/a", "pid": 7}),
 }
 
 
@@ -68,9 +69,17 @@ def test_each_control_and_worker_message_is_as_before(name: str) -> None:
 
 def test_a_message_is_read_as_its_kind_with_fatal_first() -> None:
     kinds = {name: worker_messages.kind_of(built) for name, (built, _wire) in MESSAGES.items()}
-    assert kinds == {"fatal": "fatal", "started": "started", "chunk_done": "chunk_done", "chunk_failed": "chunk_failed", "from_worker": "started"}
-    assert worker_messages.kind_of({"student_id": "s", "assignment": "a", "tests": [], "pid": 7}) == worker_messages.RECORD
-    assert worker_messages.kind_of({**worker_messages.chunk_done(), **worker_messages.fatal("why")}) == worker_messages.FATAL
+    assert kinds == {
+        "fatal": "fatal",
+        "started": "started",
+        "chunk_done": "chunk_done",
+        "chunk_failed": "chunk_failed",
+        "record": "record",
+        "from_worker": "started",
+    }
+    # A record that names no job (the format before issue 50) is no message at all: the parent discards it.
+    assert worker_messages.kind_of({"student_id": "s", "assignment": "a", "tests": [], "pid": 7}) is None
+    assert worker_messages.kind_of({**worker_messages.chunk_done([1]), **worker_messages.fatal("why")}) == worker_messages.FATAL
 
 
 @pytest.mark.e2e

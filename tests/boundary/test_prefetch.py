@@ -62,9 +62,9 @@ def grade(submitted: Path, limits: Limits, prefetch: bool, monkeypatch: pytest.M
 
         def emit(message: dict) -> None:
             if "started" in message:
-                current[0] = message["started"].split("/")[0]
-            elif "tests" in message:
-                records.append(message)
+                current[0] = message["key"].split("/")[0]
+            elif "record" in message:
+                records.append(message["record"])
 
         zygote = Zygote()
         try:

@@ -99,7 +99,7 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
     process.join(timeout=300)
     reader.join(timeout=10)
     assert process.exitcode == 0
-    kinds = [("record", m["student_id"]) if "tests" in m else ("done", "") for m in messages if "tests" in m or "chunk_done" in m]
+    kinds = [("record", m["record"]["student_id"]) if "record" in m else ("done", "") for m in messages if "record" in m or "chunk_done" in m]
     assert not [m for m in messages if "chunk_failed" in m or "fatal" in m]
     expected = []
     for chunk in chunks:
@@ -113,11 +113,13 @@ def test_a_worker_grades_its_chunks_in_one_session(tmp_path: Path, monkeypatch: 
     zygote = Zygote()
     try:
         for chunk in chunks:
-            worker.run_chunk(chunk, {CH19.name: CH19}, Limits(), zygote, lambda m: alone.update({m["student_id"]: m}) if "tests" in m else None)
+            worker.run_chunk(
+                chunk, {CH19.name: CH19}, Limits(), zygote, lambda m: alone.update({m["record"]["student_id"]: m["record"]} if "record" in m else {})
+            )
     finally:
         zygote.close()
     sandbox_provider._plans.clear()
-    together = {m["student_id"]: m for m in messages if "tests" in m}
+    together = {m["record"]["student_id"]: m["record"] for m in messages if "record" in m}
     assert set(together) == set(alone) == set(STUDENTS)
     for student in STUDENTS:
         assert comparable(together[student]) == comparable(alone[student]), student

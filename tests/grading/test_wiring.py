@@ -46,8 +46,8 @@ def test_a_failed_chunk_goes_back_culprit_first() -> None:
     records: list[dict[str, Any]] = []
     run = fan_out(jobs, records)
     run.work.clear()
-    del run.remaining["d/ch19"]  # recorded before the chunk broke
-    broken = engine._Worker(None, None, None, chunk=jobs, current="b/ch19")
+    del run.remaining[jobs[3].id]  # recorded before the chunk broke
+    broken = engine._Worker(None, None, None, chunk=jobs, current=jobs[1].id)
     run.chunk_failed(broken, "boom")
     assert broken.chunk is None
     assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["a/ch19", "c/ch19"]]
@@ -62,7 +62,7 @@ def test_a_chunk_that_fails_alone_is_recorded_not_graded() -> None:
     run = fan_out(jobs, records)
     run.work.clear()
     run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=None), "boom")
-    assert run.not_graded == ["a/ch19"] and "a/ch19" not in run.remaining
+    assert run.not_graded == ["a/ch19"] and jobs[0].id not in run.remaining
     assert [r["student_id"] for r in records] == ["a"] and records[0]["not_graded"] == "boom"
     assert records[0]["fingerprint"] == "" and not run.work
     # Died between submissions: every one is retried on its own.
@@ -77,12 +77,70 @@ def test_a_chunks_end_or_record_never_takes_a_later_job_with_the_same_key() -> N
     first = job("a")
     run = fan_out([first], records)
     run.work.clear()
-    del run.remaining[first.key]  # recorded
+    del run.remaining[first.id]  # recorded
     later = job("a")
-    run.remaining[later.key] = later  # the student's next submission, given to another worker
+    later.id = 2
+    run.remaining[later.id] = later  # the student's next submission, given to another worker
     run.chunk_failed(engine._Worker(None, None, None, chunk=[first], current=None), "stale")
-    assert records == [] and run.remaining == {later.key: later} and run.not_graded == []
+    assert records == [] and run.remaining == {later.id: later} and run.not_graded == []
     assert run.waiting(later) and not run.waiting(first)
+
+
+def test_a_record_is_taken_only_for_the_job_it_names_and_a_stale_one_is_discarded_and_logged() -> None:
+    """Issue 50: every message between the parent and a worker names the submission's own id. A
+    worker holding a student's second submission sends, over a real pipe, a record computed for
+    their first (the same student and assignment; its id no longer waiting), then the second's:
+    the first is discarded and logged, never attached to the second; the second's is taken. (The
+    engine before issue 50 told jobs apart by student and assignment: it took the first record
+    for the second submission.)"""
+    context = multiprocessing.get_context("fork")
+    result_reader, result_writer = context.Pipe(duplex=False)
+    records: list[dict[str, Any]] = []
+    events: list[tuple[str, dict[str, Any]]] = []
+    first, second = job("a"), job("a")
+    run = engine.FanOut([first, second], Path("."), 2, Limits(), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
+    run.work.clear()
+    del run.remaining[first.id]  # recorded (or failed) already
+    worker = engine._Worker(None, None, result_reader, chunk=[second])
+    first_record = {"student_id": "a", "assignment": "ch19", "fingerprint": first.fingerprint, "tests": []}
+    second_record = {"student_id": "a", "assignment": "ch19", "fingerprint": "fp-second", "tests": []}
+    result_writer.send(worker_messages.from_worker(worker_messages.started(first.id, first.key), 7))
+    result_writer.send(worker_messages.from_worker(worker_messages.record(first.id, first_record), 7))
+    for _message in range(2):
+        run.receive(worker)
+    assert records == [] and run.waiting(second) and worker.current is None
+    assert [event for event, _fields in events] == ["discarded", "discarded"]
+    assert events[1][1]["job"] == first.id and events[1][1]["holding"] == [second.id] and events[1][1]["kind"] == "record"
+    result_writer.send(worker_messages.from_worker(worker_messages.started(second.id, second.key), 7))
+    result_writer.send(worker_messages.from_worker(worker_messages.record(second.id, second_record), 7))
+    run.receive(worker)
+    run.receive(worker)
+    assert records == [second_record] and not run.waiting(second) and worker.current == second.id
+    # The end of a chunk that is not the one it holds changes nothing either.
+    worker.chunk = [second]
+    result_writer.send(worker_messages.from_worker(worker_messages.chunk_done([first.id]), 7))
+    run.receive(worker)
+    assert worker.chunk == [second] and events[-1][0] == "discarded"
+
+
+def test_a_submission_whose_worker_was_killed_is_graded_again_before_it_is_not_graded() -> None:
+    """Issue 50: a worker killed by a signal (the OOM killer's) is the host's doing: the submission
+    it was on goes back to be graded again, ``Limits.host_retries`` times, before its "not graded"
+    record; a session that broke (the submission's own doing) is recorded at once, as before."""
+    records: list[dict[str, Any]] = []
+    events: list[tuple[str, dict[str, Any]]] = []
+    jobs = [job("a"), job("b")]
+    run = engine.FanOut(jobs, Path("."), 2, Limits(host_retries=2), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
+    run.work.clear()
+    for attempt in (1, 2):
+        run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
+        assert [[j.id for j in chunk] for chunk in run.work] == [[jobs[0].id]] and records == []
+        assert events[-1] == ("regrading", {"id": jobs[0].id, "student": "a", "assignment": "ch19", "reason": "killed", "retry": attempt})
+        run.work.clear()
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
+    assert [r["not_graded"] for r in records] == ["killed"] and not run.work
+    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[1]], current=jobs[1].id), "session broke")
+    assert [r["not_graded"] for r in records] == ["killed", "session broke"] and not run.work
 
 
 def received(reader: Any) -> list[dict[str, Any]]:

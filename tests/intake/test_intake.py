@@ -355,10 +355,14 @@ def test_each_hostile_folder_gets_zero_and_its_reason(world: World, student: str
 
 @pytest.mark.e2e
 def test_a_worker_killed_costs_only_its_submission(world: World) -> None:
-    """A submission whose grading kills its worker (twice: in its chunk, then alone): is it the only
-    one recorded "not graded" with the reason, in results.json, its page, report.html and the summary?"""
+    """A submission whose grading kills its worker each time (in its chunk, then alone, graded again
+    twice: a worker killed by a signal is the host's doing until ``Limits.host_retries`` says it is
+    not, issue 50): is it the only one recorded "not graded" with the reason, in results.json, its
+    page, report.html and the summary?"""
+    from attnkit.boundary.policy import Limits
+
     run = world.attack
-    assert run.kills >= 1, "the killer never found the sandbox"
+    assert run.kills == 1 + Limits().host_retries, f"{run.kills} kills: graded again after each kill, twice at most"
     not_graded = {student for student, results in run.results.items() if results["not_graded"]}
     assert not_graded == {"worker_killer"}
     reason = run.results["worker_killer"]["not_graded"]

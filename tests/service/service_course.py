@@ -83,6 +83,61 @@ def running_course(
         shutil.rmtree(base, ignore_errors=True)
 
 
+def children_of(pid: int) -> list[int]:
+    """``pid``'s child processes (every thread's), from /proc."""
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(child) for child in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return found
+
+
+def workers_of(service: int) -> list[int]:
+    """The grading workers of the ``attnkit serve`` process ``service``: its children forked from it
+    (the same command line), not the seed, the recorder or the hub side (programs of their own)."""
+    own = Path(f"/proc/{service}/cmdline").read_bytes()
+    workers = []
+    for child in children_of(service):
+        try:
+            if Path(f"/proc/{child}/cmdline").read_bytes() == own:
+                workers.append(child)
+        except OSError:
+            pass
+    return workers
+
+
+def sandboxes_of(service: int) -> list[int]:
+    """The sandboxes under the service ``service`` and what they started: its descendants three
+    levels down or more (the service, the seed or a worker, a zygote, a sandbox)."""
+    level, found = [service], []
+    for depth in range(1, 8):
+        level = [child for pid in level for child in children_of(pid)]
+        if depth >= 3:
+            found += level
+    return found
+
+
+# clock_nanosleep, the call ``time.sleep`` waits in, as /proc/<pid>/syscall numbers it
+NANOSLEEP = {"x86_64": "230", "aarch64": "115"}
+
+
+def sleeping(pids: list[int]) -> list[int]:
+    """Those of ``pids`` waiting in ``time.sleep`` now (a notebook's cell that sleeps)."""
+    import platform
+
+    number = NANOSLEEP.get(platform.machine())
+    found = []
+    for pid in pids:
+        try:
+            if number is not None and Path(f"/proc/{pid}/syscall").read_text().split()[0] == number:
+                found.append(pid)
+        except (OSError, IndexError):
+            pass
+    return found
+
+
 class Replica:
     """One ``attnkit serve --replica-id name --jobs 1 --lease-seconds 3`` on ``course``, its log in ``log``."""
 

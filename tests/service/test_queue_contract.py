@@ -68,6 +68,52 @@ def test_states_move_queued_grading_delivered_and_a_row_is_delivered_once(make_q
     queue.ping()
 
 
+def test_a_students_attempts_go_and_are_numbered_by_their_own_time_not_by_when_they_were_found(make_queue: MakeQueue) -> None:
+    """Issue 50: after a restart the rescan of inbound/ found a student's folders in the
+    directory's order, the later attempt first (the lower id); it was graded first and numbered 1.
+    Claimed by ``noticed`` (nbgrader's order), numbered by it, whatever order they were found in;
+    one delivered after a later one takes its place and the later one moves up."""
+    queue = make_queue("r1")
+    later = queue.notice("ana+a1+t2+r", "ana", "a1", "t2", noticed=200.0)
+    earlier = queue.notice("ana+a1+t1+r", "ana", "a1", "t1", noticed=100.0)
+    assert later is not None and earlier is not None and later < earlier
+    assert queue.positions() == {earlier: 1, later: 2}
+    (first,) = queue.claim(4)
+    assert first.id == earlier
+    assert queue.deliver(first.id, {"score": 1}, "p.html", "full", 1.0, 2.0)
+    (second,) = queue.claim(4)
+    assert second.id == later
+    assert queue.deliver(second.id, {"score": 2}, "p.html", "full", 2.0, 2.0)
+    assert (queue.row(earlier).attempt, queue.row(later).attempt) == (1, 2)
+    # One found only now, though complete before both (its kernel time): the first attempt.
+    earliest = queue.notice("ana+a1+t0+r", "ana", "a1", "t0", noticed=50.0)
+    assert earliest is not None
+    (third,) = queue.claim(4)
+    assert queue.deliver(third.id, {"score": 0}, "p.html", "full", 0.0, 2.0)
+    assert [queue.row(id).attempt for id in (earliest, earlier, later)] == [1, 2, 3]
+
+
+def test_an_older_attempt_delivered_while_a_batch_is_recorded_waits_for_the_next_batch(make_queue: MakeQueue) -> None:
+    """Issue 50: attempts are delivered in the order of their own time, so after a restart one with
+    a lower id (the later attempt, found first) can be delivered while the recorder records the
+    batch that read the other: marking "every delivery up to the newest id" marked it recorded
+    unseen, and the gradebook kept the older attempt (77 for a model answer). Only what the batch
+    saw is marked; the later attempt is the next batch's."""
+    queue = make_queue("r1")
+    later = queue.notice("ana+x+t2+r", "ana", "x", "t2", noticed=200.0)
+    earlier = queue.notice("ana+x+t1+r", "ana", "x", "t1", noticed=100.0)
+    assert later is not None and earlier is not None and later < earlier
+    (first,) = queue.claim(4)
+    assert first.id == earlier and queue.deliver(first.id, {"score": 1}, "p.html", "full", 1.0, 2.0)
+    (pair,) = queue.unrecorded_pairs(10)  # the recorder's batch reads its pairs ...
+    (second,) = queue.claim(4)
+    assert second.id == later and queue.deliver(second.id, {"score": 2}, "p.html", "full", 2.0, 2.0)  # ... the later attempt is delivered ...
+    with queue.recording() as ours:
+        assert ours
+        queue.mark_recorded([(pair["student"], pair["assignment"], int(pair["newest"]))])  # ... and the batch is marked
+    assert [int(row["newest"]) for row in queue.unrecorded_pairs(10)] == [later], "the later attempt waits for the next batch"
+
+
 def test_a_stage_that_raises_leaves_no_row(make_queue: MakeQueue) -> None:
     queue = make_queue("r1")
 

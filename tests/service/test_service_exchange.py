@@ -57,6 +57,7 @@ class Course:
         self.log = base / "serve.log"
         self.port = free_port()
         self.jobs = 1  # warm workers of the service started next
+        self.options: list[str] = []  # more of attnkit serve's options (``--cell-timeout 3``, say)
 
     def home(self, user: str) -> Path:
         return self.homes[user]
@@ -72,7 +73,7 @@ class Course:
         before = len(self.events("started")) if self.log.is_file() else 0
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
         self.service = subprocess.Popen(
-            [str(BIN / "attnkit"), "serve", "--jobs", str(self.jobs), "--metrics-port", str(self.port)],
+            [str(BIN / "attnkit"), "serve", "--jobs", str(self.jobs), "--metrics-port", str(self.port), *self.options],
             cwd=self.root,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -216,11 +216,15 @@ def test_a_students_burst_waits_behind_a_classmate_who_came_while_it_was_graded(
     assert nbformat.read(slow, as_version=4).cells[-1].source.startswith("import time")
 
 
-def test_two_submissions_of_one_student_apart_each_get_their_own_result(after_attacks: tuple[Course, Attacks, str]) -> None:
+def test_two_submissions_of_one_student_apart_each_get_their_own_result(after_attacks: tuple[Course, Attacks, str], tmp_path: Path) -> None:
     """Issue 50: with two warm workers, a student's next submission claimed between a worker's
     record and its end-of-chunk message was delivered as "0 / 0" ungraded, and each later one got
     the previous one's result (the engine told jobs apart by student and assignment only). A
-    correct notebook and a mistaken one 0.3 s apart, six times: each row has its own score."""
+    correct notebook and a mistaken one 0.3 s apart, six times: each row has its own score, and
+    the results of the very notebook it was (each one's bytes differ: results.json's digest), and
+    no worker's message was about a submission it no longer held (the log's ``discarded``)."""
+    import hashlib
+
     from test_service_exchange import MISTAKE, forge_submission
 
     course, _attacks, _page = after_attacks
@@ -228,13 +232,24 @@ def test_two_submissions_of_one_student_apart_each_get_their_own_result(after_at
     assert course.stop() == 0
     course.jobs = 2
     course.start()
+
+    def unique(notebook: Path, n: int) -> Path:
+        """``notebook`` with a cell of its own (the same grade, bytes no other submission has)."""
+        book = nbformat.read(notebook, as_version=4)
+        book.cells.append(nbformat.v4.new_code_cell(f"# submission {n}"))
+        path = tmp_path / f"{n}.ipynb"
+        nbformat.write(book, path)
+        return path
+
     try:
         made: dict[str, bool] = {}  # inbound name -> the notebook was the correct one
+        digests: dict[str, str] = {}
         for n in range(6):
-            made[forge_submission(course, student, CORRECT, 300 + 2 * n)[0]] = True
-            time.sleep(0.3)
-            made[forge_submission(course, student, MISTAKE, 301 + 2 * n)[0]] = False
-            time.sleep(1.0)
+            for number, notebook in ((300 + 2 * n, CORRECT), (301 + 2 * n, MISTAKE)):
+                copy = unique(notebook, number)
+                name = forge_submission(course, student, copy, number)[0]
+                made[name], digests[name] = notebook == CORRECT, hashlib.sha256(copy.read_bytes()).hexdigest()
+                time.sleep(0.3 if notebook == CORRECT else 1.0)
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
             with course.db() as db:
@@ -245,9 +260,13 @@ def test_two_submissions_of_one_student_apart_each_get_their_own_result(after_at
         wrong = [
             (name[-8:], row["state"], row["score"], row["max_score"])
             for name, row in rows.items()
-            if row["state"] != "delivered" or not row["max_score"] or (row["score"] == row["max_score"]) != made[name]
+            if row["state"] != "delivered"
+            or not row["max_score"]
+            or (row["score"] == row["max_score"]) != made[name]
+            or [notebook["sha256"] for notebook in json.loads(row["results"])["notebooks"]] != [digests[name]]
         ]
         assert wrong == [], f"results on the wrong submission: {wrong}"
+        assert course.events("discarded") == []
     finally:
         assert course.stop() == 0
         course.jobs = 1

@@ -291,3 +291,56 @@ def test_two_replicas_a_kill_9_mid_burst_every_submission_delivered_once_and_rec
             deadline = time.monotonic() + 120
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
+
+
+@pytest.mark.e2e
+def test_two_replicas_a_worker_killed_mid_grade_its_submission_graded_again_and_recorded(replicas_course: dict) -> None:
+    """Issue 50, on the shared queue: the worker grading a submission at one of two replicas is
+    killed with ``kill -9`` (as the OOM killer kills); that replica grades it again on its new
+    worker, under its own lease (one try, no takeover), delivers it once with its full score, and
+    its score is what nbgrader's gradebook in PostgreSQL holds. Before: "not graded" for good."""
+    from nbgrader.api import Gradebook
+    from service_course import sandboxes_of, sleeping, workers_of
+    from test_service_exchange import CORRECT, forge_submission
+
+    course = type("Course", (), {"exchange": replicas_course["exchange"]})()
+    root, users, url = replicas_course["root"], replicas_course["users"], replicas_course["url"]
+    student = users[2]
+    queue = PostgresQueue(url, "the-test")
+    slow = replicas_course["base"] / "slow-killed.ipynb"
+    notebook = json.loads(CORRECT.read_text(encoding="utf-8"))
+    notebook["cells"].append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "import time\ntime.sleep(2)\n"})
+    slow.write_text(json.dumps(notebook), encoding="utf-8")
+    replicas = [Replica(name, root, replicas_course["base"] / f"{name}.log") for name in ("replica-c", "replica-d")]
+    try:
+        deadline = time.monotonic() + WAIT
+        for replica in replicas:
+            replica.wait_ready(deadline)
+        name, _secret = forge_submission(course, student, slow, 90)
+        holder: Replica | None = None
+        while holder is None:  # the replica grading it, once its sandbox sleeps in the last cell
+            found = queue.rows("SELECT replica FROM submissions WHERE inbound = :name AND state = :grading", name=name, grading=GRADING)
+            grading = [r for r in replicas if found and r.name == found[0]["replica"]]
+            if grading and sleeping(sandboxes_of(grading[0].process.pid)):
+                holder = grading[0]
+            assert time.monotonic() < deadline, [r.log.read_text()[-2000:] for r in replicas]
+            time.sleep(0.02)
+        (worker,) = workers_of(holder.process.pid)
+        os.kill(worker, signal.SIGKILL)
+        while True:
+            (row,) = queue.rows("SELECT * FROM submissions WHERE inbound = :name", name=name)
+            if row["state"] == DELIVERED and row["recorded"]:
+                break
+            assert row["state"] in (QUEUED, GRADING, DELIVERED) and time.monotonic() < deadline, (dict(row), holder.log.read_text()[-3000:])
+            time.sleep(0.2)
+        results = json.loads(row["results"])
+        assert not results.get("not_graded") and row["score"] == row["max_score"] > 0, (dict(row), holder.log.read_text()[-3000:])
+        assert row["tries"] == 1 and row["replica"] == holder.name, dict(row)
+        assert [e["retry"] for e in holder.events("regrading") if e["id"] == row["id"]] == [1]
+        assert [e["id"] for r in replicas for e in r.events("delivered")].count(row["id"]) == 1
+        with Gradebook(engine_url(url)) as gradebook:
+            assert gradebook.find_submission("ch19-attention", student).score == pytest.approx(row["max_score"])
+    finally:
+        queue.close()
+        for replica in replicas:
+            replica.kill(signal.SIGTERM)

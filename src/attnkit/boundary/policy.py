@@ -65,6 +65,11 @@ class Limits:
     memory_mb: int = DEFAULT_MEMORY_MB
     cpu_seconds: int = DEFAULT_CPU_SECONDS
     restarts: int = 3
+    # Times a submission is graded again when the host, not its code, cut it short: its worker
+    # killed by a signal (the OOM killer's included), or its sandbox stalled past a time limit
+    # without spending the time on the CPU (stopped, a paused VM, swapping). Only then is it
+    # charged: "not graded", or the time limit's failure (``driver.submission``, ``engine.fan_out``).
+    host_retries: int = 2
     # The TA vouches for these notebooks (--no-isolation; a learner's own notebook): a plain
     # process may run them where the OS gives no isolated sandbox.
     trusted: bool = False

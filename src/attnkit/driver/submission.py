@@ -27,7 +27,7 @@ from attnkit.notebook import CodeCell
 from attnkit.boundary.policy import Limits
 from attnkit.boundary.outcome import Outcome
 from attnkit.driver.replies import CellRun, ReplyDecoding
-from attnkit.driver.usage import usage_of
+from attnkit.driver.usage import open_schedstat, usage_of, wanted_seconds
 from attnkit.driver.swapped_calls import SwappedCalls
 from attnkit.driver.zygote_handle import Zygote
 
@@ -38,6 +38,23 @@ class SandboxDied(Exception):
 
 class OutOfTime(Exception):
     """The submission's time budget ran out in the middle of a batch."""
+
+
+class HostStalled(TimeoutError):
+    """A request ran out of time while its sandbox spent at least half of the limit neither on
+    a CPU nor waiting for one (stopped by the host, a paused machine): not the student's CPU.
+    The sandbox is recovered and the request asked again, ``Limits.host_retries`` times at most
+    per submission; after that a timeout is the student's, as before."""
+
+
+@dataclass
+class _Mark:
+    """Where a request or a batch began: the clock, the sandbox's CPU time wanted so far
+    (``usage.wanted_seconds``) and the submission's charged time."""
+
+    at: float
+    wanted: float | None
+    used: float
 
 
 @dataclass
@@ -56,6 +73,7 @@ class Submission(SwappedCalls, ReplyDecoding):
     seconds_used: float = 0.0  # wall-clock spent in the sandbox, cells and calls together
     _channel: socket.socket | None = None
     _pid: int | None = None
+    _schedstat: int | None = None  # a descriptor on the sandbox's /proc/<pid>/schedstat (``_mark``)
     _given_up: bool = False
     # Swap sessions: substituted names -> the channel of the sandbox's fork that holds them bound
     # (see ``call_with``); ``_swap_refused`` once the sandbox could not fork one.
@@ -71,6 +89,8 @@ class Submission(SwappedCalls, ReplyDecoding):
     plan: str = ""
     # The sandbox's CPU time and peak memory just before its first swapped call (``describe``).
     _usage_before_swaps: dict[str, Any] = field(default_factory=dict)
+    host_stalls: int = 0  # requests asked again because the host stalled the sandbox (``HostStalled``)
+    excused_seconds: float = 0.0  # wall-clock of those stalls that the sandbox did not want the CPU: not charged
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -91,10 +111,12 @@ class Submission(SwappedCalls, ReplyDecoding):
         for cell, reply in zip(runnable, replies, strict=False):
             self.runs.append(self._not_run(cell) if reply.get(operations.SKIPPED) else self._cell_run(cell, reply))
         rest = runnable[len(replies) :]
-        if failure is not None and rest:
+        if failure is HostStalled and rest:
+            self._recover(by_host=True)  # the cell it was on runs again, alone
+        elif failure is not None and rest:
             self.runs.append(self._cell_failed(rest.pop(0), hung=failure is TimeoutError))
         for cell in rest:
-            self.runs.append(self._not_run(cell) if time.monotonic() > deadline else self._run_cell(cell))
+            self.runs.append(self._not_run(cell) if time.monotonic() - self.excused_seconds > deadline else self._run_cell(cell))
 
     @staticmethod
     def _not_run(cell: CodeCell) -> CellRun:
@@ -114,7 +136,9 @@ class Submission(SwappedCalls, ReplyDecoding):
         channel = self._channel
         if channel is None:
             return replies, SandboxDied
-        started = time.monotonic()
+        mark = self._mark()
+        started = mark.at
+        stalled = False
         try:
             channel.settimeout(seconds)
             channel.sendall(frame or batch_frame(requests, cell_budget))
@@ -127,14 +151,35 @@ class Submission(SwappedCalls, ReplyDecoding):
                     raise wire.ProtocolError("unrecognised reply")
                 replies.append(reply)
         except TimeoutError:
+            stalled = self._stalled(mark, seconds)
             self.close()
-            return replies, TimeoutError
+            return replies, HostStalled if stalled else TimeoutError
         except (OSError, wire.ProtocolError):
             self.close()
             return replies, SandboxDied
         finally:
-            self.seconds_used += time.monotonic() - started
+            if not stalled:
+                self.seconds_used += time.monotonic() - started
         return replies, None
+
+    def _mark(self) -> _Mark:
+        return _Mark(time.monotonic(), wanted_seconds(self._schedstat), self.seconds_used)
+
+    def _stalled(self, mark: _Mark, seconds: float) -> bool:
+        """At a timeout, before the sandbox is closed: did the host stall it? Since ``mark`` it
+        spent at least half of the limit (``seconds``) neither on a CPU nor waiting for one, and
+        this submission has stalls left to excuse. If so the stretch is charged only the CPU time
+        the sandbox wanted (not its wall-clock), and the caller asks again."""
+        now = wanted_seconds(self._schedstat)
+        if now is None or mark.wanted is None or self.host_stalls >= self.limits.host_retries:
+            return False
+        wall, wanted = time.monotonic() - mark.at, max(0.0, now - mark.wanted)
+        if wall - wanted < seconds / 2:
+            return False  # it ran (or wanted to run) for most of the limit: the student's own timeout
+        self.host_stalls += 1
+        self.excused_seconds += wall - wanted
+        self.seconds_used = mark.used + wanted
+        return True
 
     def close(self) -> None:
         self._end_swaps()
@@ -152,10 +197,14 @@ class Submission(SwappedCalls, ReplyDecoding):
             except ProcessLookupError:
                 pass
             self._pid = None
+        if self._schedstat is not None:
+            os.close(self._schedstat)
+            self._schedstat = None
 
     def _boot(self) -> None:
         self.close()
         self._channel, self._pid = self.zygote.spawn(self.limits)
+        self._schedstat = open_schedstat(self._pid)
         try:
             ready = wire.receive(self._channel, time.monotonic() + 30)
         except (OSError, wire.ProtocolError) as error:
@@ -178,9 +227,11 @@ class Submission(SwappedCalls, ReplyDecoding):
         channel = self._channel if swap is None else self._swaps.get(swap)
         if channel is None:
             raise SandboxDied(_("沙箱未运行"))
+        mark = self._mark() if swap is None else None  # a swap session's fork is another process: its timeouts are plain
         started = time.monotonic()
         deadline = started + seconds
         answered = 0
+        stalled = False
         try:
             channel.settimeout(seconds)
             wire.send(channel, message)
@@ -193,8 +244,9 @@ class Submission(SwappedCalls, ReplyDecoding):
                 wire.send(channel, self._answer_callback(reply, substitutes, answered))
                 reply = wire.receive(channel, deadline)
         except TimeoutError:
+            stalled = mark is not None and self._stalled(mark, seconds)
             self.close()
-            raise TimeoutError from None
+            raise (HostStalled if stalled else TimeoutError) from None
         except (wire.PeerClosed, BrokenPipeError, ConnectionResetError) as error:
             if swap is None:
                 self.close()
@@ -207,7 +259,8 @@ class Submission(SwappedCalls, ReplyDecoding):
             self.close()
             raise SandboxDied(str(error)) from None
         finally:
-            self.seconds_used += time.monotonic() - started
+            if not stalled:
+                self.seconds_used += time.monotonic() - started
         if not isinstance(reply, dict) or operations.CALLBACK in reply:
             self.close()
             raise SandboxDied(_("沙箱返回了无法识别的数据"))
@@ -216,6 +269,9 @@ class Submission(SwappedCalls, ReplyDecoding):
     def _run_cell(self, cell: CodeCell) -> CellRun:
         try:
             reply = self._request(operations.cell(cell.source), self.limits.cell_seconds)
+        except HostStalled:
+            self._recover(by_host=True)
+            return self._run_cell(cell)  # again, on a fresh sandbox (bounded: ``_stalled``)
         except (TimeoutError, SandboxDied) as error:
             return self._cell_failed(cell, hung=isinstance(error, TimeoutError))
         return self._cell_run(cell, reply)
@@ -230,27 +286,35 @@ class Submission(SwappedCalls, ReplyDecoding):
         self._recover()
         return CellRun(cell.index, cell.grade_id, False, TIMEOUT if hung else CRASHED, message)
 
-    def _recover(self) -> None:
-        """A fresh sandbox with every cell that worked before re-run, or give up."""
+    def _recover(self, by_host: bool = False) -> None:
+        """A fresh sandbox with every cell that worked before re-run, or give up. ``by_host``:
+        after a stall of the host's (``HostStalled``), which is not one of the student's restarts."""
         self.close()
-        if self.restarts >= self.limits.restarts:
-            self._given_up = True
-            return
-        self.restarts += 1
+        if not by_host:
+            if self.restarts >= self.limits.restarts:
+                self._given_up = True
+                return
+            self.restarts += 1
         self._reboot()
 
     def _reboot(self) -> None:
-        """A fresh sandbox with every cell that worked before re-run (or give up)."""
+        """A fresh sandbox with every cell that worked before re-run (or give up); again if the
+        host stalled it meanwhile (bounded: ``_stalled``)."""
         self._swapped_by = None
-        try:
-            self._boot()
-            survived = {run.index for run in self.runs if run.error_type not in (TIMEOUT, CRASHED)}
-            for cell in self.cells:
-                if cell.index in survived:
-                    self._request(operations.cell(cell.source), self.limits.cell_seconds)
-        except (TimeoutError, SandboxDied):
-            self._given_up = True
-            self.close()
+        while True:
+            try:
+                self._boot()
+                survived = {run.index for run in self.runs if run.error_type not in (TIMEOUT, CRASHED)}
+                for cell in self.cells:
+                    if cell.index in survived:
+                        self._request(operations.cell(cell.source), self.limits.cell_seconds)
+                return
+            except HostStalled:
+                self.close()
+            except (TimeoutError, SandboxDied):
+                self._given_up = True
+                self.close()
+                return
 
     # -- Backend -------------------------------------------------------------------------------
     def call(self, name: str, args: tuple, kwargs: dict) -> Outcome:
@@ -260,6 +324,7 @@ class Submission(SwappedCalls, ReplyDecoding):
         return self._ask(operations.get(name), name)
 
     def _ask(self, message: Mapping[str, Any], name: str, substitutes: dict[str, Any] | None = None, swap: frozenset | None = None) -> Outcome:
+        asked = message, swap
         refused = self._refusal()
         if refused is not None:
             return refused
@@ -288,6 +353,9 @@ class Submission(SwappedCalls, ReplyDecoding):
             if in_place:
                 return self._swapped_call_died()
             return self._call_failed(name, hung=False)
+        except HostStalled:
+            self._recover(by_host=True)
+            return self._ask(asked[0], name, substitutes, asked[1])  # again, on a fresh sandbox (bounded: ``_stalled``)
         except TimeoutError:
             return self._call_failed(name, hung=True)
         return self._outcome(reply, name)
@@ -325,7 +393,9 @@ class Submission(SwappedCalls, ReplyDecoding):
         left = self.limits.submission_seconds - self.seconds_used
         replies, failure = self._batch(requests, self.limits.call_seconds, time.monotonic() + left + self.limits.call_seconds, frame=frame, budget=left)
         outcomes = [self._outcome(reply, str(request.get("name", ""))) for reply, request in zip(replies, requests, strict=False)]
-        if failure in (TimeoutError, SandboxDied) and len(outcomes) < len(requests):
+        if failure is HostStalled:
+            self._recover(by_host=True)  # the rest, the stalled one first, are asked one by one
+        elif failure in (TimeoutError, SandboxDied) and len(outcomes) < len(requests):
             name = str(requests[len(outcomes)].get("name", ""))
             outcomes.append(self._call_failed(name, hung=failure is TimeoutError))
         return outcomes
@@ -333,6 +403,8 @@ class Submission(SwappedCalls, ReplyDecoding):
     def describe(self) -> dict[str, Any]:
         """How the submission ran: isolation, restarts, and the sandbox's own CPU time and peak memory."""
         description: dict[str, Any] = {"isolation": self.isolation, "restarts": self.restarts, "replaced_after_swaps": self.replaced_after_swaps}
+        if self.host_stalls:  # asked again, not charged: the TA may want to know the host stalled
+            description["host_stalls"] = self.host_stalls
         if self._swapped_by is not None:  # what it used after that could carry the reference's answers
             description.update(self._usage_before_swaps)
         elif self._channel is not None and self._pid is not None and not self._given_up:  # set together by _boot

@@ -11,17 +11,19 @@ submission it was grading: its chunk's other submissions are graded again on a n
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from attnkit.constants import GraderError
 from attnkit import i18n
@@ -138,7 +140,7 @@ class _Worker:
     inbox: Any  # our end of its task pipe
     outbox: Any  # our end of its result pipe
     chunk: list[Job] | None = None
-    current: str | None = None  # the submission it is grading now
+    current: int | None = None  # the id of the submission it is grading now
     since: float = 0.0  # when it started ``current`` (or its chunk)
     cpu: int | None = None  # the CPU it keeps to, with its zygote and sandboxes (``worker_cpus``)
 
@@ -197,7 +199,10 @@ class FanOut:
         on_record: Callable[[SubmissionRecord], None],
         seed: Seed | None,
         every_turn: Callable[[], None] | None = None,
+        on_event: Callable[..., None] | None = None,
     ) -> None:
+        """``on_event(event, **fields)``: where the pool's own news goes (a worker replaced, a
+        submission graded again, a message discarded); without it, the rare ones go to stderr."""
         self.autograder = autograder
         self.workers = workers
         self.limits = limits
@@ -207,12 +212,18 @@ class FanOut:
         # fork: workers start with torch already imported. Safe because this process has run no torch
         # op (so no OpenMP thread pool exists to deadlock a child) and runs no other threads.
         self.context = multiprocessing.get_context("fork")
+        for number, job in enumerate(jobs, 1):  # a grade run's jobs: their place is their id
+            job.id = number
         self.work: deque[list[Job]] = deque(chunks(jobs, workers))
-        self.remaining = {job.key: job for job in jobs}
+        self.remaining = {job.id: job for job in jobs}  # by id: the jobs still without a record
         self.not_graded: list[str] = []
+        # Times each job was cut short by the host (its worker killed by a signal, the OOM killer's
+        # included): graded again up to ``limits.host_retries`` times before it is "not graded".
+        self.host_faults: Counter[int] = Counter()
+        self.on_event = on_event
         # A submission is bounded by the sandbox's own limits; this is the last resort for a worker
         # stuck on the trusted side, far above anything an honest notebook needs.
-        self.stall_seconds = (limits.notebook_seconds + limits.submission_seconds) * (limits.restarts + 1) + 120
+        self.stall_seconds = (limits.notebook_seconds + limits.submission_seconds) * (limits.restarts + limits.host_retries + 1) + 120
         self.pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
         self.lanes = worker_cpus(workers)
         self.keep: set[int] = set()  # other children of ours that end_orphans must spare (attnkit serve's recorder)
@@ -257,13 +268,27 @@ class FanOut:
         result_writer.close()
         worker = _Worker(process, task_writer, result_reader, cpu=cpu)
         self.pool[result_reader] = worker
+        self.event("worker-started", pid=process.pid)
         return worker
 
     def waiting(self, job: Job) -> bool:
         """``job`` itself is still to be recorded: not only another job of the same student and
-        assignment (the service's next submission of a student reuses the key as soon as the
-        last one is recorded, while its worker's end-of-chunk message may still be on the way)."""
-        return self.remaining.get(job.key) is job
+        assignment (the service's next submission of a student has the same key, and may be
+        given to another worker while the last one's messages are still on the way)."""
+        return self.remaining.get(job.id) is job
+
+    def event(self, event: str, **fields: Any) -> None:
+        """The pool's news: to ``on_event``; without one, a line on stderr for what a TA should
+        know of (a discarded message, a submission graded again), nothing for the rest."""
+        if self.on_event is not None:
+            self.on_event(event, **fields)
+        elif event in ("discarded", "regrading"):
+            print(f"attnkit: {json.dumps({'event': event, **fields}, ensure_ascii=False)}", file=sys.stderr, flush=True)
+
+    def take(self, job: Job, record: SubmissionRecord) -> None:
+        """``record``, computed for ``job`` (still waiting), is its result."""
+        del self.remaining[job.id]
+        self.on_record(record)
 
     def feed(self, worker: _Worker) -> None:
         """Send ``worker`` the next chunk with a job still to grade (None when there is none)."""
@@ -278,7 +303,9 @@ class FanOut:
             pass  # it died: noticed below, and the chunk goes back
 
     def receive(self, worker: _Worker) -> None:
-        """One message from ``worker``: a record, or news of its chunk (``worker_messages``)."""
+        """One message from ``worker`` (``engine.messages``): a record, or news of its chunk. Each
+        names the submission it is about by id; one about a job this worker does not hold, or no
+        longer waiting, is discarded and logged, never taken for another (issue 50)."""
         try:
             message = worker.outbox.recv()  # the same connection, typed as what worker_main sends
         except (EOFError, OSError):
@@ -287,22 +314,48 @@ class FanOut:
         kind = messages.kind_of(message)
         if kind == messages.FATAL:
             raise GraderError(message[messages.FATAL])
+        chunk = {job.id: job for job in worker.chunk or []}
         if kind == messages.STARTED:
-            worker.current, worker.since = message[messages.STARTED], time.monotonic()
-        elif kind == messages.CHUNK_DONE:
-            if any(self.waiting(job) for job in worker.chunk or []):
-                # A session that ended without a record for someone: find whom, alone.
-                self.chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
-            self.feed(worker)
-        elif kind == messages.CHUNK_FAILED:
-            self.chunk_failed(worker, _("评分过程出错（{error}）").format(error=message[messages.CHUNK_FAILED][:300]))
-            self.feed(worker)
+            if message[messages.STARTED] in chunk:
+                worker.current, worker.since = message[messages.STARTED], time.monotonic()
+            else:
+                self.discard(worker, message, "not a submission this worker holds")
+        elif kind in (messages.CHUNK_DONE, messages.CHUNK_FAILED):
+            if message.get(messages.JOBS) != list(chunk):
+                self.discard(worker, message, "not the chunk this worker holds")
+            elif kind == messages.CHUNK_DONE:
+                if any(self.waiting(job) for job in chunk.values()):
+                    # A session that ended without a record for someone: find whom, alone.
+                    self.chunk_failed(worker, _("评分会话结束时没有得到这份提交的结果"))
+                self.feed(worker)
+            else:
+                self.chunk_failed(worker, _("评分过程出错（{error}）").format(error=str(message[messages.CHUNK_FAILED])[:300]))
+                self.feed(worker)
+        elif kind == messages.RECORD:
+            job = chunk.get(message["job"])
+            record = message[messages.RECORD]
+            # The record is the job this worker was given and still waiting, never a later one of the same student.
+            if job is None or not self.waiting(job) or (record.get("student_id"), record.get("assignment")) != (job.student_id, job.assignment):
+                self.discard(worker, message, "its submission is no longer being graded here")
+            else:
+                self.take(job, record)
         else:
-            key = f"{message['student_id']}/{message['assignment']}"
-            # The record is the job this worker was given, never a later one with its key.
-            if any(job.key == key and self.waiting(job) for job in worker.chunk or []):
-                del self.remaining[key]
-                self.on_record(message)
+            self.discard(worker, message, "not a message a worker sends")
+
+    def discard(self, worker: _Worker, message: Mapping[str, Any], why: str) -> None:
+        """A worker's message that is about no job it holds and still waits for: dropped, and said
+        (``why``: for the operator's log, in English as the log's other fields)."""
+        record = message.get(messages.RECORD)
+        about = f"{record.get('student_id')}/{record.get('assignment')}" if isinstance(record, Mapping) else message.get("key", "")
+        self.event(
+            "discarded",
+            kind=messages.kind_of(message) or "unknown",
+            job=message.get("job", message.get(messages.STARTED, message.get(messages.JOBS))),
+            about=str(about)[:200],
+            pid=worker.process.pid if worker.process is not None else None,
+            holding=[job.id for job in worker.chunk or []],
+            why=why,
+        )
 
     def check_health(self) -> None:
         """Bury the workers that stalled on a chunk or died with nothing left to read."""
@@ -312,19 +365,30 @@ class FanOut:
             elif not worker.process.is_alive() and not worker.outbox.poll():
                 self.bury(worker, "")
 
-    def chunk_failed(self, worker: _Worker, reason: str) -> None:
+    def chunk_failed(self, worker: _Worker, reason: str, by_host: bool = False) -> None:
         """Its ungraded submissions go back: the one it was on alone (the likely culprit), the
-        rest together; a submission that fails alone is recorded as not graded."""
+        rest together; a submission that fails alone is recorded as not graded. ``by_host``: the
+        worker was killed by a signal (the OOM killer, an operator, the host), which is no
+        verdict on the submission: it is graded again, ``limits.host_retries`` times at most,
+        before anything is charged to it."""
         left = [job for job in worker.chunk or [] if self.waiting(job)]
         worker.chunk = None
+        culprit = [job for job in left if job.id == worker.current] or (left if len(left) == 1 else [])
+        rest = [job for job in left if job not in culprit]
+        if by_host and culprit:
+            job = culprit[0]
+            self.host_faults[job.id] += 1
+            if self.host_faults[job.id] <= self.limits.host_retries:
+                self.event("regrading", id=job.id, student=job.student_id, assignment=job.assignment, reason=reason, retry=self.host_faults[job.id])
+                if rest:
+                    self.work.appendleft(rest)
+                self.work.appendleft(culprit)
+                return
         if len(left) == 1:
             job = left[0]
-            del self.remaining[job.key]
             self.not_graded.append(job.key)
-            self.on_record(not_graded_record(job, reason))
+            self.take(job, not_graded_record(job, reason))
             return
-        culprit = [job for job in left if job.key == worker.current]
-        rest = [job for job in left if job.key != worker.current]
         if not culprit:  # died between submissions: find it one by one
             self.work.extendleft([job] for job in reversed(rest))
         else:
@@ -335,17 +399,22 @@ class FanOut:
     def bury(self, worker: _Worker, reason: str) -> None:
         """A dead or stalled worker: ended, its leftovers too, its chunk back, a new one in its place."""
         del self.pool[worker.outbox]
+        if not reason:  # its pipe's end can be seen a moment before its exit can be reaped
+            worker.process.join(timeout=2)
+        died = not reason and not worker.process.is_alive()  # on its own: not stalled, not ended by us
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(timeout=5)
+        by_host = died and worker.process.exitcode is not None and worker.process.exitcode < 0  # a signal: the OOM killer's, the host's
         reason = reason or death_reason(worker.process.exitcode)
+        self.event("worker-ended", pid=worker.process.pid, reason=reason, on=worker.current if worker.chunk else None)
         for end in (worker.inbox, worker.outbox):
             end.close()
         # The seed and the zygotes of live workers (its children) go on; the dead worker's zygote
         # ends by itself when the worker's end of it closes.
         end_orphans({w.process.pid for w in self.pool.values()} | ({self.seed.pid} if self.seed else set()) | self.keep)
         if worker.chunk is not None:
-            self.chunk_failed(worker, reason)
+            self.chunk_failed(worker, reason, by_host)
         if self.remaining and self.work and len(self.pool) < self.workers:
             self.feed(self.start_worker())
 

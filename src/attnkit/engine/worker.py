@@ -88,9 +88,9 @@ class SubmissionRecords:
         self.emit = emit
         self.results: dict[str, list[TestResult]] = {}
 
-    def started(self, key: str) -> None:
+    def started(self, job: Job) -> None:
         """Tells the parent which submission a dying worker was on."""
-        self.emit(worker_messages.started(key))
+        self.emit(worker_messages.started(job.id, job.key))
 
     def finished(self, opened: Opened) -> None:
         tests: list[HiddenTestRecord] = [result for result in self.results.pop(opened.job.key, [])]
@@ -113,7 +113,7 @@ class SubmissionRecords:
             "evidence": panels,
             "seconds": time.perf_counter() - opened.started,
         }
-        self.emit(record)
+        self.emit(worker_messages.record(opened.job.id, record))
 
 
 def _run_suite(
@@ -220,6 +220,7 @@ class ChunkFeed:
         self.pid = os.getpid()
         self.pending: list[list[Job] | None] = []  # received by ``more`` for after its session
         self.reported = False
+        self.chunk: list[int] = []  # the ids of the chunk being graded: its chunk_done names them
 
     def emit(self, message: Mapping[str, Any]) -> None:
         self.results.send(worker_messages.from_worker(message, self.pid))
@@ -228,6 +229,7 @@ class ChunkFeed:
         """The next chunk to grade; None: the parent has no more."""
         chunk = self.pending.pop() if self.pending else self.inbox.recv()
         self.reported = False
+        self.chunk = [job.id for job in chunk or []]
         return chunk
 
     def more(self, assignment: str) -> list[Job] | None:
@@ -237,18 +239,19 @@ class ChunkFeed:
         chunk = self.inbox.recv()
         if chunk and all(job.assignment == assignment for job in chunk):
             self.reported = False
+            self.chunk = [job.id for job in chunk]
             return chunk
         self.pending.append(chunk)  # another assignment's, or the end: after this session
         return None
 
     def done(self) -> None:
-        self.emit(worker_messages.chunk_done())
+        self.emit(worker_messages.chunk_done(self.chunk))
         self.reported = True
 
     def failed(self, error: BaseException) -> None:
         """The chunk's session broke; unless it broke after its chunk was done and before the next began."""
         if not self.reported:
-            self.emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}"))
+            self.emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}", self.chunk))
 
 
 def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None, seed: socket.socket | None = None) -> None:

@@ -128,7 +128,7 @@ class SandboxProvider(Provider):
         limits: Limits,
         api: tuple[str, ...],
         finished: Callable[[Opened], None],
-        started: Callable[[str], None] = lambda key: None,
+        started: Callable[[Job], None] = lambda job: None,
         assignment: Assignment | None = None,
         more: Callable[[str], list[Job] | None] | None = None,
     ) -> None:
@@ -209,7 +209,7 @@ class SandboxProvider(Provider):
         started = time.perf_counter()
         self.opened_any = True
         job = self.jobs[submission_id]
-        self.started(submission_id)
+        self.started(job)
         cells: list[CodeCell] = []
         problems: list[str] = list(job.problems)
         notes: list[str] = list(job.notes)

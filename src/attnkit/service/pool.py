@@ -24,10 +24,24 @@ class WarmPool(FanOut):
     """``workers`` warm workers; ``submit`` a job, ``pump`` to read what they sent."""
 
     def __init__(
-        self, autograder: Path, workers: int, limits: Limits, hide: list[str], on_record: Callable[[SubmissionRecord], None], seed: Seed | None
+        self,
+        autograder: Path,
+        workers: int,
+        limits: Limits,
+        hide: list[str],
+        on_result: Callable[[Job, SubmissionRecord], None],
+        seed: Seed | None,
+        on_event: Callable[..., None] | None = None,
     ) -> None:
-        super().__init__([], autograder, workers, limits, hide, on_record, seed)
+        """``on_result(job, record)``: ``record`` was computed for that very job (its id is the
+        queue row's); ``on_event``: the pool's news for the service's log."""
+        super().__init__([], autograder, workers, limits, hide, lambda record: None, seed, on_event=on_event)
+        self.on_result = on_result
         self.idle: list[_Worker] = []
+
+    def take(self, job: Job, record: SubmissionRecord) -> None:
+        del self.remaining[job.id]
+        self.on_result(job, record)
 
     def start(self) -> None:
         _adopt_orphans(True)
@@ -55,7 +69,8 @@ class WarmPool(FanOut):
         return len(self.idle) - len(self.work)
 
     def submit(self, job: Job) -> None:
-        self.remaining[job.key] = job
+        """``job`` to grade; its ``id`` (the queue row's) must be unique among those in flight."""
+        self.remaining[job.id] = job
         self.work.append([job])
         while self.idle and self.work:
             worker = self.idle.pop()

@@ -285,7 +285,7 @@ class Service:
         self.lock = one_service(self.state, replica if queue_url else "")
         self.queue = open_queue(queue_url or self.state / "service.db", self.replica, lease_seconds)
         self.running = False  # the loop has started (its workers too): /health may say ready
-        self.warming: dict[str, Job] = {}  # the warm-up jobs not yet graded (``warm_up``): not ready until none
+        self.warming: dict[int, Job] = {}  # the warm-up jobs not yet graded (``warm_up``; ids below 0, never a row's): not ready until none
         self.warm_since = 0.0
         self.autograder = autograder
         self.suites: dict[str, Assignment] = discover(autograder)
@@ -310,7 +310,7 @@ class Service:
         self.stopping = False
         self.dues: dict[str, float] = {}
         self.dues_read = 0.0
-        self.pool = WarmPool(autograder, workers, limits, hide, self.on_record, seed)
+        self.pool = WarmPool(autograder, workers, limits, hide, self.on_record, seed, on_event=self.emit)
         self.recorder: subprocess.Popen | None = None
         self.listener: socket.socket | None = None
         self.endpoint: Endpoint | None = None  # /metrics and /health, served by this loop without blocking it
@@ -533,16 +533,20 @@ class Service:
             self.queue.fail(row.id, _("提交里没有可评分的内容"))
             self.metrics.failed += 1
             return
+        job.id = row.id  # on every message about it between here, the pool and its worker
         self.in_flight[row.id] = InFlight(row, job, root / row.student / row.assignment)
         self.pool.submit(job)
 
-    def on_record(self, record: SubmissionRecord) -> None:
-        key = f"{record['student_id']}/{record['assignment']}"
-        if key in self.warming:
-            self.on_warm_record(record)
+    def on_record(self, job: Job, record: SubmissionRecord) -> None:
+        """``record``, computed for ``job`` (the pool's word: the worker named its id): delivered
+        to that row only. A result for a row no longer in flight here (failed meanwhile, or
+        already delivered) is discarded and logged, never attached to another submission."""
+        if self.warming.get(job.id) is job:
+            self.on_warm_record(job, record)
             return
-        flight = next((flight for flight in self.in_flight.values() if flight.job.key == key), None)
-        if flight is None:
+        flight = self.in_flight.get(job.id)
+        if flight is None or flight.job is not job:
+            self.emit("discarded", kind="record", job=job.id, about=job.key, why="not in flight")
             return
         with self.on_behalf_of(flight.row):
             self.deliver(flight, record)
@@ -791,15 +795,16 @@ class Service:
                 target.mkdir(parents=True)
                 shutil.copyfile(suite.source, target / suite.notebook)
         self.warm_since = time.monotonic()
-        for job in find_jobs(folder, self.suites, None, self.digests).jobs:
-            self.warming[job.key] = job
+        for number, job in enumerate(find_jobs(folder, self.suites, None, self.digests).jobs, 1):
+            job.id = -number
+            self.warming[job.id] = job
             self.pool.submit(job)  # before the workers start: one chunk each as they start
         if not self.warming:
             self.warmed()
 
-    def on_warm_record(self, record: SubmissionRecord) -> None:
+    def on_warm_record(self, job: Job, record: SubmissionRecord) -> None:
         """A warm-up job graded: its page made as a submission's would be (the parent's first page), then dropped."""
-        self.warming.pop(f"{record['student_id']}/{record['assignment']}", None)
+        self.warming.pop(job.id, None)
         try:
             bounded_feedback(results_json(record, self.suites[record["assignment"]]), self.suites[record["assignment"]])
         except Exception as error:  # a warm-up's page: never the service's failure (a student's would say)

@@ -11,8 +11,9 @@ by this replica).
 (the service or its replica died while grading it) is ``failed`` with that cause instead of being
 put back: whatever it does to a service, it cannot do it on every restart.
 
-**Fair between students** (``claim``): one submission in flight per student; among the students
-who have work waiting, the one whose *turn* is oldest goes first, a turn being the later of
+**Fair between students** (``claim``): one submission in flight per student, each student's in
+the order of their own time (``noticed``); among the students who have work waiting, the one whose
+*turn* is oldest goes first, a turn being the later of
 when their oldest waiting submission arrived and when their last one finished. So a student's
 burst waits behind every classmate who submitted while their previous one was being graded,
 however many older submissions they queued. ``MAX_WAITING`` bounds what one student may have
@@ -78,11 +79,12 @@ TURN = (
     "{greatest}(s.noticed, COALESCE((SELECT MAX(d.finished) FROM submissions d"
     " WHERE d.student = s.student AND d.state IN ('delivered', 'failed')), 0))"
 )
-# Each student's oldest waiting submission, none of a student with one in flight, in turn order.
+# Each student's oldest waiting submission by its own time (``noticed``: nbgrader's order, not the
+# order the folders were found in), none of a student with one in flight, in turn order.
 CANDIDATES = (
     "SELECT s.id, s.student{extra} FROM submissions s"
     " WHERE s.state = 'queued'"
-    " AND s.id = (SELECT MIN(q.id) FROM submissions q WHERE q.student = s.student AND q.state = 'queued')"
+    " AND s.id = (SELECT q.id FROM submissions q WHERE q.student = s.student AND q.state = 'queued' ORDER BY q.noticed, q.id LIMIT 1)"
     " AND NOT EXISTS (SELECT 1 FROM submissions g WHERE g.student = s.student AND g.state = 'grading')"
     " ORDER BY {turn}, s.id LIMIT :scan"
 )
@@ -241,29 +243,43 @@ class Queue(ABC):
         hints: Mapping[str, int] | None = None,
     ) -> bool:
         """Grading (by this replica) -> delivered, with what was delivered; False if the row was
-        not (then nothing changes: a row is delivered once). The attempt's number counts the
-        student's deliveries before it (none can be delivered meanwhile: one in flight per student).
-        ``hints``: the hint ladder's level the page showed for each mistake (``hints_seen`` reads them)."""
+        not (then nothing changes: a row is delivered once). The attempt's number is its place
+        among the student's deliveries of the assignment by their own time (``noticed``, then id),
+        as nbgrader orders attempts: one delivered after a later one (found later, after a restart)
+        takes its place, and those after it move up one (none can be delivered meanwhile: one in
+        flight per student). ``hints``: the hint ladder's level the page showed for each mistake
+        (``hints_seen`` reads them)."""
         with self.transaction() as db:
-            return bool(
-                self.run(
-                    db,
-                    "UPDATE submissions SET state = 'delivered', finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
-                    " feedback = :feedback, results = :results, hints = :hints, leased_until = NULL,"
-                    " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = submissions.student"
-                    " AND d.assignment = submissions.assignment AND d.state = 'delivered')"
-                    " WHERE id = :id AND state = 'grading' AND replica = :me",
-                    finished=finished if finished is not None else time.time(),
-                    shown=shown,
-                    score=score,
-                    max_score=max_score,
-                    feedback=feedback,
-                    results=json.dumps(results),
-                    hints=json.dumps(dict(hints), sort_keys=True) if hints else "",
-                    id=id,
-                    me=self.replica,
-                )
+            if not self.run(
+                db,
+                "UPDATE submissions SET state = 'delivered', finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
+                " feedback = :feedback, results = :results, hints = :hints, leased_until = NULL,"
+                " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = submissions.student"
+                " AND d.assignment = submissions.assignment AND d.state = 'delivered'"
+                " AND (d.noticed < submissions.noticed OR (d.noticed = submissions.noticed AND d.id < submissions.id)))"
+                " WHERE id = :id AND state = 'grading' AND replica = :me",
+                finished=finished if finished is not None else time.time(),
+                shown=shown,
+                score=score,
+                max_score=max_score,
+                feedback=feedback,
+                results=json.dumps(results),
+                hints=json.dumps(dict(hints), sort_keys=True) if hints else "",
+                id=id,
+                me=self.replica,
+            ):
+                return False
+            (mine,) = self.fetch(db, "SELECT student, assignment, noticed FROM submissions WHERE id = :id", id=id)
+            self.run(
+                db,
+                "UPDATE submissions SET attempt = attempt + 1 WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+                " AND id != :id AND (noticed > :noticed OR (noticed = :noticed AND id > :id))",
+                student=mine["student"],
+                assignment=mine["assignment"],
+                noticed=mine["noticed"],
+                id=id,
             )
+            return True
 
     def fail(self, id: int, cause: str) -> bool:
         """Grading (by this replica) -> failed, with the cause (for the TA; the student's page says it too)."""
@@ -337,19 +353,19 @@ class Queue(ABC):
         """Each queued submission's place (1: next), as ``claim`` would take them with one worker
         at a time: each student's in arrival order, students by turn."""
         order = self.rows(
-            f"SELECT s.id, s.student FROM submissions s WHERE s.state = 'queued' ORDER BY {TURN.format(greatest=self.greatest)}, s.id"
+            f"SELECT s.id, s.student, s.noticed FROM submissions s WHERE s.state = 'queued' ORDER BY {TURN.format(greatest=self.greatest)}, s.id"
         )
-        by_student: dict[str, list[int]] = {}
+        by_student: dict[str, list[tuple[float, int]]] = {}
         for row in order:
-            by_student.setdefault(row["student"], []).append(int(row["id"]))
-        for ids in by_student.values():
-            ids.sort()
+            by_student.setdefault(row["student"], []).append((float(row["noticed"]), int(row["id"])))
+        for waiting in by_student.values():
+            waiting.sort()  # each student's by their own time, as ``claim`` takes them
         places: dict[int, int] = {}
         round_ = 0
         while len(places) < len(order):
-            for ids in by_student.values():
-                if round_ < len(ids):
-                    places[ids[round_]] = len(places) + 1
+            for waiting in by_student.values():
+                if round_ < len(waiting):
+                    places[waiting[round_][1]] = len(places) + 1
             round_ += 1
         return places
 
@@ -421,12 +437,20 @@ class Queue(ABC):
     # -- the recorder --------------------------------------------------------------------------
     def unrecorded_pairs(self, limit: int) -> list[Mapping[str, Any]]:
         """Up to ``limit`` (student, assignment) pairs with deliveries not yet in the gradebook,
-        oldest first: ``student``, ``assignment``, ``newest`` (id), ``waiting`` (how many)."""
-        return self.rows(
+        oldest first: ``student``, ``assignment``, ``newest`` (id), ``waiting`` (how many). The
+        deliveries seen here are the ones the next ``mark_recorded`` of a pair may mark: a student's
+        attempts are delivered in the order of their own time, not of their ids (an older one found
+        after a restart has the higher id), so an attempt with a lower id delivered after this read
+        must wait for the batch that chooses what counts with it in sight."""
+        pairs = self.rows(
             "SELECT student, assignment, MAX(id) AS newest, COUNT(*) AS waiting FROM submissions WHERE state = 'delivered' AND recorded = 0"
             " GROUP BY student, assignment ORDER BY MIN(id) LIMIT :limit",
             limit=limit,
         )
+        self.seen_unrecorded: dict[tuple[str, str], list[int]] = {}
+        for row in self.rows("SELECT id, student, assignment FROM submissions WHERE state = 'delivered' AND recorded = 0"):
+            self.seen_unrecorded.setdefault((row["student"], row["assignment"]), []).append(int(row["id"]))
+        return pairs
 
     def counted(self, student: str, assignment: str, best: bool) -> Mapping[str, Any] | None:
         """The delivered, graded submission that counts for ``student`` on ``assignment``: the
@@ -444,13 +468,17 @@ class Queue(ABC):
 
     def mark_recorded(self, pairs: list[tuple[str, str, int]]) -> None:
         """Each (student, assignment)'s deliveries up to the given id are in the gradebook, in one
-        transaction (the recorder's lock's, with replicas)."""
+        transaction (the recorder's lock's, with replicas); of a pair the last ``unrecorded_pairs``
+        saw, only the deliveries it saw (one delivered since was not in sight of the batch)."""
+        seen = getattr(self, "seen_unrecorded", {})
         with self.recording_transaction() as db:
             for student, assignment, newest in pairs:
+                ids = seen.get((student, assignment))
+                within = f" AND id IN ({', '.join(str(int(id)) for id in ids)})" if ids else ""
                 self.run(
                     db,
                     "UPDATE submissions SET recorded = 1 WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
-                    " AND id <= :newest AND recorded = 0",
+                    f" AND id <= :newest AND recorded = 0{within}",
                     student=student,
                     assignment=assignment,
                     newest=newest,

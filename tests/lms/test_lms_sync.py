@@ -10,21 +10,17 @@ one left the platform."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import jwt
 import pytest
+from commands import attnkit
+from lms_course import ASSIGNMENT, LmsCourse, grade_by_ta
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
-from commands import attnkit  # noqa: E402
-from conftest import ASSIGNMENT, LmsCourse, grade_by_ta  # noqa: E402
-
-from attnkit.lms import platform as lms_platform  # noqa: E402
-from attnkit.lms.keys import ensure_key, jwks  # noqa: E402
-from attnkit.lms.passback import rows  # noqa: E402
-from attnkit.lms.settings import registration_of  # noqa: E402
+from attnkit.lms import platform as lms_platform
+from attnkit.lms.keys import ensure_key, jwks
+from attnkit.lms.passback import rows
+from attnkit.lms.settings import registration_of
 
 SCOPES = {
     "https://purl.imsglobal.org/spec/lti-ags/scope/lineitem",

@@ -201,6 +201,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def parse_request(self) -> bool:
+        # A connection kept alive from before ``stop`` gets no answer either: an outage is total.
+        if not super().parse_request():
+            return False
+        if self.owner.server is not self.server:
+            self.close_connection = True
+            return False
+        return True
+
     def _send(self, status: int, body: Any, kind: str = "application/json", headers: dict[str, str] | None = None) -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(status)

@@ -107,7 +107,8 @@ class Platform:
 
     # -- what the tests set and read ------------------------------------------------------------
     def enrol(self, user_id: str, email: str, sourcedid: str, name: str = "") -> None:
-        self.members.append({"user_id": user_id, "email": email, "lis_person_sourcedid": sourcedid, "name": name or user_id, "roles": [LEARNER], "status": "Active"})
+        member = {"user_id": user_id, "email": email, "lis_person_sourcedid": sourcedid, "name": name or user_id, "roles": [LEARNER], "status": "Active"}
+        self.members.append(member)
 
     def settings(self) -> dict[str, str]:
         """``c.AttnkitLti`` for a course registered on this platform."""
@@ -174,7 +175,7 @@ class Platform:
         user = self.launch_users[query["login_hint"]]
         launch = _Launch(_Request({"method": "GET", "get_data": query, "form_data": {}}), _Conf(registration=self.registration))
         launch.set_launch_url(query.get("target_link_uri", ""))
-        launch.set_user_data(user["sub"], ["http://purl.imsglobal.org/vocab/lis/v2/membership#Learner"], full_name=user.get("name"), email_address=user.get("email"))
+        launch.set_user_data(user["sub"], [LEARNER], full_name=user.get("name"), email_address=user.get("email"))
         launch.set_resource_link_claim(f"link-{CONTEXT}")
         launch.set_launch_context_claim(CONTEXT, context_label="ch19", context_title="注意力机制")
         launch.set_ags(lineitems_url=f"{self.base}/{CONTEXT}/lineitems", allow_creating_lineitems=True)

@@ -24,7 +24,7 @@ from traitlets import Unicode
 from attnkit.lms.settings import registration_of, student_of_launch
 
 
-class CourseLTI13Authenticator(LTI13Authenticator):  # type: ignore[misc]
+class CourseLTI13Authenticator(LTI13Authenticator):
     """``LTI13Authenticator`` whose user name is the course's student id of the launch."""
 
     course_root = Unicode("", config=True, help="the course root whose nbgrader_config.py holds c.AttnkitLti")

@@ -54,7 +54,8 @@ def private_pem(path: Path) -> bytes:
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o077:
-            raise GraderError(_("本工具的私钥 {path} 其他用户也能读取（权限 {mode:04o}）：拒绝使用；请删除它，重新生成，并在平台上更新公钥").format(path=path, mode=stat.S_IMODE(info.st_mode)))
+            refusal = _("本工具的私钥 {path} 其他用户也能读取（权限 {mode:04o}）：拒绝使用；请删除它，重新生成，并在平台上更新公钥")
+            raise GraderError(refusal.format(path=path, mode=stat.S_IMODE(info.st_mode)))
         return handle.read()
 
 

@@ -88,7 +88,10 @@ def test_dry_run_prints_what_the_lms_holds_and_would_post_and_posts_nothing(lms_
 
 
 def test_three_syncs_leave_one_line_item_and_one_score_per_student(lms_course: LmsCourse) -> None:
-    for _ in range(3):
+    for round in range(3):
+        if round == 2:  # the third as from a fresh machine: the queue's table lost, every score posted again
+            for suffix in ("", "-wal", "-shm"):
+                (lms_course.root / ".attnkit-serve" / f"lms-passback.db{suffix}").unlink(missing_ok=True)
         code, output = sync(lms_course)
         assert code == 1, output  # dave is not on the roster: said each time, never dropped
         assert "dave/ch19-attention" in output
@@ -100,7 +103,7 @@ def test_three_syncs_leave_one_line_item_and_one_score_per_student(lms_course: L
     results = platform.results[item["id"]]
     ids = users(lms_course)
     assert set(results) == {ids["alice"], ids["bob"], ids["carol"]}
-    assert len(platform.requests_to("POST", "/scores")) == 3  # the re-syncs found nothing changed
+    assert len(platform.requests_to("POST", "/scores")) == 3 + 3  # the second found nothing changed; the third posted again
     assert (results[ids["alice"]]["resultScore"], results[ids["alice"]]["gradingProgress"]) == (14.0, "FullyGraded")
     assert (results[ids["bob"]]["resultScore"], results[ids["bob"]]["gradingProgress"]) == (7.0, "PendingManual")
     assert results[ids["carol"]]["resultScore"] == 15.0
@@ -122,7 +125,7 @@ def test_a_regrade_and_manual_points_are_updated_on_the_platform(lms_course: Lms
     assert (platform.result_of(ids["bob"]) or {}).get("resultScore") == 10.0, output
     assert (platform.result_of(ids["bob"]) or {}).get("gradingProgress") == "FullyGraded"
     assert (platform.result_of(ids["alice"]) or {}).get("resultScore") == 12.0
-    assert len(platform.requests_to("POST", "/scores")) == 3 + 2, output  # the two changed, nothing else
+    assert len(platform.requests_to("POST", "/scores")) == 6 + 2, output  # the two changed, nothing else
 
 
 def test_a_student_missing_from_the_roster_is_posted_once_enrolled(lms_course: LmsCourse) -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traitlets import TraitError
+
 from attnkit.constants import GraderError
 from attnkit.i18n import _
 
@@ -42,37 +44,35 @@ class Registration:
 
 
 def registration_of(root: Path) -> Registration | None:
-    """``c.AttnkitLti`` of the course at ``root``; None where it names no issuer (no LMS)."""
-    from attnkit.course.gradebook import course_config
+    """``c.AttnkitLti`` of the course at ``root`` (``course.settings.AttnkitLti``); None where it names no issuer (no LMS)."""
+    from attnkit.course.settings import KitSettings
 
-    section: Any = course_config(root).get("AttnkitLti", {})
-    if not hasattr(section, "get") or not section.get("issuer"):
+    try:
+        section = KitSettings.load(root).lti
+    except TraitError as error:
+        raise GraderError(_("nbgrader_config.py 的 c.AttnkitLti 有误：{reason}（见 docs/lms.md）").format(reason=error)) from None
+    if not section.issuer:
         return None
-    missing = [name for name in REQUIRED if not section.get(name)]
+    missing = [name for name in REQUIRED if not getattr(section, name)]
     if missing:
         raise GraderError(_("nbgrader_config.py 的 c.AttnkitLti 缺少这些设置：{names}（见 docs/lms.md）").format(names=", ".join(missing)))
-    claim = str(section.get("student_id", "sub"))
-    if claim not in STUDENT_ID_CLAIMS:
-        raise GraderError(
-            _("c.AttnkitLti.student_id 只能是 {choices} 之一，而不是 {value}").format(choices=", ".join(STUDENT_ID_CLAIMS), value=claim)
-        )
-    key = Path(str(section.get("private_key", "") or root / STATE_FOLDER / KEY_FILE))
+    key = Path(section.private_key or root / STATE_FOLDER / KEY_FILE)
     return Registration(
-        issuer=str(section["issuer"]),
-        client_id=str(section["client_id"]),
-        deployment_id=str(section["deployment_id"]),
-        token_url=str(section["token_url"]),
-        lineitems_url=str(section["lineitems_url"]),
-        memberships_url=str(section["memberships_url"]),
-        auth_login_url=str(section.get("auth_login_url", "")),
-        platform_jwks_url=str(section.get("platform_jwks_url", "")),
-        student_id=claim,
+        issuer=section.issuer,
+        client_id=section.client_id,
+        deployment_id=section.deployment_id,
+        token_url=section.token_url,
+        lineitems_url=section.lineitems_url,
+        memberships_url=section.memberships_url,
+        auth_login_url=section.auth_login_url,
+        platform_jwks_url=section.platform_jwks_url,
+        student_id=section.student_id,
         key_path=key if key.is_absolute() else root / key,
-        tag=str(section.get("tag", "attnkit")),
-        timeout=float(section.get("timeout", 10.0)),
-        retries=int(section.get("retries", 4)),
-        backoff=float(section.get("backoff", 1.0)),
-        backoff_max=float(section.get("backoff_max", 60.0)),
+        tag=section.tag,
+        timeout=section.timeout,
+        retries=section.retries,
+        backoff=section.backoff,
+        backoff_max=section.backoff_max,
     )
 
 

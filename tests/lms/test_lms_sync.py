@@ -154,6 +154,23 @@ def test_an_outage_leaves_the_scores_queued_and_the_next_sync_posts_them(lms_cou
     assert len(lms_course.platform.line_items) == 1
 
 
+def test_make_grade_s_hook_posts_what_the_gradebook_recorded(lms_course: LmsCourse) -> None:
+    """``cli.record_class``'s last step (``attnkit grade --gradebook`` and ``attnkit merge --gradebook``
+    into the course's gradebook): the recorded students' scores are posted, nothing else."""
+    from attnkit.cli import post_to_lms
+
+    (lms_course.root / "solutions").mkdir(exist_ok=True)  # what makes the folder a course (course.gradebook.course_root)
+    grade_by_ta(lms_course.gradebook, "alice", 10.0, 5.0)
+    grade_by_ta(lms_course.gradebook, "bob", 6.0, 3.0)
+    before = len(lms_course.platform.requests_to("POST", "/scores"))
+    post_to_lms(lms_course.gradebook, [("alice", ASSIGNMENT)], quiet=True)
+    ids = users(lms_course)
+    assert (lms_course.platform.result_of(ids["alice"]) or {}).get("resultScore") == 15.0
+    assert (lms_course.platform.result_of(ids["bob"]) or {}).get("resultScore") == 10.0  # not recorded by this run: not posted by it
+    assert len(lms_course.platform.requests_to("POST", "/scores")) == before + 1
+    assert len(lms_course.platform.line_items) == 1
+
+
 def test_no_token_assertion_or_key_in_anything_printed(lms_course: LmsCourse) -> None:
     platform = lms_course.platform
     secrets = [r["authorization"].removeprefix("Bearer ") for r in platform.requests if r["authorization"]]

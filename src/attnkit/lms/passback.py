@@ -24,6 +24,7 @@ one column."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import sqlite3
 import sys
@@ -339,12 +340,12 @@ class Drainer:
             try:
                 outcome = drain(self.root, session, respect_delay=True)
             except Exception as error:  # whatever it was, the rows stay in the table: said, and tried again
-                print(f'{{"event": "lms_passback_error", "error": "{type(error).__name__}"}}', file=sys.stderr, flush=True)
+                print(json.dumps({"event": "lms_passback_error", "error": type(error).__name__}), file=sys.stderr, flush=True)
                 session = session_for(self.registration, retries=0)
                 continue
             if outcome.posted or outcome.waiting or outcome.unmatched or outcome.refused:
                 event = {"event": "lms_passback", "posted": outcome.posted, "waiting": outcome.waiting, "unmatched": len(outcome.unmatched)}
-                print(str(event).replace("'", '"'), file=sys.stderr, flush=True)
+                print(json.dumps(event), file=sys.stderr, flush=True)
             if outcome.waiting or outcome.unmatched:
                 session.roster = None  # read again next time: an enrolment may come
 
@@ -365,7 +366,7 @@ def enqueue_recorded(root: Path, gradebook: str | Path, keys: list[tuple[str, st
         enqueue(root, wanted_scores(gradebook_url(gradebook), keys))
         drainer.wake.set()
     except Exception as error:
-        print(f'{{"event": "lms_enqueue_error", "error": "{type(error).__name__}"}}', file=sys.stderr, flush=True)
+        print(json.dumps({"event": "lms_enqueue_error", "error": type(error).__name__}), file=sys.stderr, flush=True)
 
 
 # -- attnkit lms-sync ---------------------------------------------------------------------------

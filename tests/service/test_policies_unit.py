@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from traitlets.config import Config
 
-from attnkit.service.policies import DEFAULT, Policy, next_feedback_at, policies_from, released_at_due
+from attnkit.service.policies import DEFAULT, Policy, ladder_levels, next_feedback_at, policies_from, released_at_due
 
 HOUR = 3600.0
 
@@ -32,6 +32,7 @@ def test_a_course_policy_is_read_and_checked() -> None:
         ({"counts": "first"}, "counts='first'"),
         ({"attempts": -1}, "attempts=-1"),
         ({"window_hours": 0}, "window_hours=0"),
+        ({"hints": "sometimes"}, "hints='sometimes'"),
     ],
 )
 def test_a_wrong_policy_names_the_assignment_and_the_entry(entry: dict, named: str) -> None:
@@ -69,3 +70,12 @@ def test_a_not_graded_page_is_no_attempt_for_the_release() -> None:
     policy = Policy(attempts=1, window_hours=1.0, visibility="after-due")
     released = released_at_due(policy, [(0.0, "not-graded"), (10.0, "after-due"), (20.0, "after-due")])
     assert released == [None, None, 10.0 + HOUR]
+
+
+def test_the_hint_ladder_policy_and_its_levels() -> None:
+    """``hints`` (issue 53): ``full`` by default, ``ladder`` read from the course; each diagnosis one
+    level above the highest its student has seen for it, at most 3, each mistake on its own."""
+    assert DEFAULT.hints == "full"
+    assert policies_from(config_with({"ch19-attention": {"hints": "ladder"}}))["ch19-attention"].hints == "ladder"
+    assert ladder_levels(["a", "b", "c"], {"a": 1, "b": 3}) == {"a": 2, "b": 3, "c": 1}
+    assert ladder_levels([], {"a": 2}) == {}

@@ -56,7 +56,8 @@ class AttnkitServe(Configurable):
     """``attnkit serve``: the on-submit service (docs/service.md, docs/hub.md)."""
 
     policies = Dict(
-        help='per assignment: attempts, window_hours, visibility ("full", "scores", "after-due"), counts ("latest", "best") (service/policies.py)'
+        help='per assignment: attempts, window_hours, visibility ("full", "scores", "after-due"), counts ("latest", "best"),'
+        ' hints ("full", "ladder") (service/policies.py)'
     ).tag(config=True)
     queue_url = Unicode("", help="a PostgreSQL URL for a queue shared by replicas (empty: SQLite in the course)").tag(
         config=True, flag="--queue-url", env="ATTNKIT_QUEUE_URL"

@@ -76,6 +76,7 @@ NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to qu
 STARTING_WAIT = 120.0  # and, besides, for the loop to start (issue 49: we answer before it)
 LOADING_WAIT = 60.0  # seconds a request waits for the course to be loaded here (then 503)
 SHOWN = ("full", "scores", "released")  # pages that show a score
+HINTED = ("full", "released")  # pages that show the diagnoses (and so the hint ladder's levels)
 MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
 MAX_FORM_PARTS = 8  # the upload form sends three (_xsrf, assignment, notebook)
@@ -144,6 +145,9 @@ def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, A
         "cause": row["cause"] if row["state"] != DELIVERED else "",
         "position": position,
         "page": row["state"] == DELIVERED and bool(row["feedback"]),
+        # the hint ladder (hints = "ladder"): the level of each diagnosis's hints its page showed
+        # (none when the page showed no diagnosis: withheld, scores only, until the due date)
+        "hints": sorted(json.loads(row["hints"]).items()) if row["shown"] in HINTED and "hints" in row.keys() and row["hints"] else [],
     }
 
 

@@ -51,6 +51,7 @@ from attnkit.service.policies import (
     DEFAULT,
     Policy,
     after_due_reason,
+    ladder_levels,
     limit_reason,
     next_feedback_at,
     not_graded_page,
@@ -559,8 +560,13 @@ class Service:
         late = self.lateness(row, results)
         if late is not None:
             results["late"] = late
-        full = bounded_feedback(results, suite).encode()
         policy = self.policies.get(row.assignment, DEFAULT)
+        if policy.hints == "ladder" and results["diagnoses"] and not results.get("not_graded"):
+            # The next level of each diagnosis's hints, from what this student's earlier pages
+            # showed (the queue's: it survives a restart; one in flight per student, so no other
+            # page of theirs is being delivered meanwhile). The scores are untouched.
+            results["hints"] = ladder_levels(results["diagnoses"], self.queue.hints_seen(row.student, row.assignment))
+        full = bounded_feedback(results, suite).encode()
         now = time.time()
         shown, page = self.page_for(row, results, policy, full, now)
         if shown != "full":  # kept with the submission's copy: released in place after the due date
@@ -575,7 +581,7 @@ class Service:
             ex.place_feedback(self.course, name, page, row.student)
         graded = not results.get("not_graded")
         score = results["score"] if graded else None
-        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now):
+        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now, hints=results.get("hints")):
             return
         latency = time.time() - row.noticed
         self.metrics.graded += 1
@@ -589,6 +595,7 @@ class Service:
             score=score,
             max_score=results["max_score"],
             shown=shown,
+            hints=results.get("hints", {}),
             latency=round(latency, 4),
             # Where the time went: waiting for a worker, grading, the page written and delivered.
             waited=round(flight.sent - row.noticed, 4),

@@ -45,10 +45,41 @@ def assert_mask_alone(mask: torch.Tensor, expected: torch.Tensor, shape: tuple[i
         fail(i18n.sentences([problem, _("这项检查只在因果掩码与填充掩码各自都正确时给分：一个掩码不能替另一个完成工作。")]))
 
 
-def judged_by_own(student: Any) -> bool:
-    """Whether this run judges the test against the student's own attention (the plugin sets it
-    when the student failed the attention part itself: issue 41's charge per concept)."""
-    return bool(getattr(student, "judged_by_own", ""))
+def judged_by_own(student: Any) -> str:
+    """The concept this run judges the test by the student's own function for ("" for none): the
+    plugin sets it when the student failed the part that concept is graded in (issue 41's charge
+    per concept): ATTENTION, MASKING (the empty-row tests, issue 53), PROJECTION (the multi-head
+    future tests)."""
+    return str(getattr(student, "judged_by_own", "") or "")
+
+
+def assert_causal_mixing(call: Any, before: Any, weights: Any, changed_input: torch.Tensor, mask: torch.Tensor, what: str) -> None:
+    """The real-work gate of a multi-head future test judged against the student's own
+    multi-head attention (they failed check_multi_head; issue 53): their no-leak result counts
+    if the same function computes causal attention of some kind. Its weights are per-head
+    distributions over the keys (finite, non-negative, rows of 1, nothing on a blocked key) that
+    depend on the query, and its output mixes positions: changing the first position's input
+    (``changed_input``, through ``call``) changes a later position's output. A function that
+    returns its input, a per-position map or uniform weights earns nothing here."""
+    reason = ""
+    if not (isinstance(before, torch.Tensor) and isinstance(weights, torch.Tensor)) or weights.dim() < 3 or tuple(weights.shape[-2:]) != tuple(mask.shape):
+        reason = _("你的多头注意力返回的权重形状不是 (…, T, T)。")
+    elif not (bool(torch.isfinite(weights).all()) and bool(torch.isfinite(before).all())):
+        reason = _("你的多头注意力返回了 NaN 或无穷大。")
+    else:
+        w = weights.double()
+        if bool((w < -1e-6).any()) or not torch.allclose(w.sum(dim=-1), torch.ones((), dtype=torch.float64), atol=1e-3):
+            reason = _("你的多头注意力返回的权重不是每行非负、和为 1 的分布。")
+        elif bool((w.abs() * (~mask).double()).max() > 1e-6):
+            reason = _("你的多头注意力给被屏蔽的位置分了权重。")
+        elif bool((w[..., -1, :] - 1.0 / w.shape[-1]).abs().max() < 1e-6):  # the last query may see every key
+            reason = _("你的多头注意力在最后一个位置上对所有键的权重都一样，没有用到查询与键的匹配。")
+        else:
+            after, _unused = unpack_pair(call(changed_input), "multi_head_attention")
+            if not isinstance(after, torch.Tensor) or tuple(after.shape) != tuple(before.shape) or not float((after[:, 1:] - before[:, 1:]).abs().max()) > 1e-6:
+                reason = _("改动第 1 个位置的输入后，你的多头注意力在后面位置的输出没有变化：它没有按权重混合各位置的值。")
+    if reason:
+        fail(i18n.sentences([reason, _("{what}：这一项只在你的函数本身算的是因果注意力时，才按你自己的多头注意力评判。").format(what=what)]))
 
 
 def expected_attention(
@@ -59,10 +90,26 @@ def expected_attention(
     the allowed keys (``own_attention``)."""
     from . import reference
 
+    if judged_by_own(student) == MASKING:
+        return own_masking(student, query, key, value, allowed)
     if judged_by_own(student):
         own = own_attention(student, query, key, value, allowed)
         return own.output, own.weights
     return reference.scaled_attention(query, key, value, allowed)
+
+
+def own_masking(student: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Judged against the student's own masking (a test resting on check_masking, which they
+    failed: issue 53): the student's own (output, weights) of this very call, once their unmasked
+    function has shown it computes attention (``_assert_is_attention``). What is left to judge is
+    the test's own concept (an empty row raises, a row that keeps a key does not); how blocked keys
+    are treated was charged in check_masking."""
+    plain_output, plain_weights = unpack_pair(student.scaled_attention(query, key, value), "scaled_attention")
+    _assert_is_attention(plain_output, plain_weights, query, key, value)
+    output, weights = unpack_pair(student.scaled_attention(query, key, value, allowed), "scaled_attention")
+    if not (isinstance(output, torch.Tensor) and isinstance(weights, torch.Tensor)):
+        fail(_("这一项按你自己的掩码结果评判时，你的函数没有返回张量，无法评判。"))
+    return output, weights
 
 
 def as_judged(
@@ -73,6 +120,8 @@ def as_judged(
     out). Otherwise (None, ``weights``): the test's reference standard applies."""
     if not judged_by_own(student):
         return None, weights
+    if judged_by_own(student) == MASKING:
+        return own_masking(student, query, key, value, allowed), weights
     own = own_attention(student, query, key, value, allowed)
     return (own.output, own.weights), own.read(weights)
 
@@ -214,3 +263,18 @@ HEAD_MERGE = N_("合并多头")
 PROJECTION = N_("多头注意力的投影")
 SHAPE_TRACE = N_("形状推导")
 SELF_TEST = N_("自测题")
+
+# How a test is judged when it rests on a part the student failed (the third argument of its
+# ``rests_on`` marker: the page's sentence, issue 53). Without one, the engine's sentence says the
+# standard became the student's own function's result.
+BY_OWN_MASKING = N_(
+    "这一项检查的是它自己的内容（有没有在该报错时报错、不该报错时正常返回）；被屏蔽的键怎样处理，标准换成了你自己的函数加同一个掩码的结果。"
+)
+BY_OWN_EMPTY_CHECK = N_(
+    "你的函数对这个掩码（每个查询都还有可访问的键）抛出了 ValueError，这是空行检查的问题；"
+    "这一项改用另一个掩码（每个键都有查询能访问）检查屏蔽本身，仍按参考答案的数值评判。"
+)
+BY_OWN_MULTI_HEAD = N_(
+    "这一项检查的是它自己的内容（改动后面的位置，前面的输出是否不变）；"
+    "“同时算出正确的注意力”这一条，标准换成了你自己的多头注意力：权重是每行和为 1、不给被屏蔽位置的分布，输出按权重混合各位置。"
+)

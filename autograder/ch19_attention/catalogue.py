@@ -72,7 +72,12 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 """,
-        zh=N_("分数除以了 d_k 本身，而不是 √d_k。d_k 个独立乘积之和的方差是 d_k，要让方差回到 1，应除以它的平方根（标准差）。"),
+        # Dividing by √d_k twice (the query first, then the scores) is this mistake too, number for
+        # number: the explanation says both ways of getting there (issue 53).
+        zh=N_(
+            "分数一共被除以了 d_k，而不是 √d_k：要么直接除以了 d_k，要么除了两次 √d_k（例如先把 query 除以 √d_k，算出分数后又除了一次）。"
+            "d_k 个独立乘积之和的方差是 d_k，要让方差回到 1，只需除以一次它的平方根（标准差）：检查你的代码里一共有几处缩放。"
+        ),
     ),
     Mistake(
         id="softmax_wrong_axis",
@@ -339,8 +344,12 @@ def scaled_attention(query, key, value, allowed=None):
     weights = scores.softmax(dim=-1)
     return weights @ value, weights
 """,
+        # True of every way to get there (issue 53): +1e9 on the blocked keys, or section 5's
+        # additive mask (-1e9 or -∞ where blocked) subtracted instead of added.
         zh=N_(
-            "你把掩码变成了加到分数上的数，但符号反了：被屏蔽的位置加上了一个很大的正数，于是权重几乎全部落在不允许访问的位置上。你选出被屏蔽位置的方式（~allowed）是对的；加上的应是 -∞（或 -1e9 这样很大的负数），这样 exp 之后才为 0。"
+            "你用加到分数上的数来屏蔽，但方向反了：被屏蔽的位置最后得到的是一个很大的正数，于是权重几乎全部落在不允许访问的位置上。"
+            "检查这一步的符号：第 5 节的加性掩码 M 在被屏蔽处是 -∞（或 -1e9 这样很大的负数）、在允许处是 0，应写 scores + M，"
+            "而不是 scores - M，也不是给被屏蔽的位置加上 +1e9；这样 exp 之后被屏蔽的位置才为 0。"
         ),
     ),
     Mistake(
@@ -536,6 +545,51 @@ def scaled_attention(query, key, value, allowed=None):
 """,
         zh=N_(
             "你检查空行时沿错了维度（例如 allowed.any(dim=-2)）：这检查的是每个键是否至少有一个查询能访问，而不是每个查询是否至少有一个可访问的键。于是某个查询整行都被屏蔽时没有报错（整行都是 -∞，Softmax 的归一化没有定义，结果是 NaN），而填充掩码屏蔽了某个 PAD 键（整列为 False）时却报了错。应沿最后一维检查每一行：allowed.any(dim=-1).all()。"
+        ),
+    ),
+    Mistake(
+        id="causal_additive_matrix",
+        section=N_("第 5 节"),
+        function="causal_allowed",
+        source="""\
+import torch
+
+
+def causal_allowed(size):
+    return torch.zeros(size, size).masked_fill(torch.ones(size, size, dtype=torch.bool).triu(diagonal=1), float("-inf"))
+""",
+        zh=N_(
+            "你的 causal_allowed 返回的是第 5 节那种加到分数上的矩阵（允许处 0、未来位置 -∞），而作业要的是布尔掩码 allowed（True = 可以访问）。"
+            "不要直接 .bool() 转换：0 会变成 False、-∞ 会变成 True，允许与禁止恰好反过来。"
+            "应在 j ≤ i 处为 True，例如 torch.ones(size, size, dtype=torch.bool).tril()；加 -∞ 的工作由 scaled_attention 的 masked_fill(~allowed, float(\"-inf\")) 完成。"
+        ),
+    ),
+    Mistake(
+        id="allowed_read_as_blocked",
+        section=N_("第 5 节"),
+        function="scaled_attention",
+        source="""\
+from math import sqrt
+
+import torch
+
+
+def scaled_attention(query, key, value, allowed=None):
+    scores = query @ key.transpose(-2, -1) / sqrt(query.shape[-1])
+    if allowed is not None:
+        if allowed.all(dim=-1).any():
+            raise ValueError("每个查询至少需要一个允许访问的位置")
+        scores = scores.masked_fill(allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+""",
+        # One misreading, recognised by what the whole function does (issue 53): the fill and the
+        # empty-row check both read True as "blocked", so a row that keeps every key raises and the
+        # keys a query may see get -∞. A fill alone inverted is mask_inverted.
+        zh=N_(
+            "你的 scaled_attention 自始至终把 allowed 读成了“禁止访问”：屏蔽的是 allowed 为 True 的位置，空行检查也在某一行全为 True 时报错。"
+            "本章的 allowed=True 表示“可以访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反）。"
+            "两处都要反过来：屏蔽 ~allowed（masked_fill(~allowed, float(\"-inf\"))），在某一行没有任何 True 时报错（not allowed.any(dim=-1).all()）。"
         ),
     ),
 )

@@ -132,6 +132,22 @@ HINTS: dict[str, tuple[str, str, str]] = {
         N_("你的代码用张量第 1 维的大小来缩放分数。对 (B, h, T, d_k) 的输入这是头数 h，对 (B, T, d_k) 的输入是序列长度 T，都不是键的维数；只有第 1 维恰好等于 d_k 时结果才碰巧正确。"),
         N_("用最后一维：/ sqrt(query.shape[-1])，而不是 query.shape[1] 或 query.size(1)。"),
     ),
+    "causal_additive_matrix": (
+        N_("「因果掩码与填充掩码」的检查没有通过，问题在「因果掩码」：重读第 5 节，比一比加到分数上的矩阵 M 和作业要的布尔掩码 allowed，你的 causal_allowed 返回的是哪一种？"),
+        N_(
+            "你的 causal_allowed 返回的是第 5 节那种加到分数上的矩阵（允许处 0、未来位置 -∞），而作业要的是布尔掩码 allowed（True = 可以访问）。"
+            "把它直接转成布尔值也不对：0 会变成 False、-∞ 会变成 True，允许与禁止恰好反过来。"
+        ),
+        N_('返回布尔下三角：torch.ones(size, size, dtype=torch.bool).tril()；加 -∞ 的工作留给 scaled_attention 的 masked_fill(~allowed, float("-inf"))。'),
+    ),
+    "allowed_read_as_blocked": (
+        N_("「带掩码的注意力」的检查没有通过，问题在「用掩码屏蔽」：重读第 5 节最后一段“不同库的布尔掩码含义可能相反”，再看你的屏蔽和空行检查各把 True 当成了什么。"),
+        N_(
+            "你的 scaled_attention 自始至终把 allowed 读成了“禁止访问”：屏蔽的是 allowed 为 True 的位置，空行检查也在某一行全为 True 时报错。"
+            "本章的 allowed=True 表示“可以访问”（与 PyTorch 的 scaled_dot_product_attention 相同，与 nn.MultiheadAttention 相反），两处都要反过来。"
+        ),
+        N_('两处都按“True = 可以访问”来写：scores = scores.masked_fill(~allowed, float("-inf"))，并在 not allowed.any(dim=-1).all() 时 raise ValueError(…)。'),
+    ),
     "empty_check_on_keys": (
         N_("「整行被屏蔽时报错」的检查没有通过，问题在「空行报错」：重读第 5 节，想一想“整行被屏蔽”说的是查询的一行还是键的一列，你的检查又沿哪一维看。"),
         N_("你检查空行时沿错了维度：你查的是每个键是否至少有一个查询能访问，而不是每个查询是否至少有一个可访问的键。于是某个查询整行都被屏蔽时没有报错，而填充掩码屏蔽了某个 PAD 键（整列为 False）时却报了错。"),

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from attnkit.assignment.checks import assert_close, assert_dtype, assert_shape, fail, fmt_index, fmt_number
 from attnkit.assignment.checks import CONCEPT_TOLERANCE
-from .attention_checks import ATTENTION, MASKING, as_judged, unpack_pair
+from .attention_checks import ATTENTION, BY_OWN_EMPTY_CHECK, EMPTY_ROW, MASKING, as_judged, judged_by_own, unpack_pair
 from .messages import _, ngettext
 
 # Masking rests on the attention itself: a student who failed check_scaled_attention (a wrong
@@ -24,6 +24,10 @@ pytestmark = [
     pytest.mark.function("scaled_attention"),
     pytest.mark.concept(MASKING),
     pytest.mark.rests_on("check_scaled_attention", ATTENTION),
+    # And on the empty-row check (issue 53), graded after it: a check that raises for a mask where
+    # every query keeps a key (one made over the keys raises for a PAD column) is that concept's
+    # mistake, not masking's. Judged so, masking is judged on a mask that check lets through.
+    pytest.mark.rests_on("check_empty_row", EMPTY_ROW, BY_OWN_EMPTY_CHECK),
 ]
 
 CHAPTER_ATOL = 5e-5 + 2e-6
@@ -71,12 +75,30 @@ def assert_blocked_zero(weights, allowed, what):
         )
 
 
+def judged_where_the_empty_check_lets_masking_through(student, query, key, value, allowed) -> bool:
+    """Judged by the student's own empty-row check (they failed check_empty_row): when their
+    function raises ValueError for this mask, where every query keeps a key, that raise is the
+    empty-row check's mistake, charged there; masking is then judged on the 2-D mask instead,
+    whose every key some query sees (which a check made over the keys lets through). True when
+    judged so (it passed); False when this test applies as it is."""
+    if judged_by_own(student) != EMPTY_ROW:
+        return False
+    try:
+        student.scaled_attention(query, key, value, allowed)
+    except ValueError:
+        assert_masked_case(student, Q.float(), K.float(), V.float(), ALLOWED_2D, _("加掩码后的输出"), _("加掩码后的权重"))
+        return True
+    return False
+
+
 @pytest.mark.weight(4)
 def test_section7_causal(student):
     """第 7 节的三位置实验（因果掩码）：因果权重与因果输出是否与本章一致？"""
     query = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.float64)[None, None]
     value = torch.tensor([[10, 0], [0, 10], [10, 10]], dtype=torch.float64)[None, None]
     allowed = torch.ones(3, 3, dtype=torch.bool).tril()
+    if judged_where_the_empty_check_lets_masking_through(student, query, query.clone(), value, allowed):
+        return
     output, weights = unpack_pair(student.scaled_attention(query, query.clone(), value, allowed), "scaled_attention")
     # Judged against the student's own attention: its standard, and their weights in its layout.
     own, weights = as_judged(student, query, query.clone(), value, allowed, weights)
@@ -97,6 +119,8 @@ def test_section7_causal(student):
 def assert_masked_case(student, query, key, value, allowed, output_label, weights_label):
     """The (2, 3, 4, 6) random case under ``allowed``: shapes, dtype kept, blocked keys at
     weight 0, weights and output as the trusted implementation gives them."""
+    if allowed is not ALLOWED_2D and judged_where_the_empty_check_lets_masking_through(student, query, key, value, allowed):
+        return
     output, weights = unpack_pair(student.scaled_attention(query, key, value, allowed), "scaled_attention")
     own, weights = as_judged(student, query, key, value, allowed, weights)
     assert_shape(output, (2, 3, 4, 3), output_label)

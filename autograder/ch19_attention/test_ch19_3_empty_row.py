@@ -5,16 +5,18 @@ import pytest
 import torch
 
 from attnkit.assignment.checks import assert_shape, broadcast_shape, expect_value_error, fail, fmt_index
-from .attention_checks import ATTENTION, EMPTY_ROW, as_judged, assert_real_attention, expected_attention, unpack_pair
+from .attention_checks import ATTENTION, BY_OWN_MASKING, EMPTY_ROW, MASKING, as_judged, assert_real_attention, expected_attention, unpack_pair
 from .messages import _
 
 # The empty-row error rests on the attention itself: judged against the student's own attention
-# when they failed check_scaled_attention (issue 41), so raising correctly keeps these points.
+# when they failed check_scaled_attention (issue 41), so raising correctly keeps these points;
 pytestmark = [
     pytest.mark.grade_id("check_empty_row"),
     pytest.mark.function("scaled_attention"),
     pytest.mark.concept(EMPTY_ROW),
     pytest.mark.rests_on("check_scaled_attention", ATTENTION),
+    # And on masking (issue 53): a masking slip whose empty-row raise is right keeps these points.
+    pytest.mark.rests_on("check_masking", MASKING, BY_OWN_MASKING),
 ]
 
 

@@ -74,6 +74,9 @@ class CellRecord(TypedDict):
     line: int
     text: str
     section: str
+    # The function in another cell the error came from: its name, line in its own cell, that
+    # line's text and that cell's section (issue 53: every line number counts in the cell it names).
+    inner: NotRequired[dict[str, Any]]
 
 
 class NotebookRecord(TypedDict):

@@ -75,6 +75,18 @@ _OPERATIONS: dict[str, tuple[Callable[[], object], str, str, str]] = {
         "Expected size for first two dimensions of batch2 tensor to be: [3, 7] but got: [3, 4].",
         "matmul",
     ),
+    "torch.bmm on 4-D heads": (
+        lambda: torch.bmm(torch.randn(1, 1, 3, 2), torch.randn(1, 1, 2, 3)),
+        "RuntimeError",
+        "batch1 must be a 3D tensor",
+        "batch_dims",
+    ),
+    "torch.bmm on a 2-D matrix": (
+        lambda: torch.bmm(torch.randn(3, 2), torch.randn(2, 3)),
+        "RuntimeError",
+        "batch1 must be a 3D tensor",
+        "batch_dims",
+    ),
     "view after transpose": (
         lambda: torch.randn(2, 3, 4).transpose(1, 2).view(2, 12),
         "RuntimeError",

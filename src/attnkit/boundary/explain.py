@@ -21,14 +21,17 @@ _STUDENT_FILES = re.compile(r"^(<ipython-input-\d+-[0-9a-f]+>|<submission>|.*\.i
 MAX_WARNINGS = 3
 
 
-def student_frame(traceback: TracebackType | None) -> dict[str, Any] | None:
-    """The innermost frame of the student's own code in ``traceback``: its function, line number
-    within the cell, the line's text and the whole cell's text (to find the cell by)."""
+def student_frame(traceback: TracebackType | None, outermost: bool = False) -> dict[str, Any] | None:
+    """The innermost frame of the student's own code in ``traceback`` (``outermost``: the first,
+    the cell that ran, whose line called into the rest): its function, line number within its
+    cell, the line's text and the whole cell's text (to find the cell by)."""
     found = None
     while traceback is not None:
         code = traceback.tb_frame.f_code
         if _STUDENT_FILES.match(code.co_filename):
             found = (code.co_filename, traceback.tb_lineno, code.co_name)
+            if outermost:
+                break
         traceback = traceback.tb_next
     if found is None:
         return None
@@ -63,7 +66,7 @@ EXPLANATIONS: dict[str, str] = {
     "matmul": N_(
         "矩阵乘法 A @ B 要求 A 的最后一维等于 B 的倒数第二维，前面的批次维（批次、头）能够广播。"
         "例如 Q @ Kᵀ 应是 (…, T_q, d_k) @ (…, d_k, T_k)，权重 @ V 应是 (…, T_q, T_k) @ (…, T_k, d_v)。"
-        "在这一行前临时 print 两边的 .shape，对照第 3 节的形状推一遍。"
+        "在这一行前临时 print 两边的 .shape，对照第 4 节的形状表推一遍。"
     ),
     "dimension": N_(
         "维度编号超出了这个张量的维数：一个 2 维张量只有 dim=0、1（或 -1、-2），3 维张量只有 0 到 2。"
@@ -78,6 +81,11 @@ EXPLANATIONS: dict[str, str] = {
     "reshape": N_(
         "reshape / view 的目标形状与张量的元素总数不一致（错误信息里 input of size 后面是元素总数）。"
         "拆头时目标形状应是 (B, T, h, D/h)，合并时应是 (B, T, h·d)：各维之积必须等于原来的元素总数。"
+    ),
+    "batch_dims": N_(
+        "torch.bmm（以及 torch.baddbmm）只接受三维张量 (B, n, m)：一个批次维加一个矩阵，错误信息里的 batch1、batch2 就是它的两个参数。"
+        "本章的函数要接受任意多个前导维（批次、头，或者一个也没有），例如 (B, h, T, d_k) 的四维输入，bmm 就接不住。"
+        "把 torch.bmm(a, b) 换成 a @ b（或 torch.matmul(a, b)）：它们把最后两维当作矩阵，前面的维度都按批次广播。"
     ),
     "mask_dtype": N_("masked_fill 的掩码必须是布尔张量（torch.bool）。allowed 本身就是布尔张量；取反用 ~allowed，不要用 1 - allowed。"),
     "keyword": N_(
@@ -120,6 +128,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     ("dimension", re.compile(r"Dimension out of range")),
+    ("batch_dims", re.compile(r"batch[12] must be a 3D tensor")),
     ("broadcast", re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at non-singleton dimension")),
     (
         "matmul",

@@ -27,6 +27,9 @@ class CellRun:
     seconds: float = 0.0
     line: int = 0  # the student's failing line (within its cell) and its text, when it failed
     text: str = ""
+    # When the error came from a function defined in another cell: that function, its line (in
+    # its own cell), the line's text, and that cell's index and section (``ReplyDecoding._locate``).
+    inner: dict | None = None
 
 
 class ReplyDecoding:
@@ -37,9 +40,9 @@ class ReplyDecoding:
         runs: list[CellRun]
         _missing_because: dict[str, str]
 
-    @staticmethod
-    def _cell_run(cell: CodeCell, reply: dict) -> CellRun:
+    def _cell_run(self, cell: CodeCell, reply: dict) -> CellRun:
         line = reply.get("line")
+        inner = self._locate(reply.get("inner"))
         return CellRun(
             cell.index,
             cell.grade_id,
@@ -50,6 +53,7 @@ class ReplyDecoding:
             float(reply.get("seconds") or 0.0),
             line if isinstance(line, int) and 0 < line < 100_000 else 0,
             str(reply.get("text") or "")[:300],
+            _inner_place(inner),
         )
 
     def _outcome(self, reply: dict, name: str = "") -> Outcome:
@@ -107,3 +111,16 @@ class ReplyDecoding:
                 located.update(cell=cell.index, section=getattr(cell, "section", ""))
                 break
         return located
+
+
+def _inner_place(located: dict | None) -> dict | None:
+    """Where in another cell a cell's error came from, as the page shows it (sizes capped: the
+    function's name and the line are the student's text)."""
+    if not located or not isinstance(located.get("line"), int) or not located.get("text"):
+        return None
+    return {
+        "function": str(located.get("function") or "")[:200],
+        "line": int(located["line"]),
+        "text": str(located["text"])[:300],
+        "section": str(located.get("section") or "")[:300],
+    }

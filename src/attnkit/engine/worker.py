@@ -43,7 +43,7 @@ import torch.fx.experimental.symbolic_shapes  # noqa: F401
 def cell_record(run: CellRun, session: Submission) -> CellRecord:
     """A cell's run (every field of it), with the section it sits in (a student finds a cell by
     its heading, not by an index that counts markdown cells)."""
-    return CellRecord(
+    record = CellRecord(
         index=run.index,
         grade_id=run.grade_id,
         ok=run.ok,
@@ -55,6 +55,9 @@ def cell_record(run: CellRun, session: Submission) -> CellRecord:
         text=run.text,
         section=next((cell.section for cell in session.cells if cell.index == run.index), ""),
     )
+    if run.inner:
+        record["inner"] = run.inner
+    return record
 
 
 def run_chunk(

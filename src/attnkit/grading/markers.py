@@ -90,18 +90,23 @@ def dependencies_of(item: pytest.Item) -> tuple[str, ...]:
     return tuple(_marker_args(item)["depends_on"])
 
 
-def _rests_on(item: pytest.Item) -> tuple[str, str]:
-    marker = item.get_closest_marker("rests_on")
-    if marker is None or not marker.args:
-        return ("", "")
-    return (str(marker.args[0]), str(marker.args[1]) if len(marker.args) > 1 else str(marker.args[0]))
+def _rests_on(item: pytest.Item) -> tuple[tuple[str, str, str], ...]:
+    return tuple(
+        (str(marker.args[0]), str(marker.args[1]) if len(marker.args) > 1 else str(marker.args[0]), str(marker.args[2]) if len(marker.args) > 2 else "")
+        for marker in item.iter_markers("rests_on")
+        if marker.args
+    )
 
 
-def rests_on_of(item: pytest.Item) -> tuple[str, str]:
-    """The grade cell whose concept this test's concept rests on, and that concept's name as the
-    page says it (``rests_on`` marker; ("", "") for none): when the student failed a test of that
-    grade cell, a failure here is judged again against the student's own function
-    (``attnkit.grading.own_loop``, issue 41: one slip costs its own concept only)."""
+def rests_on_of(item: pytest.Item) -> tuple[tuple[str, str, str], ...]:
+    """The grade cells whose concepts this test's concept rests on, closest marker first, each with
+    that concept's name as the page says it and, optionally, how the test is then judged (a
+    sentence of the assignment's domain, for the page; ``rests_on(part, concept, how)``
+    markers; () for none): when the student
+    failed a test of such a grade cell, a failure here is judged again against the student's own
+    function (``attnkit.grading.own_loop``, issues 41 and 53: one slip costs its own concept only).
+    The empty-row tests rest on the attention and on masking; the multi-head future tests on the
+    multi-head part."""
     return tuple(_marker_args(item)["rests_on"])
 
 

@@ -122,6 +122,9 @@ def error_info(error: BaseException) -> dict[str, Any]:
         "own_raise": own_raise,
         "message": message[:MAX_MESSAGE],
         "function": function,
+        # The function the test called, when the failing line is in another one it called: the
+        # page leads with it when that other function passes its own tests (``pages.causes``).
+        "called": error.function if error.function != function else "",
         "section": section,
         "line": line if isinstance(line, int) else None,
         "text": text,

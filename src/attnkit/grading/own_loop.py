@@ -74,6 +74,9 @@ class _Deferred:
     # Dependencies that passed their own tests but may be where the failure starts
     # (``attnkit.grading.charges``): each is swapped in alone; the first with which it passes is charged.
     suspects: tuple[str, ...] = ()
+    # A part its concept rests on whose tests come later (``OwnLoop._judged_by_own``), with that
+    # concept: judged at the close should its own failure stand after the charge trials.
+    rests_later: tuple[str, str] | None = None
 
 
 @dataclass
@@ -87,6 +90,9 @@ class _BySlip:
     part: str
     concept: str
     calls: list[Call]  # its plain run's, diagnosed in full should the names not stand
+    # Recorded before the part it rests on had run (``OwnLoop._judged_by_own``): judged only if
+    # that part failed after all, its failure (and diagnosis) standing otherwise.
+    later: bool = False
 
 
 def _passed(result: TestResult) -> None:
@@ -110,6 +116,7 @@ class OwnLoop:
         suite_state: tuple | None
         plain_suites: set[tuple]  # plugin._PLAIN_SUITES
         _positions: dict[str, int]
+        _last_of_part: dict[str, int]  # each grade cell's last test in the session's order
         _deferred: list[_Deferred]
         _unnarrowed: list[tuple[int, TestResult, list[str], Assignment]]
         _recorded_at: dict[int, int]
@@ -155,6 +162,7 @@ class OwnLoop:
         if self.suite_state is not None:
             self.plain_suites.add(self.suite_state)
         self._positions = {test_key(item): position for position, item in enumerate(session.items)}
+        self._last_of_part = {grade_id_of(item): position for position, item in enumerate(session.items)}
         if self.template:
             runs = self._template_runs(session.items)
         else:
@@ -261,17 +269,36 @@ class OwnLoop:
            their attention over the allowed keys, behind a real-work gate).
 
         Passed, it is recorded as passed, saying so: the slip is charged once, in its own part."""
-        part, concept = rests_on_of(item)
-        if not part or part not in self._failed_parts.get(submission_id, set()):
+        resting = rests_on_of(item)
+        if not resting:
             return False
         if isinstance(error, StudentRaised):
             if error.type_name == "NotImplementedError":
                 return False
         elif not isinstance(error, (AssertionError, pytest.fail.Exception)):
             return False
-        if self._by_named_slip(item, error, proxy, submission_id, part, concept):
+        failed = self._failed_parts.get(submission_id, set())
+        for part, concept, _how in resting:  # the first part it rests on that the student failed
+            if part in failed:
+                if self._by_named_slip(item, error, proxy, submission_id, part, concept):
+                    return True
+                return self._by_own_function(item, proxy, submission_id, part, concept)
+        # A part it rests on whose tests come later in the session (the multi-head part, after the
+        # multi-head future tests, issue 53): recorded failed now, diagnosed as any failure, and
+        # judged at the close (``_judge_slips``) if that part turns out failed.
+        position = self._positions.get(test_key(item), 0)
+        later = [(part, concept) for part, concept, _how in resting if self._last_of_part.get(part, -1) > position]
+        if not later:
+            return False
+        part, concept = later[0]
+        suspects = self._charge_suspects(item, error, proxy, submission_id)
+        if suspects:  # a dependency may be where it starts: the charge trials first (``_run_deferred``)
+            self._deferred.append(_Deferred(item, error, list(proxy.calls), suspects, rests_later=(part, concept)))
             return True
-        return self._by_own_function(item, proxy, submission_id, part, concept)
+        self.record(item, submission_id, failure_message(error), diagnose=True, error=error)
+        result = self.results[submission_id][-1]
+        self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(proxy.calls), later=True))
+        return True
 
     def _slips_named_in(self, submission_id: str, part: str) -> set[str]:
         """The mistakes named on the failed tests of ``part`` so far."""
@@ -328,8 +355,14 @@ class OwnLoop:
         waiting = self._by_slip.pop(submission_id, [])
         for pending in waiting:
             result = pending.result
+            if pending.later and pending.part not in self._failed_parts.get(submission_id, set()):
+                continue  # the part it rests on passed: its own failure stands, as recorded
             named = self._slips_named_in(submission_id, pending.part)
-            if result["diagnoses"] and set(result["diagnoses"]) <= named:
+            # Standard 1 only where the slip was named before the test ran (its part came first):
+            # a slip of a part graded later (the multi-head part's) may break this test's own
+            # concept (a mask inverted in multi_head_attention leaks), so only the student's own
+            # function, behind its gate, judges it.
+            if not pending.later and result["diagnoses"] and set(result["diagnoses"]) <= named:
                 self._mark_judged_by_own(result, pending.item, pending.part, pending.concept)
                 _passed(result)
                 continue
@@ -356,10 +389,16 @@ class OwnLoop:
         where = part
         if part in assignment.parts:
             where = _("第 {number} 部分「{title}」").format(number=assignment.part_number(part), title=assignment.part_title(part))
-        result["output"] = _(
-            "这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。"
-            "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
-        ).format(concept=assignment._(concept), where=where)
+        how = next((how for resting, _concept, how in rests_on_of(item) if resting == part and how), "")
+        if how:  # the test says how it is judged then (issue 53)
+            result["output"] = _("这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。{how}").format(
+                concept=assignment._(concept), where=where, how=assignment._(how)
+            )
+        else:
+            result["output"] = _(
+                "这一项按你自己的{concept}结果评判：你的实现没有通过{where}，那里已经扣分；同一个错误不在这里再扣一次。"
+                "这一项检查的是它自己的内容，标准换成了你自己的函数算出的{concept}结果，而不是参考答案的数值。"
+            ).format(concept=assignment._(concept), where=where)
         result["charge"] = {"judged_by_own": part}
 
     @staticmethod
@@ -429,6 +468,10 @@ class OwnLoop:
             if not swap:  # the dependency it waited for passed after all (or none was charged): its own failure stands
                 opened.calls = waiting.calls
                 self.record(item, submission_id, failure_message(waiting.error), diagnose=True, error=waiting.error)
+                if waiting.rests_later:  # and is judged at the close, should the part it rests on fail
+                    part, concept = waiting.rests_later
+                    result = self.results[submission_id][-1]
+                    self._by_slip.setdefault(submission_id, []).append(_BySlip(item, result, part, concept, list(waiting.calls), later=True))
                 continue
             item.funcargs = {"student": opened}
             error = self._within_test(item, functools.partial(self._swapped_call, item, swap))

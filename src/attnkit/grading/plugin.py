@@ -127,6 +127,7 @@ class GradingPlugin(OwnLoop):
         # the current submission's swapped re-runs still to run, and its diagnoses before they
         # were narrowed to the functions failed so far (narrowed again once every test is in).
         self._positions: dict[str, int] = {}
+        self._last_of_part: dict[str, int] = {}  # own loop: each grade cell's last test (``OwnLoop._judged_by_own``)
         self._deferred: list[_Deferred] = []
         self._unnarrowed: list[tuple[int, TestResult, list[str], Assignment]] = []
         self._recorded_at: dict[int, int] = {}  # id(result) -> its test's position

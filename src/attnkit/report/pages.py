@@ -97,6 +97,9 @@ def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     expanded ("从这里开始"), and the tests it made fail are folded under it. Marks each test
     with ``cause`` (1-based) and ``repeat`` (not the first test of its cause)."""
     found: dict[str, dict[str, Any]] = {}
+    # The functions some failed test grades: a function that passes all its own tests is not where
+    # a caller's mistake starts, even when the exception surfaces on its line (issue 53).
+    failing = {name for test in tests if test.get("status") != "passed" for name in test.get("functions") or []}
     for test in tests:
         error = test.get("error") or {}
         key = error.get("key")
@@ -104,7 +107,9 @@ def causes(tests: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         cause = found.get(key)
         if cause is None:
-            cause = found[key] = {**error, "number": len(found) + 1, "tests": []}
+            called, surfaced = str(error.get("called") or ""), str(error.get("function") or "")
+            starts_in = called if called and surfaced not in failing and called in failing else ""
+            cause = found[key] = {**error, "starts_in": starts_in, "number": len(found) + 1, "tests": []}
         test["cause"] = cause["number"]
         test["repeat"] = bool(cause["tests"])
         cause["tests"].append(test["name"])

@@ -304,11 +304,16 @@ class Sandbox:
         if error is not None:
             reply["error_type"] = type(error).__name__
             reply["message"] = str(error)[:MAX_MESSAGE]
-            # The student's own failing line: a syntax error knows it; otherwise the innermost
-            # frame of their code (perhaps a function from an earlier cell).
+            # The student's own failing line in this cell: a syntax error knows it; otherwise the
+            # outermost frame of their code, this cell's own line (issue 53: a line number on the
+            # page counts in the cell it names). When the error came from a function defined in
+            # another cell, that function and its line (in its own cell) go too.
             if isinstance(error, SyntaxError) and error.lineno:
                 reply["line"], reply["text"] = int(error.lineno), str(error.text or "").strip()[:300]
-            elif (where := student_frame(error.__traceback__)) is not None:
+            elif (where := student_frame(error.__traceback__, outermost=True)) is not None:
                 reply["line"], reply["text"] = int(where["line"]), str(where["text"])[:300]
+                inner = student_frame(error.__traceback__)
+                if inner is not None and inner["cell_text"] != where["cell_text"]:
+                    reply["inner"] = {key: inner[key] for key in ("function", "line", "text", "cell_text")}
         reply["output"] = self.output.take()
         return reply

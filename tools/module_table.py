@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnkit"
 MAP = ROOT / "ARCHITECTURE.md"
 BEGIN, END = "<!-- module table: tools/module_table.py --write -->", "<!-- end of the module table -->"
-ORDER = ["boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "engine", "service", "service/queue"]
+ORDER = [
+    "boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "service", "service/queue",
+]
 BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook"}
 ENTRY = {"__main__", "launch", "cli", "console"}
 

@@ -55,6 +55,7 @@ COMMAND_MODULES = {
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
     "course": ("course.secure", "course.student_config"),
+    "lms-sync": ("lms.passback",),  # no torch: the gradebook and HTTP
     "config": ("course.settings",),
 }
 
@@ -185,6 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("notebook", type=Path, help="the notebook to submit")
     submit.add_argument("--assignment", required=True, help="the assignment it is for (e.g. ch19-attention)")
     submit.add_argument("--url", default=None, help="the service's address (default: $ATTNKIT_SERVICE_URL, e.g. https://hub.example.edu/services/attnkit/)")
+
+    sync = commands.add_parser(
+        "lms-sync",
+        parents=[language],
+        help="post the gradebook's scores to the course's LMS (LTI 1.3 Assignment and Grade Services; docs/lms.md); run from the course root",
+    )
+    sync.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py with c.AttnkitLti; default: here)")
+    sync.add_argument("--gradebook", type=Path, default=None, help="the course's gradebook.db (default: as attnkit serve finds it)")
+    sync.add_argument("--dry-run", action="store_true", help="print, per student, what the LMS holds and what would be posted; post nothing")
 
     merge = commands.add_parser("merge", parents=[language], help="combine shard outputs into one grades.csv and report")
     merge.add_argument("shards", type=Path, nargs="+", help="the --out folders of the shards")
@@ -464,6 +474,7 @@ def record_class(
     for results in graded:
         if set_fact(results, "late", recorded.get((results["student_id"], results["assignment"]))):
             write_results(out, results, suites)
+    post_to_lms(database, keys, quiet)
     if not quiet:
         manual = sum(1 for t in totals.values() if t["manual"] is not None)
         console.print(
@@ -474,6 +485,35 @@ def record_class(
             markup=False,
         )
     return totals
+
+
+def post_to_lms(database: Path, keys: list[tuple[str, str]], quiet: bool) -> None:
+    """After the gradebook has them: the scores posted to the course's LMS when it has one
+    (``lms.passback``; an LMS that does not answer leaves them queued for ``attnkit lms-sync``)."""
+    from attnkit.console import console
+    from attnkit.course.gradebook import course_root
+    from attnkit.lms.passback import after_gradebook
+
+    outcome = after_gradebook(course_root(database), database, keys)
+    if outcome is None:
+        return
+    lines = [_("已把 {posted} 份成绩发送到学习平台").format(posted=outcome.posted)] if not quiet else []
+    if outcome.unmatched:
+        lines.append(_("{count} 份成绩未发送：学习平台的名单里没有这些学生（attnkit lms-sync --dry-run 列出）").format(count=len(outcome.unmatched)))
+    if outcome.refused:
+        lines.append(_("{count} 份成绩被学习平台拒绝（attnkit lms-sync --dry-run 列出）").format(count=len(outcome.refused)))
+    if outcome.waiting:
+        lines.append(_("{count} 份成绩等待重试（平台无法访问：{cause}）；再次运行 attnkit lms-sync 即可").format(count=outcome.waiting, cause=outcome.cause))
+    for line in lines:
+        console.print(line, markup=False, soft_wrap=True)
+
+
+def command_lms_sync(args: argparse.Namespace) -> int:
+    """``attnkit lms-sync [--dry-run]`` (attnkit.lms.passback.sync)."""
+    from attnkit.lms.passback import sync
+    from attnkit.service.settings import gradebook_of
+
+    return sync(args.course, gradebook_of(args.course, args.gradebook), args.dry_run)
 
 
 def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: str) -> Assignment:
@@ -775,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": command_serve,
         "submit": command_submit,
         "course": command_course,
+        "lms-sync": command_lms_sync,
         "config": command_config,
     }[args.command]
     from attnkit.console import console, print_error

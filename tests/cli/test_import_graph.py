@@ -26,7 +26,7 @@ ENTRY = {"__main__", "launch", "cli", "console"}
 # Kept only so that old paths go on working (assignment folders, nbgrader_config.py, ``-p``, ``-m``).
 COMPAT = {"proxy", "checks", "mistakes", "plugin", "nbgrader_course", "release", "gradescope", "zygote"}
 # Folders from the bottom up: a module may import from its own folder and from those before it.
-LAYERS = ["base", "boundary", "sandbox", "driver", "assignment", "grading", "intake", "report", "course", "engine", "service", "entry"]
+LAYERS = ["base", "boundary", "sandbox", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "service", "entry"]
 UNTRUSTED = "sandbox"
 
 
@@ -74,7 +74,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def layer(module: str) -> str:
-    if "." not in module and module not in {"assignment", "boundary", "course", "driver", "engine", "grading", "intake", "report", "sandbox", "service"}:
+    if "." not in module and module not in {"assignment", "boundary", "course", "lms", "driver", "engine", "grading", "intake", "report", "sandbox", "service"}:
         if module in BASE:
             return "base"
         if module in ENTRY or module in COMPAT:

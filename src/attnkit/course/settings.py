@@ -84,7 +84,29 @@ class AttnkitOutput(Configurable):
     progress_seconds = Float(30.0, help="seconds between two progress lines in a batch log").tag(config=True, env="ATTNKIT_PROGRESS_SECONDS")
 
 
-SECTIONS: tuple[type[Configurable], ...] = (AttnkitLimits, AttnkitServe, AttnkitCourse, AttnkitOutput)
+class AttnkitLti(Configurable):
+    """The course's LMS by LTI 1.3: its platform's registration, and how an LMS user is a student (docs/lms.md; lms/settings.py)."""
+
+    issuer = Unicode("", help="the platform's issuer (empty: no LMS is connected)").tag(config=True)
+    client_id = Unicode("", help="the tool's client id on the platform").tag(config=True)
+    deployment_id = Unicode("", help="the tool's deployment id on the platform").tag(config=True)
+    token_url = Unicode("", help="the platform's OAuth 2 token endpoint").tag(config=True)
+    lineitems_url = Unicode("", help="Assignment and Grade Services: the course's line items").tag(config=True)
+    memberships_url = Unicode("", help="Names and Role Provisioning Services: the course's memberships").tag(config=True)
+    auth_login_url = Unicode("", help="the platform's OIDC authorization endpoint (the hub's login)").tag(config=True)
+    platform_jwks_url = Unicode("", help="the platform's key set (the hub's login checks launches with it)").tag(config=True)
+    student_id = Enum(["sub", "email", "email_local", "sourcedid"], "sub", help="which LMS user is which student: sub, email, email_local or sourcedid").tag(
+        config=True
+    )
+    private_key = Unicode("", help="the tool's private key (empty: .attnkit-serve/lti-tool-key.pem)").tag(config=True)
+    tag = Unicode("attnkit", help="the tag of the kit's line items (with resourceId = the assignment)").tag(config=True)
+    timeout = Float(10.0, help="seconds per request to the LMS").tag(config=True)
+    retries = Integer(4, help="retries of a request after a 429, a 5xx or no answer").tag(config=True)
+    backoff = Float(1.0, help="seconds before the first retry, doubled each time").tag(config=True)
+    backoff_max = Float(60.0, help="the longest wait between two tries (seconds)").tag(config=True)
+
+
+SECTIONS: tuple[type[Configurable], ...] = (AttnkitLimits, AttnkitServe, AttnkitCourse, AttnkitOutput, AttnkitLti)
 
 # Read where they act, below this layer or before any configuration exists; declared here so that
 # `attnkit config` shows them and no ATTNKIT_ name is read undeclared (tests/cli/test_settings.py).
@@ -175,6 +197,10 @@ class KitSettings:
     @property
     def course(self) -> AttnkitCourse:
         return self.section(AttnkitCourse)
+
+    @property
+    def lti(self) -> AttnkitLti:
+        return self.section(AttnkitLti)
 
     @property
     def output(self) -> AttnkitOutput:

@@ -338,6 +338,23 @@ class HealthHandler(web.RequestHandler):
         self.finish(("warming\n" if warming else "ready\n") if healthy else "unavailable\n")
 
 
+class JwksHandler(web.RequestHandler):
+    """No login: the tool's public key set, which the LMS checks the client assertion of the token
+    exchange with (its "public JWK URL", docs/lms.md). The public half only; 404 without an LMS."""
+
+    def get(self) -> None:
+        kit: Kit | None = self.settings["kit"]
+        from attnkit.lms.settings import registration_of
+        from attnkit.lms.keys import jwks
+
+        registration = registration_of(kit.state.parent) if kit is not None else None
+        if registration is None:
+            raise web.HTTPError(404)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "max-age=300")
+        self.finish(json.dumps(jwks(registration.key_path)))
+
+
 class HomeHandler(Handler):
     """The student's page: their submissions per assignment, the queue, the upload form."""
 
@@ -575,6 +592,7 @@ def application(kit: Kit | None, prefix: str, cookie_secret: bytes, parent: int 
     return web.Application(
         [
             (at("health"), HealthHandler),
+            (at("lti/jwks"), JwksHandler),
             (at("oauth_callback"), HubOAuthCallbackHandler),
             (at("api/submit/([^/]+)"), ApiSubmitHandler),
             (at("api/attempts"), ApiAttemptsHandler),

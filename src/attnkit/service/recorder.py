@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from attnkit.lms import passback as lms_passback
 from attnkit.service.queue import Queue, is_url, open_queue
 from attnkit.service.policies import DEFAULT, Policy
 from attnkit.service.queue.postgres import engine_url
@@ -133,6 +134,7 @@ def record_batch(
             target = course_root / "gradebook.db" if url else Path(gradebook)
             for notice in record_grades(target, results, course_root / "submitted", registered=registered, db_url=url):
                 print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
+            lms_passback.enqueue_recorded(course_root, url or target, list(chosen))  # posted by its own thread: never waited for here
         done.update(chosen)
         queue.mark_recorded([(pair["student"], pair["assignment"], int(pair["newest"])) for pair in pairs])
         return sum(int(pair["waiting"]) for pair in pairs)
@@ -166,6 +168,7 @@ def main(argv: list[str]) -> int:
     recorded: dict[tuple[str, str], int] = {}
     fast = False
     queue = open_queue(database, replica or f"recorder-{os.getpid()}")
+    lms_passback.start_drainer(course_root)  # what a previous run left queued for the LMS
     while not stopping:
         fast = fast or (isinstance(gradebook, Path) and commit_without_fsync(gradebook))
         started = time.perf_counter()

@@ -736,6 +736,8 @@ class Service:
     def metrics_answer(self, path: bytes) -> tuple[bytes, bytes, bytes]:
         """``GET /health``: 200 "ready" (or 503 and why not), for a readiness probe or a load
         balancer; any other path: ``/metrics`` (Prometheus' text format). (status, type, body)."""
+        if path == b"/lti/jwks":  # the tool's public key set for the LMS (docs/lms.md); its private half never leaves the file
+            return self.lti_jwks()
         ready, why = self.readiness()
         if path == b"/health":
             status = b"200 OK" if ready else b"503 Service Unavailable"
@@ -744,6 +746,15 @@ class Service:
         counts = self.queue.counts()
         body = self.metrics.text(counts[QUEUED], counts[GRADING], self.replica, len(self.in_flight), ready).encode()
         return b"200 OK", b"text/plain; version=0.0.4", body
+
+    def lti_jwks(self) -> tuple[bytes, bytes, bytes]:
+        from attnkit.lms.keys import jwks
+        from attnkit.lms.settings import registration_of
+
+        registration = registration_of(self.course.root)
+        if registration is None:
+            return b"404 Not Found", b"text/plain", b"no LMS is connected to this course\n"
+        return b"200 OK", b"application/json", json.dumps(jwks(registration.key_path)).encode()
 
     # -- the loop ----------------------------------------------------------------------------
     def start_recorder(self) -> None:

@@ -674,10 +674,21 @@ def command_serve(args: argparse.Namespace) -> int:
         listening = hub_side.listen()
         hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", args.queue_url or "", sys.stderr, listening)
         import_commands("serve")
-    queue_url = settings.queue_url_of(args.course, args.queue_url)
     if args.status:
+        # What would stop the service at its start said first, then the queue (read without the
+        # configuration's queue_url when the configuration itself is what is broken).
+        from attnkit.service.status import problems
+
+        found = problems(args.course, args.autograder)
+        try:
+            queue_url = settings.queue_url_of(args.course, args.queue_url)
+        except GraderError:
+            queue_url = args.queue_url or None
+        for problem in found:
+            print(_("无法启动：{problem}").format(problem=problem))
         print(status(args.course, queue_url))
-        return 0
+        return 2 if found else 0
+    queue_url = settings.queue_url_of(args.course, args.queue_url)
     from attnkit.course.secure import refuse_if_exposed
 
     refuse_if_exposed(args.course, "attnkit serve", args.insecure_course)  # before torch: a refusal says so at once

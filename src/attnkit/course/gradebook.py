@@ -41,7 +41,7 @@ from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from attnkit.constants import PROJECT_ROOT, GraderError
+from attnkit.constants import PROJECT_ROOT, GraderError, broken_python
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
 from attnkit.i18n import _
@@ -163,7 +163,11 @@ def course_config(root: Path) -> Any:
     path = root / "nbgrader_config.py"
     if not path.is_file():
         return Config()
-    return PyFileConfigLoader(path.name, path=str(root)).load_config()
+    try:
+        return PyFileConfigLoader(path.name, path=str(root)).load_config()
+    except Exception as error:  # the course's own Python, broken: the file, the line and the error, for a person to fix
+        raise GraderError(broken_python(path, error)) from None
+
 
 
 def copy_other_files(submitted: Path, folder: Path | None, target: Path, source: Path, timestamp: datetime.datetime | None) -> None:

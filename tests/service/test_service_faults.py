@@ -47,6 +47,16 @@ def course() -> Iterator[Course]:
         yield setup
 
 
+@pytest.fixture
+def serving(course: Course) -> Course:
+    """The module's course with its service running: started again if a test before stopped it
+    (so that each test shows its own fault, failing or not, whatever the one before did)."""
+    if course.service is None or course.service.poll() is not None:
+        course.service = None
+        course.start()
+    return course
+
+
 def until(condition: object, course: Course, what: str) -> None:
     """Poll ``condition()`` until true, while the service runs, for at most WAIT seconds."""
     deadline = time.monotonic() + WAIT
@@ -91,7 +101,8 @@ def recorder_pid(course: Course) -> int:
     raise AssertionError("no recorder among the service's children")
 
 
-def test_a_gradebook_locked_past_its_timeout_is_waited_for_and_every_record_lands(course: Course) -> None:
+def test_a_gradebook_locked_past_its_timeout_is_waited_for_and_every_record_lands(serving: Course) -> None:
+    course = serving
     first, second = course.users["first"], course.users["second"]  # type: ignore[attr-defined]
     course.fetch(first, course.submit(first, MISTAKE))  # the gradebook made, the assignment registered
     until(lambda: unrecorded(course) == 0 and (course.root / "gradebook.db").is_file(), course, "first record")
@@ -113,7 +124,8 @@ def test_a_gradebook_locked_past_its_timeout_is_waited_for_and_every_record_land
     assert second in gradebook_scores(course)
 
 
-def test_a_killed_recorder_is_started_again_and_nothing_is_lost(course: Course) -> None:
+def test_a_killed_recorder_is_started_again_and_nothing_is_lost(serving: Course) -> None:
+    course = serving
     first = course.users["first"]  # type: ignore[attr-defined]
     killed = recorder_pid(course)
     os.kill(killed, signal.SIGKILL)  # as the OOM killer does
@@ -130,7 +142,8 @@ def test_a_killed_recorder_is_started_again_and_nothing_is_lost(course: Course) 
 BROKEN_LINE = "c.AttnkitServe.oops = (1,"  # a syntax error: the "(" is never closed
 
 
-def test_a_configuration_broken_under_a_running_service_at_its_start_and_in_status_is_named(course: Course) -> None:
+def test_a_configuration_broken_under_a_running_service_at_its_start_and_in_status_is_named(serving: Course) -> None:
+    course = serving
     config = course.root / "nbgrader_config.py"
     good = config.read_text()
     line = len(good.splitlines()) + 1
@@ -161,16 +174,16 @@ def test_a_hidden_test_with_a_syntax_error_stops_the_start_naming_file_and_line(
     suite = tmp_path / "autograder"
     shutil.copytree(ROOT / "autograder", suite, ignore=shutil.ignore_patterns("__pycache__"))
     broken = suite / "ch19_attention" / "test_ch19_2_masking.py"
-    lines = broken.read_text().splitlines()
-    lines.insert(3, "def oops(:")
+    lines = broken.read_text().splitlines() + ["def oops(:"]  # a syntax error on the last line
     broken.write_text("\n".join(lines) + "\n")
+    line = len(lines)
     if course.service is not None:  # (the test before stops it; alone, this one stops it here)
         course.stop()
     started = attnkit("serve", "--jobs", "1", "--lang", "en", "--autograder", suite, cwd=course.root, script=True, timeout=WAIT)
     said = started.stdout + started.stderr
-    assert started.returncode == 2 and str(broken) in said and "line 4" in said and "SyntaxError" in said, said
+    assert started.returncode == 2 and str(broken) in said and f"line {line}" in said and "SyntaxError" in said, said
     status = attnkit("serve", "--status", "--lang", "en", "--autograder", suite, cwd=course.root, script=True)
-    assert status.returncode == 2 and str(broken) in status.stdout and "line 4" in status.stdout, status.stdout + status.stderr
+    assert status.returncode == 2 and str(broken) in status.stdout and f"line {line}" in status.stdout, status.stdout + status.stderr
     # And with the suite mended, the same course starts and serves again.
     course.start()
     first = course.users["first"]  # type: ignore[attr-defined]

@@ -167,13 +167,20 @@ def is_transient(error: BaseException) -> bool:
 
     from attnkit.constants import GraderError
 
-    if isinstance(error, (sqlite3.OperationalError, OperationalError, InterfaceError)):
-        return True
-    if isinstance(error, OSError):
-        return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)
-    if isinstance(error, GraderError):
-        text = str(error)
-        return "database is locked" in text or "disk is full" in text or "No space left" in text
+    seen: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in seen and len(seen) < 10:  # nbgrader wraps the database's error (InvalidEntry)
+        error = cause
+        seen.append(error)
+        if isinstance(error, (sqlite3.OperationalError, OperationalError, InterfaceError)):
+            return True
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            return True
+        if isinstance(error, GraderError):
+            text = str(error)
+            if "database is locked" in text or "disk is full" in text or "No space left" in text:
+                return True
+        cause = error.__cause__ or error.__context__
     return False
 
 

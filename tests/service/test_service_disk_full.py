@@ -121,7 +121,9 @@ def test_a_full_disk_pauses_intake_and_it_resumes_by_itself(course: Course, smal
         assert state_of(course, folder.name) is None  # not refused, not lost: waiting
         assert health(course) == 503
         status = attnkit("serve", "--status", "--lang", "en", cwd=course.root, script=True)
-        assert "paused" in status.stdout and "No space left" in status.stdout, status.stdout + status.stderr
+        # (its paused.txt could not be written on the full disk: --status measures the space itself)
+        assert "almost full (0 bytes free): intake is paused" in status.stdout, status.stdout + status.stderr
+        assert "No space left" in course.events("paused")[0]["reason"]
         assert "Traceback" not in course.log.read_text()
     finally:
         filler.unlink()
@@ -144,7 +146,7 @@ def test_a_service_started_on_a_full_disk_waits_then_serves(course: Course, smal
         until(lambda: len(course.events("paused")) > paused, course, "paused at the start")
         assert health(course) == 503
         status = attnkit("serve", "--status", "--lang", "en", cwd=course.root, script=True)
-        assert status.returncode == 0 and "paused" in status.stdout, status.stdout + status.stderr
+        assert status.returncode == 0 and "intake is paused" in status.stdout, status.stdout + status.stderr
     finally:
         filler.unlink()
     until(lambda: health(course) == 200, course, "ready after the space returned")

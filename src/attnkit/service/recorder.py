@@ -176,7 +176,7 @@ def is_transient(error: BaseException) -> bool:
             return True
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
             return True
-        if isinstance(error, GraderError):
+        if isinstance(error, (GraderError, shutil.Error)):  # (shutil.Error: copytree's list of failed copies)
             text = str(error)
             if "database is locked" in text or "disk is full" in text or "No space left" in text:
                 return True
@@ -246,7 +246,10 @@ def main(argv: list[str]) -> int:
             reason = f"{type(error).__name__}: {str(error)[-500:]}" if not isinstance(error, GraderError) else str(error)
             if not is_transient(error):
                 # For a person to fix: said where the service reads it, which then stops (exit 2) saying so.
-                stopped_file.write_text(reason)
+                try:
+                    stopped_file.write_text(reason)
+                except OSError:
+                    pass  # (then the service restarts it, bounded, and its log line says why)
                 print(json.dumps({"event": "recorder-stopped", "reason": reason}, ensure_ascii=False), file=sys.stderr, flush=True)
                 return PERSON_MUST_FIX
             failures += 1

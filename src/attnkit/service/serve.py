@@ -794,6 +794,17 @@ class Service:
             except OSError:
                 pass  # the disk that is full: --status then measures the space itself
 
+    def disk_short(self) -> OSError | None:
+        """The course's or the exchange's file system with less than MIN_FREE_BYTES free, as the
+        error a copy there would meet (ENOSPC, with how much is left where), or None."""
+        import errno
+
+        for folder in (self.course.root, self.course.inbound):
+            free = free_bytes(folder)
+            if free is not None and free < MIN_FREE_BYTES:
+                return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({free} bytes free on {folder}; intake resumes at {MIN_FREE_BYTES})")
+        return None
+
     def probe(self) -> None:
         """While paused, every PROBE_SECONDS: enough free space on the course's and the exchange's
         file systems, the database answering; then the held records delivered, intake resumed
@@ -801,10 +812,8 @@ class Service:
         if self.paused is None or time.monotonic() - self.probed < PROBE_SECONDS:
             return
         self.probed = time.monotonic()
-        for folder in (self.course.root, self.course.inbound):
-            free = free_bytes(folder)
-            if free is not None and free < MIN_FREE_BYTES:
-                return
+        if self.disk_short() is not None:
+            return
         try:
             self.queue.ping()
             if self.must_recover:
@@ -952,6 +961,9 @@ class Service:
                 raise
             self.must_recover = True
             self.pause(error)
+        short = self.disk_short()
+        if short is not None:  # started on a full disk: paused from the first turn
+            self.pause(short)
         self.start_recorder()
         try:
             self.warm_up()
@@ -1010,6 +1022,10 @@ class Service:
             self.answer_metrics(ready)  # every turn: connections past their deadline are dropped
         self.pool.pump([r for r in ready if r in self.pool.pool])
         if time.monotonic() - self.last_scan > RESCAN_SECONDS:
+            short = self.disk_short()
+            if short is not None:  # before a copy fails for want of room
+                self.pause(short)
+                return False
             self.rescan()
             self.release_after_due()
             if time.monotonic() - self.last_prune > PRUNE_SECONDS:

@@ -41,7 +41,8 @@ from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from attnkit.constants import PROJECT_ROOT, GraderError, broken_python
+from attnkit.constants import PROJECT_ROOT, GraderError
+from attnkit.course.settings import course_config  # (the course's file has one reader; its callers here and elsewhere)
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
 from attnkit.i18n import _
@@ -154,20 +155,6 @@ def graded_bytes(submitted: Path, folder: Path, results: ResultsJson, name: str)
     if digest_of(data) != entry.get("sha256"):
         return None, _("未复制到 autograded/：{student}/{name}：文件在评分之后被改动过").format(student=results["student_id"], name=own)
     return data, ""
-
-
-def course_config(root: Path) -> Any:
-    """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does."""
-    from traitlets.config.loader import Config, PyFileConfigLoader
-
-    path = root / "nbgrader_config.py"
-    if not path.is_file():
-        return Config()
-    try:
-        return PyFileConfigLoader(path.name, path=str(root)).load_config()
-    except Exception as error:  # the course's own Python, broken: the file, the line and the error, for a person to fix
-        raise GraderError(broken_python(path, error)) from None
-
 
 
 def copy_other_files(submitted: Path, folder: Path | None, target: Path, source: Path, timestamp: datetime.datetime | None) -> None:

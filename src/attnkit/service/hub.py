@@ -52,6 +52,7 @@ from tornado.httpserver import HTTPServer
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.constants import GraderError
+from attnkit.course.settings import AttnkitServe
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
 from attnkit.service.http_submit import (
@@ -66,7 +67,7 @@ from attnkit.service.http_submit import (
     student_id,
     usable_id,
 )
-from attnkit.service.policies import DEFAULT, Policy, policies_from, when
+from attnkit.service.policies import DEFAULT, Policy, next_feedback_at, policies_from, when
 from attnkit.service.hub_process import READY, STARTING, read_phase
 from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, is_url, open_queue
 
@@ -155,11 +156,7 @@ def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
         assignments = []
         for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
             policy = kit.policies.get(name, DEFAULT)
-            next_at = None
-            if policy.attempts:
-                shown = queue.shown_times(student, name, now - policy.window_seconds)
-                if len(shown) >= policy.attempts:
-                    next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
+            next_at = next_feedback_at(policy, queue.shown_times(student, name, now - policy.window_seconds)) if policy.attempts else None
             assignments.append(
                 {
                     "name": name,
@@ -599,14 +596,14 @@ def load_kit(course: Path, autograder: Path, state: Path, feedback: str, parent:
     HELD.append(lock)
     config = course_config(course)
     queue_at = os.environ.get(QUEUE_AT_VARIABLE, "") or settings.queue_url_of(course) or ""
-    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
-    students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
+    section = AttnkitServe(config=config)  # (a course's settings as course.settings declares them)
+    students = hub_students(section.hub_students)
     kit = Kit(
         state=state,
         feedback=Path(feedback) if feedback else settings.load_course(course).feedback,
         suites=discover(autograder),
         policies=policies_from(config),
-        ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
+        ta_groups=frozenset(section.hub_ta_groups),
         students=students,
         parent=parent,
         queue_at=queue_at,

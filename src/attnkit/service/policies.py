@@ -54,8 +54,14 @@ DEFAULT = Policy()
 
 def policies_from(config: Any) -> dict[str, Policy]:
     """``c.AttnkitServe.policies`` of a loaded nbgrader config; ValueError names a bad entry."""
-    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
-    given = section.get("policies", {}) if hasattr(section, "get") else {}
+    from traitlets import TraitError
+
+    from attnkit.course.settings import AttnkitServe
+
+    try:
+        given = AttnkitServe(config=config).policies if hasattr(config, "get") else {}
+    except TraitError as error:  # not a dict
+        raise ValueError(f"AttnkitServe.policies: {error}") from None
     found: dict[str, Policy] = {}
     for assignment, entry in dict(given).items():
         unknown = set(entry) - set(Policy.__dataclass_fields__)
@@ -101,6 +107,16 @@ def withheld_page(assignment: str, why: str) -> str:
 
 def when(moment: float) -> str:
     return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def next_feedback_at(policy: Policy, shown: list[float]) -> float | None:
+    """When the next submission gets feedback again under the attempt limit: ``shown``, the moments
+    of the pages shown in the window that ends now (oldest first, ``Queue.shown_times``); None
+    while the limit is not reached. The one rule the page (``serve``) and the student's status
+    (``hub``) both say."""
+    if not policy.attempts or len(shown) < policy.attempts:
+        return None
+    return shown[len(shown) - policy.attempts] + policy.window_seconds
 
 
 def limit_reason(policy: Policy, next_at: float) -> str:

@@ -192,12 +192,13 @@ def retry_delay(failures: int, timeout: float) -> float:
 
 
 def gradebook_timeout(course_root: Path) -> float:
-    """``c.AttnkitServe.gradebook_timeout`` of the course's nbgrader_config.py (seconds), else GRADEBOOK_TIMEOUT."""
-    from attnkit.course.gradebook import course_config
+    """``c.AttnkitServe.gradebook_timeout`` (seconds), read again from the course's nbgrader_config.py
+    before each batch: so a configuration broken under the running service is found here and
+    named (GraderError: its file, line and error), and the service stops saying so."""
+    from attnkit.course.settings import KitSettings
 
-    section = course_config(course_root).get("AttnkitServe", {})
-    found = section.get("gradebook_timeout", None) if hasattr(section, "get") else None
-    return float(found) if isinstance(found, (int, float)) and found > 0 else GRADEBOOK_TIMEOUT
+    found = float(KitSettings.load(course_root, environ={}).serve.gradebook_timeout)
+    return found if found > 0 else GRADEBOOK_TIMEOUT
 
 
 def main(argv: list[str]) -> int:

@@ -27,7 +27,8 @@ per submission, which on two cores would itself be the load. Notebooks: the demo
 
 Prints p50/p99/max and lost for each, and where the time goes from the service's own log
 (noticed -> sent to a worker -> graded -> page placed), with the load average; the burst's
-capacity: pages per second from its first submission to its last page.
+capacity: pages per second from its first submission to its last page, and beside it the
+capacity and expected wait ``attnkit serve --status`` computes from the queue (docs/service.md).
 
 ``--replicas N`` starts N ``attnkit serve`` processes on the course, as replicas on N machines
 would run (``--jobs`` each), sharing the queue and the gradebook in PostgreSQL: ``--queue-url``,
@@ -352,8 +353,10 @@ def main() -> int:
         if args.flood:
             flood(bench, args)
         bench.stop()
-        status = subprocess.run([str(BIN / "attnkit"), "serve", "--status"], cwd=bench.course, capture_output=True, text=True)
+        status = subprocess.run([str(BIN / "attnkit"), "serve", "--status", "--lang", "en"], cwd=bench.course, capture_output=True, text=True)
         print(status.stdout.splitlines()[0] if status.stdout else status.stderr)
+        # The service's own estimate (--status: the most graded at once / the mean claim-to-page seconds, last hour).
+        print("\n".join(line for line in status.stdout.splitlines() if line.startswith("capacity:")) + " (the service's --status)")
         return 0
     finally:
         bench.clean()

@@ -726,11 +726,22 @@ def command_serve(args: argparse.Namespace) -> int:
         given_queue = getattr(args, "AttnkitServe.queue_url") or ""  # the hub side reads the course's own once it answers
         hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", given_queue, sys.stderr, listening)
         import_commands("serve")
+    if args.status:
+        # What would stop the service at its start said first, then the queue (read without the
+        # configuration's queue_url when the configuration itself is what is broken).
+        from attnkit.service.status import problems
+
+        found = problems(args.course, args.autograder)
+        try:
+            queue_url = KitSettings.load(args.course, command_line_values(args)).serve.queue_url or None
+        except GraderError:
+            queue_url = getattr(args, "AttnkitServe.queue_url") or None
+        for problem in found:
+            print(_("无法启动：{problem}").format(problem=problem))
+        print(status(args.course, queue_url))
+        return 2 if found else 0
     kit_settings = KitSettings.load(args.course, command_line_values(args))
     queue_url = kit_settings.serve.queue_url or None
-    if args.status:
-        print(status(args.course, queue_url))
-        return 0
     from attnkit.course.secure import refuse_if_exposed
 
     refuse_if_exposed(args.course, "attnkit serve", args.insecure_course)  # before torch: a refusal says so at once

@@ -33,3 +33,21 @@ class GraderError(Exception):
     """Grading itself cannot run (never a student's doing): the run stops with this message and
     a non-zero exit, instead of handing out zeros. Across a process boundary it travels as the
     message ``worker_messages.fatal(str(error))`` and is raised again on the other side."""
+
+
+def broken_python(path: Path, error: BaseException) -> str:
+    """What is wrong with the Python file ``path`` (a course's ``nbgrader_config.py``, a hidden
+    test) as one line naming the file, the line and the error: a SyntaxError's own line, else the
+    deepest line of ``path`` in the traceback (a NameError at its exec, say)."""
+    import traceback
+
+    from attnkit.i18n import _
+
+    line: int | None = None
+    if isinstance(error, SyntaxError) and error.filename and Path(error.filename).resolve() == path.resolve():
+        line = error.lineno
+    else:
+        frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename and Path(frame.filename).resolve() == path.resolve()]
+        line = frames[-1].lineno if frames else None
+    message = error.msg if isinstance(error, SyntaxError) else str(error)
+    return _("{path} 第 {line} 行有错误（{kind}：{message}）：改正后再启动").format(path=path, line=line or "?", kind=type(error).__name__, message=message)

@@ -32,15 +32,23 @@ from test_service_exchange import ASSIGNMENT, BIN, ROOT, Course, free_port
 
 @contextmanager
 def running_course(
-    prefix: str, roles: tuple[str, ...], due_in: datetime.timedelta, before_start: Callable[[Course], None] | None = None, **policy: object
+    prefix: str,
+    roles: tuple[str, ...],
+    due_in: datetime.timedelta,
+    before_start: Callable[[Course], None] | None = None,
+    log: Path | None = None,
+    **policy: object,
 ) -> Iterator[Course]:
     """The course, its students ``roles`` (``course.users[role]``: their unix names) and the running service.
-    ``before_start``: what the test sets in the course (its configuration, the gradebook) before the service starts."""
+    ``before_start``: what the test sets in the course (its configuration, the gradebook) before the service starts;
+    ``log``: where the service's log goes (else in the course's base folder)."""
     if shutil.which("useradd") is None or os.geteuid() != 0:
         pytest.fail("this test creates unix users: run it as root (useradd)")
     base = Path(tempfile.mkdtemp(prefix="attnkit-serve-"))
     base.chmod(0o755)
     setup = Course(base)
+    if log is not None:
+        setup.log = log
     suffix = f"{os.getpid() % 100000}"
     users = {role: f"{prefix}{role[0]}{suffix}" for role in roles}
     created: list[str] = []

@@ -75,9 +75,17 @@ class PostgresServer:
         options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c max_connections=60"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        self.options = options
         self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "120", "start")
         self.started = True
         return self
+
+    def halt(self) -> None:
+        """The server stopped (its clients' connections dropped, new ones refused), its data kept: ``resume`` starts it again."""
+        self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "120", "stop")
+
+    def resume(self) -> None:
+        self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", self.options, "-w", "-t", "120", "start")
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"

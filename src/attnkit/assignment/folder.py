@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from attnkit import i18n
-from attnkit.constants import AUTOGRADER_ROOT, GraderError, SOLUTIONS_ROOT
+from attnkit.constants import AUTOGRADER_ROOT, GraderError, SOLUTIONS_ROOT, broken_python
 from attnkit.notebook import CodeCell, grade_cells
 
 MANIFEST = "manifest.toml"
@@ -186,6 +186,19 @@ def release_path(solutions: Path, name: str, notebook: str) -> Path:
     return solutions.parent / "assignments" / name / notebook
 
 
+def compile_suite(folder: Path) -> None:
+    """Every Python file of the hidden suite ``folder`` compiled (not run), so that a syntax error
+    stops grading at its start naming the file, the line and the error (GraderError): pytest would
+    otherwise collect nothing from that file, and the error would surface as untested grade cells."""
+    for path in sorted(folder.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        try:
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as error:  # ValueError: a null byte in the source
+            raise GraderError(broken_python(path, error)) from None
+
+
 def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
     """The assignment whose hidden suite is ``folder`` (``folder/manifest.toml``)."""
     try:
@@ -193,6 +206,7 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise GraderError(f"cannot read the manifest of {folder}: {error}") from None
     name = str(manifest.get("name") or folder.name)
+    compile_suite(folder)
     if not folder.name.isidentifier() or not (folder / "__init__.py").is_file():
         raise GraderError(
             f"{folder}: a hidden suite is a Python package (a folder named like an identifier, e.g. {name.replace('-', '_')!r}, with an __init__.py)"

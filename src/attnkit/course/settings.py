@@ -35,6 +35,7 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, TraitType, Unicode
 from traitlets.config import Config, Configurable
 
 from attnkit.boundary.policy import DEFAULT_MEMORY_MB, Limits
+from attnkit.constants import GraderError, broken_python
 from attnkit.i18n import LANGUAGES
 
 SETTINGS_VARIABLE = "ATTNKIT_SETTINGS"  # a parent's resolved settings, for the processes it starts
@@ -66,6 +67,9 @@ class AttnkitServe(Configurable):
     metrics_host = Unicode("127.0.0.1", help="the address of /metrics and /health (0.0.0.0 in a pod, for its probes)").tag(
         config=True, flag="--metrics-host"
     )
+    gradebook_timeout = Float(
+        5.0, help="seconds SQLite waits for another process's lock on the gradebook before the recorder pauses and tries again (service/recorder.py)"
+    ).tag(config=True)
     hub_students = Dict(help="JupyterHub user name -> student id, where they differ").tag(config=True)
     hub_ta_groups = List(Unicode(), help="JupyterHub groups whose members see the class's page").tag(config=True)
 
@@ -133,7 +137,10 @@ def course_config(root: Path) -> Any:
         return Config()
     if str(root) not in sys.path:
         sys.path.append(str(root))  # after the kit's own: a course module never shadows the grader's
-    return PyFileConfigLoader(path.name, path=str(root)).load_config()
+    try:
+        return PyFileConfigLoader(path.name, path=str(root)).load_config()
+    except Exception as error:  # the course's own Python, broken: the file, the line and the error, for a person to fix
+        raise GraderError(broken_python(path, error)) from None
 
 
 def traits_of(section: type[Configurable]) -> dict[str, TraitType[Any, Any]]:

@@ -388,6 +388,9 @@ def _staging_beside(target: Path) -> Path:
     return Path(tempfile.mkdtemp(dir=existing, prefix=".attnkit-staging-"))
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a copy's write failed for want of room: raised, never a refusal
+
+
 def _one_pass(fd: int, uid: int | None, student: str, target: Path | None, held: int, quota: int, finished: bool, strict: bool = True) -> Taken:
     """Check (and copy into ``target``) the submission open at ``fd``: one pass over its descriptors."""
     staging = _staging_beside(target) if target is not None else None
@@ -398,7 +401,9 @@ def _one_pass(fd: int, uid: int | None, student: str, target: Path | None, held:
     try:
         try:
             walk.folder(fd, (), 0)
-        except OSError as error:  # the listing of a folder, or the service's own disk (full)
+        except OSError as error:  # the listing of a folder, or the service's own disk
+            if error.errno in DISK_FULL:
+                raise  # the host's fault, not the submission's: the service pauses and takes it again
             raise _Refused(_("无法复制提交：{reason}").format(reason=error.strerror)) from None
         if TIMESTAMP_FILE in walk.top:
             timestamp, problem = valid_timestamp(walk.top[TIMESTAMP_FILE])
@@ -481,7 +486,7 @@ def take(
     that cannot be graded are left out, with why. ``target``: where the copy goes (None: check
     only); it appears whole (renamed into place) or not at all. ``after_open``: called once the
     folder is open and its owner checked (tests swap the folder there). Never raises on what a
-    student wrote."""
+    student wrote; raises OSError when the service's own disk is full (``DISK_FULL``)."""
     problem = name_problem(name)
     if problem:
         return Taken(False, problem)
@@ -502,6 +507,8 @@ def take(
             after_open()
         return _one_pass(fd, uid, student, target, held() if callable(held) else held, quota, finished=True)
     except OSError as error:
+        if error.errno in DISK_FULL:
+            raise  # the service's disk is full: never the student's refusal (the service pauses)
         return Taken(False, _("无法读取提交文件夹：{reason}").format(reason=error.strerror))
     finally:
         os.close(fd)

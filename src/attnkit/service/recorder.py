@@ -35,6 +35,10 @@ from attnkit.service.queue.postgres import engine_url
 from attnkit.service.settings import STATE_FOLDER
 
 
+GRADEBOOK_TIMEOUT = 5.0  # seconds SQLite waits for a lock on the gradebook (``c.AttnkitServe.gradebook_timeout``)
+STOPPED_FILE = "recorder-stopped.txt"  # in the service's folder: why the recorder stopped for a person to fix (exit 2)
+PERSON_MUST_FIX = 2  # the recorder's exit code when retrying cannot help (the service then stops, exit 2)
+
 # Submissions per batch: one transaction of marks and one pass of record_grades each. Small enough
 # that a stop (which waits for the batch under way) is prompt: most of a second per student.
 BATCH = 50
@@ -65,7 +69,7 @@ def place_submitted(course_root: Path, staged: Path, student: str, assignment: s
     shutil.rmtree(old, ignore_errors=True)
 
 
-def commit_without_fsync(gradebook: Path) -> bool:
+def commit_without_fsync(gradebook: Path, timeout: float = GRADEBOOK_TIMEOUT) -> bool:
     """The gradebook in SQLite's WAL mode, and this process's connections to it (nbgrader's
     SQLAlchemy engines) at ``synchronous = NORMAL``: nbgrader's SaveAutoGrades commits once per
     graded cell, and each commit was an fsync of the rollback journal (a quarter of a second per
@@ -78,10 +82,12 @@ def commit_without_fsync(gradebook: Path) -> bool:
 
     if not gradebook.is_file():
         return False
-    connection = sqlite3.connect(gradebook, timeout=60)
+    connection = sqlite3.connect(gradebook, timeout=timeout)
     try:
         if connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] != "wal":
             return False
+    except sqlite3.OperationalError:
+        return False  # locked by another process now: tried again before the next batch
     finally:
         connection.close()
     from sqlalchemy import event
@@ -89,6 +95,7 @@ def commit_without_fsync(gradebook: Path) -> bool:
 
     def no_fsync(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+        dbapi_connection.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
 
     event.listen(Engine, "connect", no_fsync)
     return True
@@ -140,6 +147,62 @@ def record_batch(
         return sum(int(pair["waiting"]) for pair in pairs)
 
 
+def recorder_stopped_reason(state: Path) -> str:
+    """Why the recorder last stopped for a person to fix (its STOPPED_FILE in the service's folder ``state``), or ""."""
+    try:
+        return (state / STOPPED_FILE).read_text()
+    except OSError:
+        return ""
+
+
+def is_transient(error: BaseException) -> bool:
+    """A failure that waiting cures, so the batch is tried again after a pause rather than the
+    recorder stopping: the gradebook locked by another process past SQLite's timeout (a TA's
+    nbgrader command, formgrader: ``database is locked``, from SQLite here or from the nbgrader
+    generate_assignment the registration runs, which reports it in its output), the database
+    unreachable for a while (PostgreSQL restarting, the network), a full disk. Anything else (the
+    course's configuration broken, the gradebook's cells at odds with solutions/) needs a person."""
+    import errno
+    import sqlite3
+
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    from attnkit.constants import GraderError
+
+    seen: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in seen and len(seen) < 10:  # nbgrader wraps the database's error (InvalidEntry)
+        error = cause
+        seen.append(error)
+        if isinstance(error, (sqlite3.OperationalError, OperationalError, InterfaceError)):
+            return True
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            return True
+        if isinstance(error, (GraderError, shutil.Error)):  # (shutil.Error: copytree's list of failed copies)
+            text = str(error)
+            if "database is locked" in text or "disk is full" in text or "No space left" in text:
+                return True
+        cause = error.__cause__ or error.__context__
+    return False
+
+
+def retry_delay(failures: int, timeout: float) -> float:
+    """The pause after ``failures`` transient failures in a row: doubling from half a second, at
+    most four of SQLite's timeouts (20 s by default) so that records catch up soon after a lock
+    is released."""
+    return min(0.5 * 2 ** (failures - 1), max(1.0, 4 * timeout))
+
+
+def gradebook_timeout(course_root: Path) -> float:
+    """``c.AttnkitServe.gradebook_timeout`` (seconds), read again from the course's nbgrader_config.py
+    before each batch: so a configuration broken under the running service is found here and
+    named (GraderError: its file, line and error), and the service stops saying so."""
+    from attnkit.course.settings import KitSettings
+
+    found = float(KitSettings.load(course_root, environ={}).serve.gradebook_timeout)
+    return found if found > 0 else GRADEBOOK_TIMEOUT
+
+
 def main(argv: list[str]) -> int:
     """``python -m attnkit.service.recorder COURSE DATABASE GRADEBOOK POLICIES_JSON PARENT [REPLICA]``:
     record until SIGTERM (DATABASE, GRADEBOOK: a SQLite file or a database URL)."""
@@ -164,20 +227,50 @@ def main(argv: list[str]) -> int:
     # Below grading in the CPU's queue: under a deadline's burst the feedback goes first and the
     # records catch up in the gaps (they are batched, so a longer wait makes bigger batches).
     os.nice(10)
+    from attnkit.constants import GraderError
+
+    stopped_file = course_root / STATE_FOLDER / STOPPED_FILE
+    stopped_file.unlink(missing_ok=True)
     registered: set[str] = set()
     recorded: dict[tuple[str, str], int] = {}
     fast = False
-    queue = open_queue(database, replica or f"recorder-{os.getpid()}")
+    failures = 0
+    timeout = GRADEBOOK_TIMEOUT
+    queue: Queue | None = None
     lms_passback.start_drainer(course_root)  # what a previous run left queued for the LMS
     while not stopping:
-        fast = fast or (isinstance(gradebook, Path) and commit_without_fsync(gradebook))
-        started = time.perf_counter()
-        settled = record_batch(course_root, queue, gradebook, policies, registered, recorded)
+        try:
+            timeout = gradebook_timeout(course_root)
+            if queue is None:
+                queue = open_queue(database, replica or f"recorder-{os.getpid()}")
+            fast = fast or (isinstance(gradebook, Path) and commit_without_fsync(gradebook, timeout))
+            started = time.perf_counter()
+            settled = record_batch(course_root, queue, gradebook, policies, registered, recorded)
+        except Exception as error:
+            reason = f"{type(error).__name__}: {str(error)[-500:]}" if not isinstance(error, GraderError) else str(error)
+            if not is_transient(error):
+                # For a person to fix: said where the service reads it, which then stops (exit 2) saying so.
+                try:
+                    stopped_file.write_text(reason)
+                except OSError:
+                    pass  # (then the service restarts it, bounded, and its log line says why)
+                print(json.dumps({"event": "recorder-stopped", "reason": reason}, ensure_ascii=False), file=sys.stderr, flush=True)
+                return PERSON_MUST_FIX
+            failures += 1
+            delay = retry_delay(failures, timeout)
+            retry = {"event": "gradebook-retry", "failures": failures, "retry_in": delay, "error": reason}
+            print(json.dumps(retry, ensure_ascii=False), file=sys.stderr, flush=True)
+            time.sleep(delay)  # (a SIGTERM meanwhile: its handler runs, the loop ends after the pause)
+            continue
+        if failures:
+            print(json.dumps({"event": "gradebook-back", "after": failures}), file=sys.stderr, flush=True)
+            failures = 0
         if settled:
             print(json.dumps({"event": "recorded", "count": settled, "seconds": round(time.perf_counter() - started, 3)}), file=sys.stderr, flush=True)
         else:
             time.sleep(IDLE_SECONDS)
-    queue.close()
+    if queue is not None:
+        queue.close()
     return 0  # what is not recorded yet is recorded after the next start
 
 

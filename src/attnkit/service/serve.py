@@ -66,7 +66,8 @@ from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
 from attnkit.service import hub_process as hub_side
 from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUED, Row, is_url, open_queue
-from attnkit.service.settings import STATE_FOLDER
+from attnkit.service.recorder import PERSON_MUST_FIX, recorder_stopped_reason
+from attnkit.service.settings import MIN_FREE_BYTES, PAUSED_FILE, STATE_FOLDER, free_bytes
 from attnkit.service.unfinished import Unfinished
 
 RESCAN_SECONDS = 2.0  # a full look at inbound/ besides inotify's events (a missed event, a restart)
@@ -78,6 +79,9 @@ UNFINISHED_PER_OWNER = 50  # unfinished names held per uid owning them (beyond: 
 CAPPED_LOG_SECONDS = 60.0  # an owner's names ignored over the cap: one log line per this long
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
 PR_SET_PDEATHSIG = 1
+PROBE_SECONDS = 1.0  # while paused: how often the disk's space and the database are looked at again
+RECORDER_RESTARTS = 5  # a dead recorder is started again at most this often within RECORDER_RESTART_WINDOW
+RECORDER_RESTART_WINDOW = 600.0
 WARM_UP_STUDENT = "attnkit-warm-up-"  # the warm-up jobs' student ids (+ the worker's slot), never queued
 
 def database_errors() -> tuple[type[BaseException], ...]:
@@ -90,6 +94,27 @@ def database_errors() -> tuple[type[BaseException], ...]:
 
 
 DATABASE_ERRORS = database_errors()
+
+
+def is_transient(error: BaseException) -> bool:
+    """A fault of the host that waiting cures, which pauses the service (``Service.pause``) rather
+    than stopping it or failing a submission: a full disk (course, exchange, the service's own
+    database: ``database or disk is full``), a database locked past its timeout, and a shared
+    queue's PostgreSQL out of reach (its connection refused, reset or timed out)."""
+    import errno
+    import sqlite3
+
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(error, (sqlite3.OperationalError, OperationalError)):
+        text = str(error).lower()
+        if any(word in text for word in ("locked", "busy", "disk is full", "disk i/o", "unable to open")):
+            return True
+    if isinstance(error, DBAPIError) and (error.connection_invalidated or isinstance(error, (OperationalError, InterfaceError))):
+        return "psycopg" in type(error.orig).__module__  # PostgreSQL's connection, not a statement of ours
+    return type(error).__module__.startswith("psycopg") and type(error).__name__ in ("OperationalError", "InterfaceError")
 
 
 def is_the_services(error: BaseException) -> bool:
@@ -178,8 +203,11 @@ def one_service(state: Path, replica: str) -> int:
                 "先停止它（kill -TERM {pid}，或 systemctl stop attnkit-serve），或用 --status 查看它"
             ).format(pid=holder)
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a full disk: the pid is only what a second start names; the lock is held all the same
     return fd
 
 
@@ -312,6 +340,15 @@ class Service:
         self.dues_read = 0.0
         self.pool = WarmPool(autograder, workers, limits, hide, self.on_record, seed, on_event=self.emit)
         self.recorder: subprocess.Popen | None = None
+        self.recorder_restarts: list[float] = []  # when the recorder was started again (monotonic), for the bound
+        self.recorder_due: float | None = None  # a dead recorder's restart, at this time (monotonic)
+        # A transient fault of the host (``is_transient``): intake and claims paused until it passes.
+        self.paused: str | None = None  # why, while paused
+        self.paused_since = 0.0
+        self.probed = 0.0
+        self.held: list[tuple[InFlight, SubmissionRecord]] = []  # records graded while paused, delivered at the resume
+        self.must_recover = False  # the start's recover() waits for the resume
+        self.last_scan = self.last_prune = 0.0  # when inbound/ was last rescanned, the copies last pruned (monotonic)
         self.listener: socket.socket | None = None
         self.endpoint: Endpoint | None = None  # /metrics and /health, served by this loop without blocking it
         if metrics_port is not None:
@@ -361,7 +398,10 @@ class Service:
     def emit(self, event: str, **fields: Any) -> None:
         line = json.dumps({"time": round(time.time(), 3), "event": event, **fields}, ensure_ascii=False)
         # A name's undecodable bytes (surrogates) written escaped: a log line never raises.
-        print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=self.log, flush=True)
+        try:
+            print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=self.log, flush=True)
+        except OSError:
+            pass  # the log's own disk full: the line is lost, never the service (the journal usually lives elsewhere)
 
     def look(self, names: list[str]) -> None:
         """Names in inbound/ to look at (an event's), after those already waiting."""
@@ -427,7 +467,9 @@ class Service:
         try:
             return self.take_in(name)
         except Exception as error:
-            if is_the_services(error):
+            if is_the_services(error) or is_transient(error):
+                if is_transient(error):
+                    shutil.rmtree(self.attempts / name, ignore_errors=True)  # a partial copy: taken again at the resume's rescan
                 raise
             self.pending.pop(name, None)
             self.known.add(name)
@@ -504,7 +546,7 @@ class Service:
         try:
             yield
         except Exception as error:
-            if is_the_services(error):
+            if is_the_services(error) or is_transient(error):
                 raise
             self.in_flight.pop(row.id, None)
             cause = _("评分服务无法处理这份提交（{kind}：{message}）").format(kind=type(error).__name__, message=str(error)[:200])
@@ -548,9 +590,18 @@ class Service:
         if flight is None or flight.job is not job:
             self.emit("discarded", kind="record", job=job.id, about=job.key, why="not in flight")
             return
-        with self.on_behalf_of(flight.row):
-            self.deliver(flight, record)
-            self.in_flight.pop(flight.row.id, None)
+        if self.paused is not None:
+            self.held.append((flight, record))  # delivered at the resume, in order
+            return
+        try:
+            with self.on_behalf_of(flight.row):
+                self.deliver(flight, record)
+                self.in_flight.pop(flight.row.id, None)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            self.held.append((flight, record))
+            self.pause(error)
 
     def deliver(self, flight: InFlight, record: SubmissionRecord) -> None:
         """The record as results, its page placed as the policy allows, the row delivered."""
@@ -712,6 +763,8 @@ class Service:
         worker alive, its recorder alive, its database answering."""
         if not self.running:
             return False, "starting"
+        if self.paused is not None:
+            return False, f"paused: {self.paused}"  # the database is not asked: it may be what is gone
         if self.warming:
             return False, "warming"
         alive = sum(1 for worker in self.pool.pool.values() if worker.process.is_alive())
@@ -743,7 +796,12 @@ class Service:
             status = b"200 OK" if ready else b"503 Service Unavailable"
             body = json.dumps({"status": why, "replica": self.replica, "workers": self.pool.workers, "in_flight": len(self.in_flight)}).encode()
             return status, b"application/json", body
-        counts = self.queue.counts()
+        try:
+            counts = self.queue.counts()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            counts = {QUEUED: -1, GRADING: -1}  # unknown while the database is out of reach
         body = self.metrics.text(counts[QUEUED], counts[GRADING], self.replica, len(self.in_flight), ready).encode()
         return b"200 OK", b"text/plain; version=0.0.4", body
 
@@ -755,6 +813,72 @@ class Service:
         if registration is None:
             return b"404 Not Found", b"text/plain", b"no LMS is connected to this course\n"
         return b"200 OK", b"application/json", json.dumps(jwks(registration.key_path)).encode()
+
+    # -- transient faults ----------------------------------------------------------------------
+    def pause(self, error: BaseException) -> None:
+        """A transient fault (``is_transient``): no intake and no claims until ``probe`` finds it
+        passed; what the workers have is graded and its record held (``held``). One log line
+        (``paused``) per pause, and ``--status`` says it (``paused.txt`` in the service's folder)."""
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+        if self.paused is None:
+            self.paused, self.paused_since, self.probed = reason, time.monotonic(), time.monotonic()
+            self.emit("paused", reason=reason, held=len(self.held))
+            try:
+                (self.state / PAUSED_FILE).write_text(f"{time.time():.0f} {reason}")
+            except OSError:
+                pass  # the disk that is full: --status then measures the space itself
+
+    def disk_short(self) -> OSError | None:
+        """The course's or the exchange's file system with less than MIN_FREE_BYTES free, as the
+        error a copy there would meet (ENOSPC, with how much is left where), or None."""
+        import errno
+
+        for folder in (self.course.root, self.course.inbound):
+            free = free_bytes(folder)
+            if free is not None and free < MIN_FREE_BYTES:
+                return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({free} bytes free on {folder}; intake resumes at {MIN_FREE_BYTES})")
+        return None
+
+    def probe(self) -> None:
+        """While paused, every PROBE_SECONDS: enough free space on the course's and the exchange's
+        file systems, the database answering; then the held records delivered, intake resumed
+        (a full rescan of inbound/: what came meanwhile is taken in order), ``resumed`` logged."""
+        if self.paused is None or time.monotonic() - self.probed < PROBE_SECONDS:
+            return
+        self.probed = time.monotonic()
+        if self.disk_short() is not None:
+            return
+        try:
+            self.queue.ping()
+            if self.must_recover:
+                self.emit("requeued", count=self.queue.recover())
+                self.must_recover = False
+            while self.held:
+                flight, record = self.held[0]
+                with self.on_behalf_of(flight.row):
+                    self.deliver(flight, record)
+                    self.in_flight.pop(flight.row.id, None)
+                self.held.pop(0)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            return
+        self.emit("resumed", reason=self.paused, seconds=round(time.monotonic() - self.paused_since, 3))
+        self.paused = None
+        (self.state / PAUSED_FILE).unlink(missing_ok=True)
+        self.pending.clear()
+        self.rescan()
+
+    def paused_turn(self, ready: list[Any]) -> None:
+        """A turn of the loop while paused: the workers' records read (and held), inotify's events
+        read and dropped (the resume rescans), /health answered (503, why), the recorder watched."""
+        if self.inotify.fileno() in ready:
+            self.inotify.read(timeout=0)
+        if self.endpoint is not None:
+            self.answer_metrics(ready)
+        self.pool.pump([r for r in ready if r in self.pool.pool])
+        self.watch_recorder()
+        self.probe()
 
     # -- the loop ----------------------------------------------------------------------------
     def start_recorder(self) -> None:
@@ -778,6 +902,39 @@ class Service:
             stderr=self.log,
         )
         self.pool.keep.add(self.recorder.pid)
+
+    def watch_recorder(self) -> None:
+        """The recorder, started again if it died (killed, the OOM killer, a crash): what it had
+        not recorded is in the queue (``unrecorded``) and the new one records it. At most
+        RECORDER_RESTARTS restarts within RECORDER_RESTART_WINDOW seconds, each after a pause
+        doubling from a second; beyond that, or when it stopped for a person to fix (exit 2:
+        the course's configuration, the gradebook at odds with solutions/), the service stops
+        (exit 2) saying why, the file and line of a broken configuration included."""
+        if self.recorder is None or self.recorder.poll() is None:
+            return
+        code = self.recorder.returncode
+        now = time.monotonic()
+        if self.recorder_due is None:
+            reason = recorder_stopped_reason(self.state)
+            if code == PERSON_MUST_FIX and reason:
+                raise GraderError(reason)
+            course_config(self.course.root)  # a configuration broken meanwhile: named (GraderError), never a restart loop
+            self.recorder_restarts = [at for at in self.recorder_restarts if now - at < RECORDER_RESTART_WINDOW]
+            if len(self.recorder_restarts) >= RECORDER_RESTARTS:
+                raise GraderError(
+                    _("成绩册记录进程在 {minutes:.0f} 分钟内退出了 {count} 次（最后退出码 {code}），不再重启").format(
+                        minutes=RECORDER_RESTART_WINDOW / 60, count=len(self.recorder_restarts) + 1, code=code
+                    )
+                )
+            delay = min(2.0 ** len(self.recorder_restarts), 30.0)
+            self.recorder_due = now + delay
+            self.emit("recorder-died", code=code, restart_in=delay, unrecorded=self.queue.unrecorded())
+            return
+        if now >= self.recorder_due:
+            self.recorder_due = None
+            self.recorder_restarts.append(now)
+            self.start_recorder()
+            self.emit("recorder-restarted", pid=self.recorder.pid)
 
     def start_hub(self) -> None:
         """The HTTP side (``python -m attnkit.service.hub``), again if it died: it dies with us."""
@@ -830,9 +987,27 @@ class Service:
 
     def run(self) -> int:
         self.start_hub()  # (started by the command line: a hub side that could not serve stops us here)
-        recovered = self.queue.recover()
+        (self.state / PAUSED_FILE).unlink(missing_ok=True)
+        recovered = 0
+        try:
+            recovered = self.queue.recover()
+        except Exception as error:  # a full disk, the database out of reach: started paused, recovered at the resume
+            if not is_transient(error):
+                raise
+            self.must_recover = True
+            self.pause(error)
+        short = self.disk_short()
+        if short is not None:  # started on a full disk: paused from the first turn
+            self.pause(short)
         self.start_recorder()
-        self.warm_up()
+        try:
+            self.warm_up()
+        except OSError as error:  # no room for the warm-up's copies: started cold rather than not at all
+            if not is_transient(error):
+                raise
+            shutil.rmtree(self.state / "warm-up", ignore_errors=True)
+            self.warming.clear()
+            self.pause(error)
         self.pool.start()
         self.emit(
             "started", course=self.course.course_id, inbound=str(self.course.inbound), workers=self.pool.workers, requeued=recovered, replica=self.replica
@@ -842,7 +1017,6 @@ class Service:
             hub_side.write_phase(self.state, hub_side.WARMING)
         gc.collect()
         gc.freeze()
-        last_scan = last_prune = 0.0
         more = False  # names still waiting to be looked at: no sleep in the next wait
         try:
             while not self.stopping:
@@ -850,30 +1024,16 @@ class Service:
                 if self.endpoint is not None:
                     waiting += self.endpoint.waitables()  # the listener and its open connections
                 ready = multiprocessing.connection.wait(waiting, timeout=0 if more else 0.25)
-                if self.inotify.fileno() in ready:
-                    events = self.inotify.read(timeout=0)
-                    self.look([event.name for event in events if event.name and event.wd != self.spool_watch])
-                    if any(event.wd == self.spool_watch for event in events):
-                        self.take_spooled()
-                    if any(event.mask & flags.Q_OVERFLOW for event in events):  # events lost: look at everything
-                        self.pending.clear()
-                        self.rescan()
-                if self.endpoint is not None:
-                    self.answer_metrics(ready)  # every turn: connections past their deadline are dropped
-                self.pool.pump([r for r in ready if r in self.pool.pool])
-                if time.monotonic() - last_scan > RESCAN_SECONDS:
-                    self.rescan()
-                    self.release_after_due()
-                    if time.monotonic() - last_prune > PRUNE_SECONDS:
-                        self.prune_copies()
-                        last_prune = time.monotonic()
-                    self.start_hub()
-                    last_scan = time.monotonic()
-                if self.recorder is not None and self.recorder.poll() is not None:
-                    raise GraderError(_("成绩册记录进程意外退出（退出码 {code}）").format(code=self.recorder.returncode))
-                more = self.take_turn()
-                self.queue.heartbeat()  # the leases of what this replica grades (shared queue)
-                self.dispatch()
+                if self.paused is not None:
+                    more = False
+                    self.paused_turn(ready)
+                    continue
+                try:
+                    more = self.turn(ready)
+                except Exception as error:
+                    if not is_transient(error):
+                        raise
+                    self.pause(error)
         except GraderError as error:
             self.emit("stopped", reason=str(error))
             return 2
@@ -881,6 +1041,38 @@ class Service:
             self.shut_down()
         self.emit("stopped", reason="signal")
         return 0
+
+    def turn(self, ready: list[Any]) -> bool:
+        """One turn of the loop (not paused): what ``ready`` says, the rescan, the recorder,
+        intake, the leases, the claims. True when names are still waiting to be looked at."""
+        if self.inotify.fileno() in ready:
+            events = self.inotify.read(timeout=0)
+            self.look([event.name for event in events if event.name and event.wd != self.spool_watch])
+            if any(event.wd == self.spool_watch for event in events):
+                self.take_spooled()
+            if any(event.mask & flags.Q_OVERFLOW for event in events):  # events lost: look at everything
+                self.pending.clear()
+                self.rescan()
+        if self.endpoint is not None:
+            self.answer_metrics(ready)  # every turn: connections past their deadline are dropped
+        self.pool.pump([r for r in ready if r in self.pool.pool])
+        if time.monotonic() - self.last_scan > RESCAN_SECONDS:
+            short = self.disk_short()
+            if short is not None:  # before a copy fails for want of room
+                self.pause(short)
+                return False
+            self.rescan()
+            self.release_after_due()
+            if time.monotonic() - self.last_prune > PRUNE_SECONDS:
+                self.prune_copies()
+                self.last_prune = time.monotonic()
+            self.start_hub()
+            self.last_scan = time.monotonic()
+        self.watch_recorder()
+        more = self.take_turn()
+        self.queue.heartbeat()  # the leases of what this replica grades (shared queue)
+        self.dispatch()
+        return more
 
     def shut_down(self) -> None:
         self.running = False
@@ -894,7 +1086,12 @@ class Service:
             self.hub_process.terminate()
             self.hub_process.wait(timeout=30)
         self.pool.stop()
-        requeued = self.queue.recover()  # what was in flight waits for the next start
+        try:
+            requeued = self.queue.recover()  # what was in flight waits for the next start
+        except Exception as error:  # the database out of reach at the stop: the next start recovers it (a shared queue: the leases)
+            if not is_transient(error):
+                raise
+            requeued = 0
         if requeued:
             self.emit("requeued", count=requeued)
         self.queue.close()

@@ -4,6 +4,7 @@ without importing the grading engine (torch), so that ``--status`` answers at on
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attnkit.constants import GraderError
@@ -13,6 +14,17 @@ from attnkit.i18n import _
 from attnkit.service import exchange as ex
 
 STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (0700)
+PAUSED_FILE = "paused.txt"  # in the service's folder while it is paused by a transient fault: when and why
+MIN_FREE_BYTES = 16 << 20  # free space the course's and the exchange's file systems need for intake to resume
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s file system (None: cannot tell)."""
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
 
 
 def state_folder(root: Path) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attnkit.i18n import _
 from attnkit.service.queue import DELIVERED, FAILED, GRADING, QUEUED, REFUSED, open_queue
-from attnkit.service.settings import STATE_FOLDER
+from attnkit.service.settings import MIN_FREE_BYTES, PAUSED_FILE, STATE_FOLDER, free_bytes
 
 
 def state_name(state: str) -> str:
@@ -34,6 +34,61 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))] if ordered else float("nan")
 
 
+def capacity(spans: list[tuple[float, float]]) -> float | None:
+    """Pages per second this host (every replica on the queue) sustains, from the last hour's
+    deliveries ``spans`` ((claimed, finished) each): the most submissions that were being graded at
+    once (the workers seen busy together) divided by the mean seconds a submission spends from its
+    claim to its page. A burst that filled every worker makes this the host's full rate; a quiet
+    hour that never did counts only the workers it used (an underestimate, never an overestimate
+    of what was seen). None without deliveries."""
+    if not spans:
+        return None
+    edges = sorted([(start, 1) for start, _end in spans] + [(end, -1) for _start, end in spans], key=lambda edge: (edge[0], edge[1]))
+    busy = most = 0
+    for _when, step in edges:
+        busy += step
+        most = max(most, busy)
+    mean = sum(end - start for start, end in spans) / len(spans)
+    return max(most, 1) / mean if mean > 0 else None
+
+
+def paused_lines(root: Path) -> list[str]:
+    """The service paused by a transient fault (its PAUSED_FILE: since when, why), and the course's
+    disk full whether or not it could write that file."""
+    lines = []
+    try:
+        since, reason = (root / STATE_FOLDER / PAUSED_FILE).read_text().split(" ", 1)
+        lines.append(_("已暂停接收（{seconds:.0f} 秒前起）：{reason}；故障消失后自动恢复").format(seconds=time.time() - float(since), reason=reason))
+    except (OSError, ValueError):
+        pass
+    free = free_bytes(root)
+    if free is not None and free < MIN_FREE_BYTES:
+        lines.append(_("课程所在磁盘几乎已满（剩余 {free} 字节）：评分服务暂停接收，腾出空间后自动恢复").format(free=free))
+    return lines
+
+
+def problems(root: Path, autograder: Path | None) -> list[str]:
+    """What stops the service at its start and a person must fix, as its start says it: the
+    course's nbgrader_config.py and the hidden suites' Python files (each named with its line)."""
+    from attnkit.constants import GraderError
+    from attnkit.course.gradebook import course_config
+
+    found: list[str] = []
+    try:
+        course_config(root)
+    except GraderError as error:
+        found.append(str(error))
+    if autograder is not None and autograder.is_dir():
+        from attnkit.assignment.folder import compile_suite
+
+        for folder in sorted(path for path in autograder.iterdir() if (path / "manifest.toml").is_file()):
+            try:
+                compile_suite(folder)
+            except GraderError as error:
+                found.append(str(error))
+    return found
+
+
 def status(root: Path, queue_url: str | None = None) -> str:
     """``attnkit serve --status``: the queue, what is in flight (and by which replica, with a
     shared queue), the last hour."""
@@ -44,6 +99,7 @@ def status(root: Path, queue_url: str | None = None) -> str:
     try:
         counts = queue.counts()
         lines = [counted(counts)]
+        lines += paused_lines(root)
         for state in (GRADING, QUEUED):
             for row in queue.in_state(state, limit=20):
                 held = f" {row['replica']}" if "replica" in row.keys() and row["replica"] else ""  # which replica grades it
@@ -59,6 +115,14 @@ def status(root: Path, queue_url: str | None = None) -> str:
             )
         else:
             lines.append(_("过去一小时：{counts}").format(counts=hourly))
+        rate = capacity(queue.grading_spans_since(hour))
+        if rate is not None:
+            # The queue's expected wait: what is queued, at the rate the last hour sustained.
+            lines.append(
+                _("处理能力：每秒 {rate:.2f} 页（过去一小时）；排队中的 {queued} 份预计等待 {wait:.1f} 秒").format(
+                    rate=rate, queued=counts[QUEUED], wait=counts[QUEUED] / rate
+                )
+            )
         lines.append(_("尚未写入成绩册：{count}").format(count=queue.unrecorded()))
         for state in (REFUSED, FAILED):
             for row in queue.in_state(state, limit=20, newest_first=True):

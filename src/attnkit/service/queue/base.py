@@ -394,6 +394,16 @@ class Queue(ABC):
             for row in self.rows("SELECT finished - noticed AS latency FROM submissions WHERE state = 'delivered' AND finished >= :since", since=since)
         ]
 
+    def grading_spans_since(self, since: float) -> list[tuple[float, float]]:
+        """(claimed, finished) of each delivery since ``since``: when a worker had it, when its page was placed."""
+        return [
+            (float(row["started"]), float(row["finished"]))
+            for row in self.rows(
+                "SELECT started, finished FROM submissions WHERE state = 'delivered' AND finished >= :since AND started IS NOT NULL AND finished >= started",
+                since=since,
+            )
+        ]
+
     def finished_since(self, since: float) -> dict[str, int]:
         """How many submissions ended in each state since ``since``."""
         return {

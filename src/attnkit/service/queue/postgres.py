@@ -61,6 +61,28 @@ def engine_url(url: str) -> str:
     return url
 
 
+NETWORK_SECONDS = 5  # how long a replica waits on an unanswering network before its connection counts as lost
+
+
+def connect_args() -> dict[str, Any]:
+    """libpq's settings for the queue's connections: a replica cut off from the database gets its
+    error within NETWORK_SECONDS rather than when the kernel gives up on TCP (minutes: a hung
+    loop, /health unanswered), and the server drops a cut-off replica's session as soon (TCP
+    keepalives and user timeout on its side too), so that the recording lock it held
+    (``recording``, a transaction's advisory lock) is free again for the other replicas."""
+    seconds = NETWORK_SECONDS
+    server = f"-c tcp_keepalives_idle={seconds} -c tcp_keepalives_interval=1 -c tcp_keepalives_count={seconds} -c tcp_user_timeout={seconds * 1000}"
+    return {
+        "options": f"-c search_path={SCHEMA_NAME} {server}",
+        "connect_timeout": seconds,
+        "keepalives": 1,
+        "keepalives_idle": seconds,
+        "keepalives_interval": 1,
+        "keepalives_count": seconds,
+        "tcp_user_timeout": seconds * 1000,
+    }
+
+
 class PostgresQueue(Queue):
     """The table shared by replicas (see the module's text)."""
 
@@ -76,7 +98,7 @@ class PostgresQueue(Queue):
         self.lease_seconds = lease_seconds
         self.renewed = 0.0  # when this replica's leases were last renewed (heartbeat)
         self.expired = 0.0  # when it last gave expired leases back to the queue (claim)
-        self.engine = create_engine(engine_url(url), pool_size=2, max_overflow=2, pool_pre_ping=True, connect_args={"options": f"-c search_path={SCHEMA_NAME}"})
+        self.engine = create_engine(engine_url(url), pool_size=2, max_overflow=2, pool_pre_ping=True, connect_args=connect_args())
         self.recording_db: Any = None
         if not make_schema:  # a reader of a queue its loop has made (the hub's pages, per request)
             return

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from attnkit.cli import build_parser
+from attnkit.course.settings import KitSettings, command_line_values
 from commands import run_command
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
@@ -182,11 +183,13 @@ def test_the_serve_replicas_share_a_queue_from_a_secret_and_are_probed_on_health
     assert environment["ATTNKIT_QUEUE_URL"] == "secret:attnkit-database/url", "the database URL comes from the Secret"
     assert "postgresql" not in str(container), "no URL (and no password) in the manifest"
     args = build_parser().parse_args(grade_arguments(container, 0))
-    assert args.command == "serve" and args.queue_url is None, "the URL is read from ATTNKIT_QUEUE_URL, not the command line"
+    given = command_line_values(args)
+    settings = KitSettings.load(None, given, {})  # what the command line makes of the declared settings (course.settings)
+    assert args.command == "serve" and given["AttnkitServe.queue_url"] is None, "the URL is read from ATTNKIT_QUEUE_URL, not the command line"
     assert args.replica_id == environment["POD_NAME"], "each replica named after its pod"
     assert args.jobs == int(container["resources"]["limits"]["cpu"]), "one warm worker per CPU of the limit"
-    assert args.metrics_host == "0.0.0.0", "the kubelet's probe comes from outside the pod's loopback"
-    assert 0 < args.lease_seconds <= pod["terminationGracePeriodSeconds"]
+    assert settings.serve.metrics_host == "0.0.0.0", "the kubelet's probe comes from outside the pod's loopback"
+    assert 0 < settings.serve.lease_seconds <= pod["terminationGracePeriodSeconds"]
     probe = container["readinessProbe"]["httpGet"]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert probe["path"] == "/health" and ports[probe["port"]] == args.metrics_port

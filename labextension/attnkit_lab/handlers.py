@@ -8,7 +8,7 @@ Two channels, one answer (``/attnkit-lab/state``):
   ``nbgrader fetch_feedback`` finds it, readable by this student alone, and its marks the
   ``.json`` beside it (``attnkit.report.cell_marks``). Nobody else can name or read them.
 - ``--hub``: the service answers with the user's own token (``JUPYTERHUB_API_TOKEN``) at
-  ``ATTNKIT_SERVICE_URL`` (default: the hub's ``/services/attnkit/``).
+  ``ATTNKIT_SERVICE_URL`` (the hub's ``Spawner.environment`` gives it, as for ``attnkit submit``).
 
 Neither (no service placed anything, no service answers): ``channel`` is "none" and the frontend
 stays quiet; nbgrader's Assignment List works as it always does.
@@ -151,9 +151,7 @@ class Hub:
     @staticmethod
     def from_environment() -> Hub | None:
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
-        service = os.environ.get("ATTNKIT_SERVICE_URL", "")
-        if not service and os.environ.get("JUPYTERHUB_API_URL"):
-            service = os.environ["JUPYTERHUB_API_URL"].rsplit("/hub/api", 1)[0] + "/services/attnkit/"
+        service = os.environ.get("ATTNKIT_SERVICE_URL", "")  # docs/hub.md: the hub's Spawner.environment says it, as for `attnkit submit`
         return Hub(service, token) if token and service else None
 
     def get(self, path: str, cap: int = MAX_JSON_BYTES) -> bytes:

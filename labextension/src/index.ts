@@ -64,6 +64,9 @@ interface IMarks {
   labels: Labels;
 }
 
+// The words of the last answer of the server (the command's label is asked for before any notebook is open).
+let currentLabels: Labels = {};
+
 const POLL_MS = Number(PageConfig.getOption('attnkitPollMs') || '2000');
 const MARK_CLASS = 'attnkit-marked';
 const NOTE_CLASS = 'attnkit-mark';
@@ -148,6 +151,7 @@ class Watch {
     }
     if (state) {
       this.labels = state.labels;
+      currentLabels = state.labels;
       this.channel = state.channel;
       this.showLimit(state.limit);
       for (const submission of state.submissions) {
@@ -290,8 +294,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     });
     app.commands.addCommand('attnkit:submit', {
-      label: 'Submit for feedback',
-      caption: 'nbgrader submit of this notebook’s assignment; the feedback comes as a notification',
+      label: () => currentLabels.submit || 'Submit for feedback',
       isEnabled: () => !!tracker.currentWidget,
       execute: async () => {
         const panel = tracker.currentWidget;
@@ -305,7 +308,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
         const watch = watches.get(panel);
         if (done && done.success) {
-          Notification.info(watch?.labels.submitted || 'Submitted', { autoClose: 5000 });
+          Notification.info(currentLabels.submitted || 'Submitted', { autoClose: 5000 });
           watch?.soon();
         } else {
           Notification.error(done ? done.output : 'nbgrader submit failed', { autoClose: false });

@@ -54,4 +54,5 @@ def test_shipped_build_is_the_sources_build(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     rebuilt = copy / "attnkit_lab" / "labextension"
     assert (rebuilt / "package.json").is_file()
-    assert differences(rebuilt, SHIPPED) == [], "the shipped build is not the source's: `make labextension-build` and commit labextension/attnkit_lab/labextension/"
+    differing = differences(rebuilt, SHIPPED)
+    assert differing == [], f"the shipped build is not the source's ({differing}): `make labextension-build`, commit attnkit_lab/labextension/"

@@ -87,5 +87,4 @@ def labels() -> dict[str, str]:
         "no_limit": _("反馈次数不限"),
         "submit": _("提交并获取反馈"),
         "submitted": _("已提交，正在评分……"),
-        "withheld": _("这次提交的反馈暂不显示，详见反馈页"),
     }

@@ -112,7 +112,7 @@ $(DEV_STAMP): $(STAMP)
 
 # ruff, then mypy (its files and strictness are pyproject's [tool.mypy]).
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check src tests tools autograder examples
+	$(BIN)/ruff check src tests tools autograder examples labextension/attnkit_lab
 	$(BIN)/mypy
 
 # The feedback-page test looks at the page in a real browser: Debian's Chromium and CJK fonts.

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024  # a feedback page (the kit caps its own at 4 MB)
@@ -219,13 +219,14 @@ class StateHandler(APIHandler):
         self.finish(json.dumps(state))
 
 
-def _channel(handler: APIHandler) -> Hub | Exchange:
+def _channel(handler: JupyterHandler) -> Hub | Exchange:
     hub = Hub.from_environment()
     return hub if hub is not None and handler.get_argument("channel", "") == "hub" else Exchange(handler.settings["server_root_dir"])
 
 
-class PageHandler(APIHandler):
-    """GET ?key=…&channel=…: a submission's page, for the panel's iframe (sandboxed: no script runs)."""
+class PageHandler(JupyterHandler):
+    """GET ?key=…&channel=…: a submission's page, for the panel's iframe (sandboxed: no script runs).
+    Not an APIHandler: that one answers every body as JSON."""
 
     @web.authenticated
     def get(self) -> None:

@@ -75,6 +75,17 @@ function format(template: string | undefined, values: Record<string, string | nu
   return (template || '').replace(/\{(\w+)\}/g, (whole, name) => (name in values ? String(values[name]) : whole));
 }
 
+/** nbgrader's timestamp ("2026-12-07 16:59:19.383657 UTC", or with an offset) in the reader's own time zone. */
+function localTime(stamp: string): string {
+  const found = /^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(\.\d{1,3})?\d*\s*(UTC|Z|[+-]\d\d:?\d\d)?$/.exec(stamp.trim());
+  if (!found) {
+    return stamp;
+  }
+  const zone = !found[4] || found[4] === 'UTC' ? 'Z' : found[4];
+  const moment = new Date(`${found[1]}T${found[2]}${found[3] || ''}${zone}`);
+  return isNaN(moment.getTime()) ? stamp : moment.toLocaleString();
+}
+
 function points(value: number): string {
   return String(Math.round(value * 100) / 100);
 }
@@ -197,7 +208,7 @@ class Watch {
   }
 
   private notify(submission: ISubmission): void {
-    const when = submission.timestamp ? new Date(submission.timestamp.replace(' ', 'T')).toLocaleString() : '';
+    const when = localTime(submission.timestamp);
     Notification.info(format(this.labels.ready, { assignment: this.assignment, time: when }), {
       autoClose: false,
       actions: [{ label: this.labels.open || 'Open', callback: () => this.open(submission.key) }]

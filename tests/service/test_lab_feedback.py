@@ -43,7 +43,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.browser]
 NOTEBOOK = f"{ASSIGNMENT}/attention.ipynb"
 # The notebook's panel in the page, and its model as JupyterLab would save it.
 PANEL = f"[...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === '{NOTEBOOK}')"
-MODEL = f"JSON.stringify({PANEL}.context.model.toJSON())"
+# (its cells: JupyterLab itself writes the notebook's language_info once the kernel is up)
+MODEL = f"JSON.stringify({PANEL}.context.model.toJSON().cells)"
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 

@@ -22,7 +22,7 @@ ASSIGNMENT := ch19-attention
 # nbgrader's Gradebook runs `alembic`, which must be on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lab collect lock browser slurm postgresql acl hub-proxy grade test test-fast test-second-assignment lint release check student-zip student-wheels student-env bench bench-serve serve gradescope clean
+.PHONY: help install lab collect lock browser slurm postgresql acl hub-proxy labextension labextension-build grade test test-fast test-second-assignment lint release check student-zip student-wheels student-env bench bench-serve serve gradescope clean
 
 help:
 	@echo "make grade [SUBMITTED=dir OUT=dir JOBS=n]  grade a class (default: the demo class)"
@@ -43,6 +43,8 @@ help:
 	@echo "make serve [METRICS_PORT=9339]              grade each nbgrader submit as it arrives (docs/service.md)"
 	@echo "make bench-serve                            time attnkit serve: one submission, a deadline burst, then one student's flood (root)"
 	@echo "make lock                                   regenerate requirements.lock (uv, one lock for Python 3.11-3.13)"
+	@echo "make labextension                       install the kit's JupyterLab extension (labextension/, prebuilt) into .venv"
+	@echo "make labextension-build                 rebuild it from labextension/src (npm ci, then JupyterLab's builder)"
 	@echo "make gradescope                             build dist/gradescope.zip (a Gradescope autograder; one per assignment, dist/gradescope-NAME.zip, when there are several)"
 
 install: $(STAMP)
@@ -112,7 +114,7 @@ $(DEV_STAMP): $(STAMP)
 
 # ruff, then mypy (its files and strictness are pyproject's [tool.mypy]).
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check src tests tools autograder examples
+	$(BIN)/ruff check src tests tools autograder examples labextension/attnkit_lab
 	$(BIN)/mypy
 
 # The feedback-page test looks at the page in a real browser: Debian's Chromium and CJK fonts.
@@ -167,6 +169,24 @@ $(CHP):
 	fi
 	npm install --silent --no-audit --no-fund --prefix .hub-proxy configurable-http-proxy@$(CHP_VERSION)
 
+# The kit's JupyterLab extension (labextension/, issue 51): shipped prebuilt (attnkit_lab/labextension/,
+# committed), so pip installs it without Node; make test installs it into .venv for the lab test.
+# Its npm packages come from labextension/package-lock.json (npm ci), as the hub's proxy's do above;
+# tests/lab/test_labextension_build.py rebuilds it from src/ with them and fails when the build differs.
+LAB_STAMP := $(VENV)/.labextension-installed
+LAB_NPM := labextension/node_modules/.package-lock.json
+labextension: $(LAB_STAMP) $(LAB_NPM)
+$(LAB_STAMP): $(STAMP) labextension/pyproject.toml $(shell find labextension/attnkit_lab labextension/jupyter-config -type f -not -path '*/__pycache__/*' 2>/dev/null)
+	$(BIN)/pip install --quiet --disable-pip-version-check ./labextension
+	touch $(LAB_STAMP)
+$(LAB_NPM): labextension/package-lock.json
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory hub-proxy
+	npm ci --silent --no-audit --no-fund --prefix labextension
+# Rebuild the shipped build from source (then commit attnkit_lab/labextension/).
+labextension-build: $(LAB_NPM) $(STAMP)
+	rm -rf labextension/attnkit_lab/labextension labextension/lib labextension/tsconfig.tsbuildinfo
+	cd labextension && PATH=$(abspath $(BIN)):$$PATH node_modules/.bin/tsc --sourceMap false && node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path "$$($(abspath $(BIN))/python -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+
 # An LMS download (Canvas, Moodle, Blackboard; folder or zip) into nbgrader's layout in INTO/ (default
 # submitted/); then `make grade SUBMITTED=submitted`. LMS=… and TIMEZONE=… are passed on when given.
 INTO     ?= submitted
@@ -179,7 +199,7 @@ grade: $(STAMP)
 
 # The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
 # --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
-test: $(DEV_STAMP) browser slurm postgresql hub-proxy acl lint
+test: $(DEV_STAMP) browser slurm postgresql hub-proxy labextension acl lint
 	$(BIN)/python -m pytest -q --durations=25 tests
 	$(MAKE) --no-print-directory test-second-assignment
 
@@ -222,8 +242,8 @@ STUDENT_WHEELS := dist/student
 student-wheels: $(STAMP)
 	rm -rf $(STUDENT_WHEELS) build
 	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(STUDENT_WHEELS) .
-	# LABEXT-PLACEHOLDER (issue 51): the kit's JupyterLab extension (labextension/, prebuilt: no Node needed to install it).
-	if [ -f labextension/pyproject.toml ]; then $(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w $(STUDENT_WHEELS) ./labextension; fi
+	# The kit's JupyterLab extension (labextension/, prebuilt: no Node needed to install it), which the student extra names.
+	$(BIN)/pip wheel --quiet --disable-pip-version-check --no-deps -w $(STUDENT_WHEELS) ./labextension
 	cp requirements.lock $(STUDENT_WHEELS)/constraints.txt
 	rm -rf build
 	@ls $(STUDENT_WHEELS)

@@ -28,6 +28,7 @@ from commands import BIN, ROOT, run_command
 
 ASSIGNMENT = "ch19-attention"
 ANSWERS = ROOT / "examples" / "submitted" / "xiaolin" / ASSIGNMENT / "attention.ipynb"  # a student's correct answers
+LAB_EXTENSION = json.loads((ROOT / "labextension" / "package.json").read_text(encoding="utf-8"))["name"]  # the kit's JupyterLab extension
 
 
 def site_packages(venv: Path) -> Path:
@@ -84,6 +85,8 @@ def test_the_one_command_installs_torch_cpu_nbgrader_lab_and_attnkit(student_env
     assert run_command([bin_ / "python", "-c", imports], timeout=120).stdout.strip() == "[]"
     extensions = run_command([bin_ / "jupyter", "labextension", "list"], timeout=300)
     assert "@jupyter/nbgrader" in extensions.stdout + extensions.stderr, extensions.stdout + extensions.stderr
+    # The kit's own extension (issue 51), from the prebuilt wheel: no Node in the student's environment.
+    assert LAB_EXTENSION in extensions.stdout + extensions.stderr, extensions.stdout + extensions.stderr
 
 
 @pytest.mark.slow

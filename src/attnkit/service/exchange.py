@@ -679,6 +679,36 @@ def place_feedback(course: Course, name: str, page: bytes, student: str | None =
     return final
 
 
+def place_marks(course: Course, page_name: str, marks: bytes, student: str | None = None) -> Path:
+    """The page's marks for the student's JupyterLab (``report.cell_marks``) beside it, as
+    ``<hash>.json``, written and given to ``student`` alone as the page is."""
+    final = course.feedback / f"{Path(page_name).stem}.json"
+    temporary = course.feedback / f"{final.stem}-tmp.json"
+    write_page(temporary, marks, student)
+    os.replace(temporary, final)
+    return final
+
+
+POLICIES_FILE = "attnkit-policies.json"  # the course's policies, public: what a student may know before a first submit
+
+
+def place_policies(course: Course, policies: bytes) -> Path:
+    """The attempts each assignment allows per window, readable by every student (0644: nothing
+    in it is anyone's), so the lab extension can say how many feedbacks are left before a first submit."""
+    folder = course.feedback
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(FEEDBACK_FOLDER_MODE)
+    temporary = folder / f".{POLICIES_FILE}-tmp"
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "wb") as handle:
+        handle.write(policies)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, folder / POLICIES_FILE)
+    return folder / POLICIES_FILE
+
+
 def inbound_key(name: str) -> str:
     """``name`` as the queue keeps it: itself when it is a name an entry may have (``name_problem``:
     strict UTF-8, no control character, no slash or backslash), else ``#`` and its bytes in hex (a

@@ -160,7 +160,8 @@ def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
         assignments = []
         for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
             policy = kit.policies.get(name, DEFAULT)
-            next_at = next_feedback_at(policy, queue.shown_times(student, name, now - policy.window_seconds)) if policy.attempts else None
+            shown = queue.shown_times(student, name, now - policy.window_seconds) if policy.attempts else []
+            next_at = next_feedback_at(policy, shown) if policy.attempts else None
             assignments.append(
                 {
                     "name": name,
@@ -171,6 +172,7 @@ def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
                     "next_feedback": next_at,
                     # points graded by hand (formgrader), never in the scores shown here
                     "manual_points": kit.suites[name].manual_points if name in kit.suites else 0.0,
+                    "counted": shown,  # when the window's counted feedbacks came (the lab extension counts down from them)
                 }
             )
         return {"student": student, "assignments": assignments}
@@ -561,6 +563,25 @@ class ApiAttemptHandler(Handler):
         self.finish(json.dumps(row_view(self.own_row(int(id)))))
 
 
+class ApiMarksHandler(Handler):
+    """The marks of the user's own delivered submission (``report.cell_marks``, as placed beside its
+    page) for the lab extension on ``--hub``; 404 until its page is placed."""
+
+    api = True
+
+    @web.authenticated
+    def get(self, id: str) -> None:
+        row = self.own_row(int(id))
+        if row["state"] != DELIVERED or not row["feedback"]:
+            raise web.HTTPError(404)
+        try:
+            marks = (self.kit.feedback / f"{Path(row['feedback']).stem}.json").read_bytes()
+        except OSError:
+            raise web.HTTPError(404) from None
+        self.set_header("Content-Type", "application/json")
+        self.finish(marks)
+
+
 class ClassHandler(Handler):
     """The TA's view: the class's states and queue (403 for a student)."""
 
@@ -597,6 +618,7 @@ def application(kit: Kit | None, prefix: str, cookie_secret: bytes, parent: int 
             (at("api/submit/([^/]+)"), ApiSubmitHandler),
             (at("api/attempts"), ApiAttemptsHandler),
             (at("api/attempts/([0-9]{1,18})"), ApiAttemptHandler),
+            (at("api/attempts/([0-9]{1,18})/marks"), ApiMarksHandler),
             (at("api/class"), ApiClassHandler),
             (at("submit"), SubmitHandler),
             (at("attempt/([0-9]{1,18})"), AttemptHandler),

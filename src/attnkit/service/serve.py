@@ -44,6 +44,7 @@ from attnkit.driver.seed import Seed
 from attnkit.i18n import _
 from attnkit.intake.jobs import find_jobs
 from attnkit.records import Job, ResultsJson, SubmissionRecord
+from attnkit.report.cell_marks import marks_json
 from attnkit.report.results_json import results_json
 from attnkit.report.store import bounded_feedback
 from attnkit.service import exchange as ex
@@ -640,6 +641,9 @@ class Service:
         score = results["score"] if graded else None
         if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now, hints=results.get("hints")):
             return
+        marks = json.dumps(marks_json(results, suite, shown, self.limit_of(row.student, row.assignment, now)), ensure_ascii=False).encode()
+        for name in names:
+            ex.place_marks(self.course, name, marks, row.student)
         latency = time.time() - row.noticed
         self.metrics.graded += 1
         self.metrics.observe(latency)
@@ -716,6 +720,19 @@ class Service:
         if policy.visibility == "scores":
             return "scores", scores_page(results, self.suites.get(row.assignment)).encode()
         return "full", full
+
+    def limit_of(self, student: str, assignment: str, now: float) -> dict[str, Any]:
+        """The attempts the assignment's window allows and when the student's counted ones were
+        delivered (the lab extension says from these how many are left and when the next comes)."""
+        policy = self.policies.get(assignment, DEFAULT)
+        counted = self.queue.shown_times(student, assignment, now - policy.window_seconds) if policy.attempts else []
+        return {"attempts": policy.attempts, "window_seconds": policy.window_seconds, "counted": counted}
+
+    def place_policies(self) -> None:
+        """The public policies file (``exchange.place_policies``): the attempts per window of each assignment."""
+        policies = {name: self.policies.get(name, DEFAULT) for name in self.suites}
+        public = {name: {"attempts": p.attempts, "window_seconds": p.window_seconds} for name, p in policies.items()}
+        ex.place_policies(self.course, json.dumps({"format": 1, "assignments": public}).encode())
 
     def due(self, assignment: str) -> float | None:
         if self.gradebook is not None and time.monotonic() - self.dues_read > DUE_SECONDS:
@@ -999,6 +1016,7 @@ class Service:
         short = self.disk_short()
         if short is not None:  # started on a full disk: paused from the first turn
             self.pause(short)
+        self.place_policies()
         self.start_recorder()
         try:
             self.warm_up()

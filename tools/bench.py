@@ -22,7 +22,8 @@ Every attnkit run uses one copy of the hidden suite taken at the start (``--auto
 edit to ``autograder/`` during the bench cannot make runs disagree; an edit to attnkit's own source
 shows as a changed result fingerprint and those samples are reported as not comparable.
 
-It prints per-submission means and medians, the speed ratio, peak memory, the fixed and marginal
+It prints per-submission means and medians, the speed ratio, attnkit's CPU per submission by process
+kind (``measure``), peak memory, the fixed and marginal
 cost, and PASS/MISS for each speed goal (GOAL_* below). It never fails on a missed goal: the numbers are the
 point (the exit status is non-zero only when something could not run at all).
 

@@ -23,7 +23,7 @@ PACKAGE = ROOT / "src" / "attnkit"
 MAP = ROOT / "ARCHITECTURE.md"
 BEGIN, END = "<!-- module table: tools/module_table.py --write -->", "<!-- end of the module table -->"
 ORDER = ["boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "engine", "service", "service/queue"]
-BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook"}
+BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "cpu_account"}
 ENTRY = {"__main__", "launch", "cli", "console"}
 
 

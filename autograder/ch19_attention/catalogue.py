@@ -15,6 +15,7 @@ from pathlib import Path
 
 from attnkit.assignment.mistakes import Catalogue, Mistake
 
+from .hints import HINTS  # noqa: F401  # the hint ladder of each entry (Assignment.mistakes reads it here)
 from .messages import N_
 
 # scaled_attention with its Softmax over axis {dim}: the variants of softmax_wrong_axis.

@@ -31,7 +31,7 @@ from attnkit import __version__
 from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
 from attnkit import cpu_account, i18n
 from attnkit.i18n import _
-from attnkit.boundary.policy import DEFAULT_MEMORY_MB, Limits
+from attnkit.course.settings import AttnkitCourse, AttnkitLimits, AttnkitServe, KitSettings, add_flags, command_line_values
 
 if TYPE_CHECKING:
     from attnkit.assignment.folder import Assignment
@@ -55,6 +55,7 @@ COMMAND_MODULES = {
     "serve --status": ("service.status",),  # the database only: no engine, no torch
     "submit": ("service.http_submit",),
     "course": ("course.secure",),
+    "config": ("course.settings",),
 }
 
 
@@ -104,9 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--shard", type=parse_shard, default=None, help="grade only slice i/n (merge later)")
     grade.add_argument("--gradebook", type=Path, default=None, help="also record scores in this nbgrader gradebook.db")
     grade.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
-    grade.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
-    grade.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
-    grade.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
+    add_flags(grade, AttnkitLimits)
     grade.add_argument("--quiet", action="store_true", help="no progress bar or table")
     grade.add_argument(
         "--no-isolation",
@@ -143,23 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gradebook", type=Path, default=None, help="the course's gradebook.db (default: COURSE/gradebook.db)")
     serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on 127.0.0.1:PORT")
     serve.add_argument("--status", action="store_true", help="print the queue, what is in flight and the last hour, then exit")
-    serve.add_argument(
-        "--queue-url",
-        default=None,
-        help="a PostgreSQL URL for a queue shared by replicas (default: $ATTNKIT_QUEUE_URL, c.AttnkitServe.queue_url, else SQLite in the course)",
-    )
     serve.add_argument("--replica-id", default="", help="this replica's name in a shared queue (default: host name and pid)")
-    serve.add_argument("--lease-seconds", type=float, default=30.0, help="a shared queue's lease: a dead replica's work is taken again after it")
-    serve.add_argument("--metrics-host", default="127.0.0.1", help="the address of /metrics and /health (0.0.0.0 in a pod, for its probes)")
     serve.add_argument(
         "--hub",
         action="store_true",
         help="also serve students' pages and submit over HTTP as a JupyterHub-managed service (docs/hub.md; the hub's JUPYTERHUB_* variables say where)",
     )
     serve.add_argument("--autograder", type=Path, default=AUTOGRADER_ROOT, help=argparse.SUPPRESS)
-    serve.add_argument("--cell-timeout", type=float, default=10.0, help="seconds per notebook cell")
-    serve.add_argument("--call-timeout", type=float, default=10.0, help="seconds per call of a student function")
-    serve.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="memory per sandbox beyond the libraries")
+    add_flags(serve, AttnkitLimits, AttnkitServe)
     serve.add_argument("--insecure-course", action="store_true", help=INSECURE_HELP)
 
     course = commands.add_parser("course", parents=[language], help="the course folder's own care (attnkit course secure)")
@@ -170,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="make the course's hidden parts (answers, hidden suites, gradebook, submissions, the service's folder) readable by you and the TA group only",
     )
     secure.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py; default: here)")
-    secure.add_argument("--ta-group", default=None, help="the TA group that may read them too (default: c.AttnkitCourse.ta_group, else none)")
+    add_flags(secure, AttnkitCourse)
+
+    configuration = commands.add_parser("config", parents=[language], help="print every setting of the kit, its value and where it came from")
+    configuration.add_argument("--course", type=Path, default=Path("."), help="the course root (nbgrader_config.py; default: here)")
+    add_flags(configuration, AttnkitLimits, AttnkitServe, AttnkitCourse)
 
     submit = commands.add_parser(
         "submit", parents=[language], help="submit a notebook to the course's attnkit service in JupyterHub, from your own server (docs/hub.md)"
@@ -272,7 +266,11 @@ def command_grade(args: argparse.Namespace) -> int:
     jobs = shard_of(intake.jobs, args.shard)
     skipped = [item.to_dict() for item in intake.skipped]
     todo = [job for job in jobs if args.force or not is_current(args.out, job)]
-    limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb, trusted=args.no_isolation)
+    # The course's settings where there is a course (its gradebook's folder), under the command line's.
+    from attnkit.course.gradebook import course_root
+
+    course = course_root(args.gradebook) if args.gradebook is not None else None
+    limits = KitSettings.load(course, command_line_values(args)).limits.limits(trusted=args.no_isolation)
     workers = args.jobs or len(os.sched_getaffinity(0))
     args.out.mkdir(parents=True, exist_ok=True)
     begin_shard(args.out, args.shard, intake.jobs, jobs, suites, args.submitted, args.assignment, skipped)
@@ -672,9 +670,11 @@ def command_serve(args: argparse.Namespace) -> int:
         if hub_missing():
             raise GraderError(hub_missing())
         listening = hub_side.listen()
-        hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", args.queue_url or "", sys.stderr, listening)
+        given_queue = getattr(args, "AttnkitServe.queue_url") or ""  # the hub side reads the course's own once it answers
+        hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", given_queue, sys.stderr, listening)
         import_commands("serve")
-    queue_url = settings.queue_url_of(args.course, args.queue_url)
+    kit_settings = KitSettings.load(args.course, command_line_values(args))
+    queue_url = kit_settings.serve.queue_url or None
     if args.status:
         print(status(args.course, queue_url))
         return 0
@@ -691,7 +691,7 @@ def command_serve(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # workers are forked from here, as in grade
     course = settings.load_course(args.course)
     gradebook = settings.gradebook_of(args.course, args.gradebook)
-    limits = Limits(cell_seconds=args.cell_timeout, call_seconds=args.call_timeout, memory_mb=args.memory_mb)
+    limits = kit_settings.limits.limits()
     hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
     workers = args.jobs or len(os.sched_getaffinity(0))
     service = serve.Service(
@@ -705,8 +705,8 @@ def command_serve(args: argparse.Namespace) -> int:
         take_seed(),
         queue_url=queue_url,
         replica=args.replica_id,
-        lease_seconds=args.lease_seconds,
-        metrics_host=args.metrics_host,
+        lease_seconds=kit_settings.serve.lease_seconds,
+        metrics_host=kit_settings.serve.metrics_host,
         hub=args.hub,
         hub_process=hub_process,
     )
@@ -717,7 +717,15 @@ def command_course(args: argparse.Namespace) -> int:
     """``attnkit course secure`` (attnkit.course.secure)."""
     from attnkit.course.secure import command_secure
 
-    return command_secure(args.course, args.ta_group)
+    return command_secure(args.course, getattr(args, "AttnkitCourse.ta_group"))
+
+
+def command_config(args: argparse.Namespace) -> int:
+    """``attnkit config``: every setting, its value and where it came from (attnkit.course.settings)."""
+    from attnkit.course.settings import print_settings
+
+    print_settings(KitSettings.load(args.course if (args.course / "nbgrader_config.py").is_file() else None, command_line_values(args)))
+    return 0
 
 
 def leave_working_directory(args: argparse.Namespace) -> None:
@@ -750,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": command_serve,
         "submit": command_submit,
         "course": command_course,
+        "config": command_config,
     }[args.command]
     from attnkit.console import console, print_error
     from attnkit.report.store import output_lock

@@ -165,6 +165,7 @@ class ResultsJson(TypedDict):
     not_graded: str  # empty when graded
     late: NotRequired[dict[str, Any]]  # ``course.lateness.GradebookLateness.of`` (= ``gradebook_totals.lateness``)
     lms_late: NotRequired[dict[str, str]]  # ``intake.lms_record.lms_lateness``
+    hints: NotRequired[dict[str, int]]  # the service's hint ladder (issue 53): the level each diagnosis's page shows
 
 
 # The keys that come from beside the submission (a gradebook, lms.json), not from grading it.

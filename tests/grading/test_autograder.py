@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -641,6 +642,30 @@ def test_each_mistake_loses_points_and_is_diagnosed_as_itself(autograder_results
     for result in results:
         if result["status"] != "passed":
             assert result["diagnoses"] == [mistake.id], summary(results)
+
+
+def notebook_headings(path: Path) -> list[str]:
+    """The markdown headings of a notebook, without their #s."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    text = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    return [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+
+
+@pytest.mark.parametrize("mistake", catalogue.MISTAKES, ids=lambda mistake: mistake.id)
+@pytest.mark.e2e
+def test_each_mistakes_first_hint_names_what_it_fails(autograder_results, mistake):
+    """Is the hint ladder's nudge (issue 53) true for its mistake: of the names it quotes (「…」), one is
+    a check the mistake loses points on, and each is such a check, the concept of a test it fails
+    (diagnosed as itself), or a heading of the notebook?"""
+    results = autograder_results[f"mistake_{mistake.id}"]
+    failed = [r for r in results if r["status"] != "passed" and mistake.id in r["diagnoses"]]
+    checks = {re.split("（", CH19.part_title(r["grade_id"]))[0] for r in failed}
+    concepts = {r["concept"] for r in failed if r["concept"]}
+    headings = notebook_headings(SOLUTION)
+    quoted = re.findall(r"「(.+?)」", catalogue.HINTS[mistake.id][0])
+    assert set(quoted) & checks, (quoted, checks)
+    for name in quoted:
+        assert name in checks | concepts or any(name in heading for heading in headings), (name, checks, concepts)
 
 
 @pytest.mark.parametrize("name", list(ALTERNATIVES))

@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,8 +31,11 @@ from test_service_exchange import ASSIGNMENT, BIN, ROOT, Course, free_port
 
 
 @contextmanager
-def running_course(prefix: str, roles: tuple[str, ...], due_in: datetime.timedelta, **policy: object) -> Iterator[Course]:
-    """The course, its students ``roles`` (``course.users[role]``: their unix names) and the running service."""
+def running_course(
+    prefix: str, roles: tuple[str, ...], due_in: datetime.timedelta, before_start: Callable[[Course], None] | None = None, **policy: object
+) -> Iterator[Course]:
+    """The course, its students ``roles`` (``course.users[role]``: their unix names) and the running service.
+    ``before_start``: what the test sets in the course (its configuration, the gradebook) before the service starts."""
     if shutil.which("useradd") is None or os.geteuid() != 0:
         pytest.fail("this test creates unix users: run it as root (useradd)")
     base = Path(tempfile.mkdtemp(prefix="attnkit-serve-"))
@@ -67,6 +70,8 @@ def running_course(prefix: str, roles: tuple[str, ...], due_in: datetime.timedel
         instructor(setup.root, str(BIN / "attnkit"), "course", "secure")
         setup.users = users  # type: ignore[attr-defined]
         setup.policy(**policy)
+        if before_start is not None:
+            before_start(setup)
         setup.start()
         yield setup
     finally:

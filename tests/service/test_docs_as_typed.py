@@ -63,7 +63,8 @@ COVERED = {
     (SERVICE_MD, "# /etc/systemd/system/attnkit-serve.service"): "not run: a host's systemd unit (its ExecStart is the service's command line)",
     (SERVICE_MD, "c.JupyterHub.services = ["): "not run: the hub without --hub (test_service_hub.py runs a managed service with --hub)",
     (SERVICE_MD, "c.AttnkitServe.policies = {"): "test_service_policies_compose.py, "
-    "test_service_exchange.py::test_attempt_limit_withholds_the_page_and_says_when_the_next_comes",
+    "test_service_exchange.py::test_attempt_limit_withholds_the_page_and_says_when_the_next_comes, "
+    "test_service_hints.py (its hints key)",
     (SERVICE_MD, "# 1. A database and its owner"): "test_service_replicas.py (a real PostgreSQL; createuser/createdb need its host)",
     (SERVICE_MD, ".venv/bin/attnkit course secure"): "test_course_secure.py::test_a_cloned_course_is_refused_then_secured_and_still_grades "
     "(attnkit course secure, then with the TA group); every course the service tests make (service_course.py, test_service_exchange.py)",

@@ -158,6 +158,34 @@ def test_what_the_pages_status_and_recorder_read(make_queue: MakeQueue) -> None:
     assert "ana0" in queue.known()
 
 
+def test_the_hint_ladder_counts_the_levels_each_student_saw(make_queue: MakeQueue) -> None:
+    """``hints_seen`` (issue 53): per student and assignment, each mistake's highest level on a page
+    the student saw (full, or released after the due date); withheld pages and other students',
+    assignments' and mistakes' levels do not count."""
+    queue = make_queue("r1")
+    pages = [  # student, assignment, shown, hints
+        ("ana", "x", "full", {"m1": 1}),
+        ("ana", "x", "withheld", {"m1": 2}),  # past the attempt limit: not seen
+        ("ana", "x", "full", {"m1": 2, "m2": 1}),
+        ("ana", "x", "after-due", {"m2": 2}),  # held until the due date: not seen yet
+        ("ana", "x", "scores", {"m2": 3}),
+        ("ana", "y", "full", {"m1": 3}),  # another assignment
+        ("bo", "x", "full", {"m1": 3}),  # another student
+        ("ana", "x", "full", None),  # a page without the ladder (hints = "full")
+    ]
+    ids = []
+    for n, (student, assignment, shown, hints) in enumerate(pages):
+        queue.notice(f"p{n}", student, assignment, str(n), noticed=float(n))
+        (row,) = queue.claim(1)
+        assert queue.deliver(row.id, {"score": 1.0}, f"p{n}.html", shown, 1.0, 2.0, finished=100.0 + n, hints=hints)
+        ids.append(row.id)
+    assert queue.hints_seen("ana", "x") == {"m1": 2, "m2": 1}
+    assert queue.hints_seen("bo", "x") == {"m1": 3} and queue.hints_seen("cy", "x") == {}
+    assert queue.release_shown(ids[3], "released")
+    assert queue.hints_seen("ana", "x") == {"m1": 2, "m2": 2}, "a page released after the due date was seen"
+    assert queue.find(ids[0])["hints"] == '{"m1": 1}' and queue.find(ids[7])["hints"] == ""
+
+
 WRITER = """
 import sys, time
 from pathlib import Path

@@ -135,10 +135,23 @@ class Assignment:
         return self._(self.parts[grade_id].title) if grade_id in self.parts else i18n._("其他")
 
     @property
-    def mistakes(self) -> dict[str, dict[str, str]]:
-        """Mistake id -> {section, zh, text, function} (``zh`` as written, ``text`` in the current
-        language), from the catalogue, for pages and summaries."""
-        return {m.id: {"section": self._(m.section), "zh": m.zh, "text": self._(m.zh), "function": m.function} for m in self.catalogue().MISTAKES}
+    def mistakes(self) -> dict[str, dict[str, Any]]:
+        """Mistake id -> {section, zh, text, function, hints} (``zh`` as written, ``text`` in the
+        current language; ``hints``: the hint ladder's levels in the current language, a nudge, the
+        misconception explained, the fix, from the catalogue's ``HINTS``; [] when it has none), from
+        the catalogue, for pages and summaries."""
+        catalogue = self.catalogue()
+        ladders = getattr(catalogue, "HINTS", {})
+        return {
+            m.id: {
+                "section": self._(m.section),
+                "zh": m.zh,
+                "text": self._(m.zh),
+                "function": m.function,
+                "hints": [self._(level) for level in ladders.get(m.id, ())],
+            }
+            for m in catalogue.MISTAKES
+        }
 
     def digest_files(self) -> list[Path]:
         """The files every result of this assignment depends on besides the submission: its code,

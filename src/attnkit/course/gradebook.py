@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from attnkit.constants import PROJECT_ROOT, GraderError
+from attnkit.course.settings import course_config  # (the course's file has one reader; its callers here and elsewhere)
 from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
 from attnkit.i18n import _
@@ -154,16 +155,6 @@ def graded_bytes(submitted: Path, folder: Path, results: ResultsJson, name: str)
     if digest_of(data) != entry.get("sha256"):
         return None, _("未复制到 autograded/：{student}/{name}：文件在评分之后被改动过").format(student=results["student_id"], name=own)
     return data, ""
-
-
-def course_config(root: Path) -> Any:
-    """The course's nbgrader configuration (late-submission policy, ...), loaded as nbgrader does."""
-    from traitlets.config.loader import Config, PyFileConfigLoader
-
-    path = root / "nbgrader_config.py"
-    if not path.is_file():
-        return Config()
-    return PyFileConfigLoader(path.name, path=str(root)).load_config()
 
 
 def copy_other_files(submitted: Path, folder: Path | None, target: Path, source: Path, timestamp: datetime.datetime | None) -> None:

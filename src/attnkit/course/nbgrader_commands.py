@@ -55,6 +55,7 @@ from attnkit.notebook import Unsafe, read_submitted
 from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.records import ResultsJson
+from attnkit.course.settings import KitSettings
 
 # nbgrader's autograde pipeline with Execute and SaveAutoGrades replaced by attnkit's step.
 AUTOGRADE_PREPROCESSORS = [
@@ -107,6 +108,9 @@ def grade_with_kit(notebooks: list[Path], student: str, assignment: str) -> Resu
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
+            # The course's settings (nbgrader runs in the course's folder), its limits among them:
+            # the same a course sets for `attnkit grade` and `attnkit serve` (course.settings).
+            env={**os.environ, **KitSettings.load(Path.cwd() if Path("nbgrader_config.py").is_file() else None).environment()},
         )
         results_file = results_path(out, {"student_id": student, "assignment": assignment})
         if run.returncode != 0 or not results_file.is_file():

@@ -33,6 +33,7 @@ from typing import Any
 
 from attnkit.constants import GraderError
 from attnkit.i18n import _
+from attnkit.course.settings import KitSettings, course_config
 
 # Under the course root, what no student may read (when present). ``nbgrader_config.py`` is among
 # them: a student's nbgrader reads its own configuration (their home's, /etc/jupyter's), never the
@@ -71,21 +72,10 @@ class Settings:
     single_user: bool = False
 
 
-def course_config(root: Path) -> Any:
-    """The course's nbgrader configuration, loaded as nbgrader does (``gradebook.course_config``'s
-    reading; not imported from there: ``nbgrader_commands`` imports this module)."""
-    from traitlets.config.loader import Config, PyFileConfigLoader
-
-    if not (root / "nbgrader_config.py").is_file():
-        return Config()
-    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-
-
 def course_settings(root: Path) -> Settings:
-    section: Any = course_config(root).get("AttnkitCourse", {})
-    group = section.get("ta_group") if hasattr(section, "get") else None
-    single = section.get("single_user", False) if hasattr(section, "get") else False
-    return Settings(str(group) if group else None, bool(single))
+    """``c.AttnkitCourse`` as ``course.settings`` declares and reads it (the course's file, the environment)."""
+    found = KitSettings.load(root).course
+    return Settings(found.ta_group or None, found.single_user)
 
 
 def is_course(folder: Path) -> bool:

@@ -52,6 +52,7 @@ from tornado.httpserver import HTTPServer
 from attnkit import i18n
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.constants import GraderError
+from attnkit.course.settings import AttnkitServe
 from attnkit.course.gradebook import course_config
 from attnkit.i18n import _
 from attnkit.service.http_submit import (
@@ -66,7 +67,7 @@ from attnkit.service.http_submit import (
     student_id,
     usable_id,
 )
-from attnkit.service.policies import DEFAULT, Policy, policies_from, when
+from attnkit.service.policies import DEFAULT, Policy, next_feedback_at, policies_from, when
 from attnkit.service.hub_process import READY, STARTING, read_phase
 from attnkit.service.queue import DELIVERED, GRADING, QUEUE_AT_VARIABLE, QUEUED, REFUSED, Queue, is_url, open_queue
 
@@ -75,6 +76,7 @@ NOTICED_WAIT = 10.0  # seconds a posted notebook's page waits for the loop to qu
 STARTING_WAIT = 120.0  # and, besides, for the loop to start (issue 49: we answer before it)
 LOADING_WAIT = 60.0  # seconds a request waits for the course to be loaded here (then 503)
 SHOWN = ("full", "scores", "released")  # pages that show a score
+HINTED = ("full", "released")  # pages that show the diagnoses (and so the hint ladder's levels)
 MAX_OTHER_BODY_BYTES = 64 * 1024  # the body any route but submit may send (none needs one): the server's limit
 MAX_HEADER_BYTES = 64 * 1024  # the request line and headers (query parameters, cookies): tornado's default, stated
 MAX_FORM_PARTS = 8  # the upload form sends three (_xsrf, assignment, notebook)
@@ -143,6 +145,9 @@ def row_view(row: Mapping[str, Any], position: int | None = None) -> dict[str, A
         "cause": row["cause"] if row["state"] != DELIVERED else "",
         "position": position,
         "page": row["state"] == DELIVERED and bool(row["feedback"]),
+        # the hint ladder (hints = "ladder"): the level of each diagnosis's hints its page showed
+        # (none when the page showed no diagnosis: withheld, scores only, until the due date)
+        "hints": sorted(json.loads(row["hints"]).items()) if row["shown"] in HINTED and "hints" in row.keys() and row["hints"] else [],
     }
 
 
@@ -155,11 +160,7 @@ def student_status(kit: Kit, student: str, now: float) -> dict[str, Any]:
         assignments = []
         for name in sorted(set(kit.suites) | {row["assignment"] for row in rows}):
             policy = kit.policies.get(name, DEFAULT)
-            next_at = None
-            if policy.attempts:
-                shown = queue.shown_times(student, name, now - policy.window_seconds)
-                if len(shown) >= policy.attempts:
-                    next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
+            next_at = next_feedback_at(policy, queue.shown_times(student, name, now - policy.window_seconds)) if policy.attempts else None
             assignments.append(
                 {
                     "name": name,
@@ -599,14 +600,14 @@ def load_kit(course: Path, autograder: Path, state: Path, feedback: str, parent:
     HELD.append(lock)
     config = course_config(course)
     queue_at = os.environ.get(QUEUE_AT_VARIABLE, "") or settings.queue_url_of(course) or ""
-    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
-    students = hub_students(section.get("hub_students", {}) if hasattr(section, "get") else {})
+    section = AttnkitServe(config=config)  # (a course's settings as course.settings declares them)
+    students = hub_students(section.hub_students)
     kit = Kit(
         state=state,
         feedback=Path(feedback) if feedback else settings.load_course(course).feedback,
         suites=discover(autograder),
         policies=policies_from(config),
-        ta_groups=frozenset(section.get("hub_ta_groups", ()) if hasattr(section, "get") else ()),
+        ta_groups=frozenset(section.hub_ta_groups),
         students=students,
         parent=parent,
         queue_at=queue_at,

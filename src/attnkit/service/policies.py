@@ -4,11 +4,17 @@ Configured in the course's ``nbgrader_config.py`` (where the course's exchange, 
 rule already are, and which the TA edits anyway; the assignment folders are the kit's, shared by
 every course that uses them, so a course's limits do not belong there)::
 
-    c.AttnkitServe.policies = {"ch19-attention": {"attempts": 3, "window_hours": 1, "visibility": "full", "counts": "latest"}}
+    c.AttnkitServe.policies = {"ch19-attention": {"attempts": 3, "window_hours": 1, "visibility": "full", "counts": "latest", "hints": "ladder"}}
 
 Defaults (``DEFAULT``): 5 graded feedbacks per student per hour, ``full`` pages, the ``latest``
-submission counts (nbgrader's own rule). Past the limit a submission is still graded and
-recorded for the TA; the student's page says when the next feedback comes.
+submission counts (nbgrader's own rule), ``full`` hints (each diagnosis's whole explanation, the
+page ``make grade`` and ``make check`` show). ``hints = "ladder"`` (issue 53): each diagnosis shows
+the next level of its catalogue entry's hints (1: a nudge, which check, concept and section; 2: the
+misconception explained; 3: the fix) each time the same student's page shows the same mistake again
+(``ladder_levels``; the levels seen so far are the queue's, ``Queue.hints_seen``).
+
+Past the limit a submission is still graded and recorded for the TA; the student's page says when
+the next feedback comes.
 
 How they compose (issue 48):
 
@@ -35,6 +41,8 @@ from attnkit.records import ResultsJson
 VISIBILITIES = ("full", "scores", "after-due")
 GRADED_PAGES = ("full", "scores", "released")  # what a submission's ``shown`` is when its page showed a score
 COUNTS = ("latest", "best")
+HINTS = ("full", "ladder")
+HINT_LEVELS = 3  # a nudge, the misconception explained, the fix
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class Policy:
     window_hours: float = 1.0
     visibility: str = "full"
     counts: str = "latest"
+    hints: str = "full"  # "ladder": one more level of a diagnosis's hints each time the student sees it again
 
     @property
     def window_seconds(self) -> float:
@@ -54,18 +63,36 @@ DEFAULT = Policy()
 
 def policies_from(config: Any) -> dict[str, Policy]:
     """``c.AttnkitServe.policies`` of a loaded nbgrader config; ValueError names a bad entry."""
-    section = config.get("AttnkitServe", {}) if hasattr(config, "get") else {}
-    given = section.get("policies", {}) if hasattr(section, "get") else {}
+    from traitlets import TraitError
+
+    from attnkit.course.settings import AttnkitServe
+
+    try:
+        given = AttnkitServe(config=config).policies if hasattr(config, "get") else {}
+    except TraitError as error:  # not a dict
+        raise ValueError(f"AttnkitServe.policies: {error}") from None
     found: dict[str, Policy] = {}
     for assignment, entry in dict(given).items():
         unknown = set(entry) - set(Policy.__dataclass_fields__)
         if unknown:
             raise ValueError(f"AttnkitServe.policies[{assignment!r}]: unknown keys {sorted(unknown)}")
         policy = replace(DEFAULT, **entry)
-        if policy.visibility not in VISIBILITIES or policy.counts not in COUNTS or policy.attempts < 0 or policy.window_hours <= 0:
+        if (
+            policy.visibility not in VISIBILITIES
+            or policy.counts not in COUNTS
+            or policy.hints not in HINTS
+            or policy.attempts < 0
+            or policy.window_hours <= 0
+        ):
             raise ValueError(f"AttnkitServe.policies[{assignment!r}]: {policy}")
         found[assignment] = policy
     return found
+
+
+def ladder_levels(diagnoses: list[str], seen: dict[str, int]) -> dict[str, int]:
+    """``hints = "ladder"``: the level of each diagnosis's hints this page shows: one above the
+    highest its student has seen for that mistake on this assignment (``seen``), at most the last."""
+    return {mistake: min(HINT_LEVELS, seen.get(mistake, 0) + 1) for mistake in diagnoses}
 
 
 def _page(title: str, body: str) -> str:
@@ -101,6 +128,16 @@ def withheld_page(assignment: str, why: str) -> str:
 
 def when(moment: float) -> str:
     return datetime.datetime.fromtimestamp(moment, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def next_feedback_at(policy: Policy, shown: list[float]) -> float | None:
+    """When the next submission gets feedback again under the attempt limit: ``shown``, the moments
+    of the pages shown in the window that ends now (oldest first, ``Queue.shown_times``); None
+    while the limit is not reached. The one rule the page (``serve``) and the student's status
+    (``hub``) both say."""
+    if not policy.attempts or len(shown) < policy.attempts:
+        return None
+    return shown[len(shown) - policy.attempts] + policy.window_seconds
 
 
 def limit_reason(policy: Policy, next_at: float) -> str:

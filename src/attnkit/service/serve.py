@@ -51,7 +51,9 @@ from attnkit.service.policies import (
     DEFAULT,
     Policy,
     after_due_reason,
+    ladder_levels,
     limit_reason,
+    next_feedback_at,
     not_graded_page,
     policies_from,
     released_at_due,
@@ -287,6 +289,7 @@ class Service:
         self.autograder = autograder
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
+        self.late_plugin: Any = None  # the course's LateSubmissionPlugin, made at the first late submission
         self.policies: dict[str, Policy] = policies_from(self.config)
         self.gradebook = gradebook
         self.log = log
@@ -557,8 +560,13 @@ class Service:
         late = self.lateness(row, results)
         if late is not None:
             results["late"] = late
-        full = bounded_feedback(results, suite).encode()
         policy = self.policies.get(row.assignment, DEFAULT)
+        if policy.hints == "ladder" and results["diagnoses"] and not results.get("not_graded"):
+            # The next level of each diagnosis's hints, from what this student's earlier pages
+            # showed (the queue's: it survives a restart; one in flight per student, so no other
+            # page of theirs is being delivered meanwhile). The scores are untouched.
+            results["hints"] = ladder_levels(results["diagnoses"], self.queue.hints_seen(row.student, row.assignment))
+        full = bounded_feedback(results, suite).encode()
         now = time.time()
         shown, page = self.page_for(row, results, policy, full, now)
         if shown != "full":  # kept with the submission's copy: released in place after the due date
@@ -573,7 +581,7 @@ class Service:
             ex.place_feedback(self.course, name, page, row.student)
         graded = not results.get("not_graded")
         score = results["score"] if graded else None
-        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now):
+        if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now, hints=results.get("hints")):
             return
         latency = time.time() - row.noticed
         self.metrics.graded += 1
@@ -587,6 +595,7 @@ class Service:
             score=score,
             max_score=results["max_score"],
             shown=shown,
+            hints=results.get("hints", {}),
             latency=round(latency, 4),
             # Where the time went: waiting for a worker, grading, the page written and delivered.
             waited=round(flight.sent - row.noticed, 4),
@@ -597,32 +606,41 @@ class Service:
         )
 
     def lateness(self, row: Row, results: ResultsJson) -> dict[str, Any] | None:
-        """How late the submission is by the gradebook's due date, and what nbgrader's late rule
-        (the course's ``LateSubmissionPlugin``) takes for it: the fields ``gradebook_totals.lateness``
-        reads back once the recorder has saved it, so the page says now what ``nbgrader export``
-        will say (the total before any manual points). None when it is not late or there is no due date.
+        """What ``nbgrader export`` will say of this submission's lateness once the recorder has
+        saved it (``course.lateness``, the path ``attnkit grade`` takes too): its due date with the
+        student's extension, the course's own ``LateSubmissionPlugin`` class, each notebook's
+        penalty clamped. None when it is not late by the assignment's due date (an extension only
+        moves it later) or there is no due date; the gradebook is asked only then.
         The submission's time is the service's (``row.noticed``: when it saw the folder complete,
         the recorder writes the same into ``submitted/``), never the student's own timestamp.txt."""
         import datetime
 
-        from nbgrader.plugins import LateSubmissionPlugin
+        from attnkit.course.lateness import GradebookLateness, course_late_plugin
+        from attnkit.course.nbgrader_commands import kit_scores
+        from attnkit.service.queue.postgres import engine_url
 
         due = self.due(row.assignment)
-        if due is None:
+        if due is None or row.noticed <= due or self.gradebook is None:
             return None
-        seconds_late = row.noticed - due
-        if seconds_late <= 0:
+        if self.late_plugin is None:
+            self.late_plugin = course_late_plugin(self.course.root)
+        key = (row.student, row.assignment)
+        noticed = datetime.datetime.fromtimestamp(row.noticed, tz=datetime.UTC).replace(tzinfo=None)  # nbgrader's naive UTC
+        gradebook = engine_url(str(self.gradebook)) if is_url(str(self.gradebook)) else Path(self.gradebook)
+        lateness = GradebookLateness.read(gradebook, None, [key], self.course.root, timestamps={key: noticed}, plugin=self.late_plugin)
+        facts = lateness.facts[key]
+        if not facts.notebooks:
+            # The assignment's notebooks are not in the gradebook yet (a due date set by `nbgrader db
+            # assignment add`; the recorder registers them with this first record): one notebook
+            # holding the suite's grade cells, as the recorder will register it.
+            facts.notebooks = {Path(self.suites[row.assignment].notebook).stem: sorted(kit_scores(results))}
+            facts.max_score = float(results["max_score"])
+            if facts.duedate is None:
+                facts.duedate = datetime.datetime.fromtimestamp(due, tz=datetime.UTC).replace(tzinfo=None)
+        late = lateness.of(results)
+        if late is None or late["seconds_late"] <= 0:
             return None
-        score = 0.0 if results.get("not_graded") else float(results["score"])
-        penalty = float(LateSubmissionPlugin(config=self.config).late_submission_penalty(row.student, score, seconds_late) or 0.0)
-        return {
-            "seconds_late": seconds_late,
-            "penalty": penalty,
-            "total": max(0.0, score - penalty),
-            "max": float(results["max_score"]),
-            "timestamp": datetime.datetime.fromtimestamp(row.noticed, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "duedate": datetime.datetime.fromtimestamp(due, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        }
+        return late
 
     def page_for(self, row: Row, results: ResultsJson, policy: Policy, full: bytes, now: float) -> tuple[str, bytes]:
         """What the student sees of this graded submission, as the assignment's policy says. One
@@ -635,9 +653,8 @@ class Service:
             if due is None or now < due:
                 return "after-due", withheld_page(row.assignment, after_due_reason(due)).encode()
         if policy.attempts:
-            shown = self.queue.shown_times(row.student, row.assignment, now - policy.window_seconds)
-            if len(shown) >= policy.attempts:
-                next_at = shown[len(shown) - policy.attempts] + policy.window_seconds
+            next_at = next_feedback_at(policy, self.queue.shown_times(row.student, row.assignment, now - policy.window_seconds))
+            if next_at is not None:
                 return "withheld", withheld_page(row.assignment, limit_reason(policy, next_at)).encode()
         if policy.visibility == "scores":
             return "scores", scores_page(results).encode()

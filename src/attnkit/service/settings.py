@@ -4,11 +4,11 @@ without importing the grading engine (torch), so that ``--status`` answers at on
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
+from attnkit.course.settings import KitSettings
 from attnkit.i18n import _
 from attnkit.service import exchange as ex
 
@@ -39,19 +39,11 @@ def load_course(root: Path) -> ex.Course:
     return course
 
 
-QUEUE_URL_VARIABLE = "ATTNKIT_QUEUE_URL"  # where a Kubernetes Secret puts the database URL
-
-
 def queue_url_of(root: Path, given: str | None = None) -> str | None:
-    """The shared queue's URL: ``--queue-url``, else $ATTNKIT_QUEUE_URL, else the course's
-    ``c.AttnkitServe.queue_url``; None: the SQLite file in the course (one service)."""
-    if given:
-        return given
-    if os.environ.get(QUEUE_URL_VARIABLE):
-        return os.environ[QUEUE_URL_VARIABLE]
-    section = course_config(root).get("AttnkitServe", {})
-    found = section.get("queue_url", "") if hasattr(section, "get") else ""
-    return str(found) or None
+    """The shared queue's URL (``AttnkitServe.queue_url``: ``--queue-url``, else $ATTNKIT_QUEUE_URL,
+    where a Kubernetes Secret puts it, else the course's ``nbgrader_config.py``); None: the SQLite
+    file in the course (one service)."""
+    return KitSettings.load(root, {"AttnkitServe.queue_url": given or None}).serve.queue_url or None
 
 
 def gradebook_of(root: Path, given: Path | None = None) -> Path | str:

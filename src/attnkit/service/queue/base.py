@@ -61,10 +61,11 @@ COLUMNS = f"""
     results TEXT,                          -- results.json of the graded submission
     recorded INTEGER NOT NULL DEFAULT 0,   -- 1: the gradebook has it (or it does not count there)
     replica TEXT NOT NULL DEFAULT '',      -- who holds it in grading ('' with one service)
-    leased_until {{real}}                  -- until when (replicas: the database's clock)
+    leased_until {{real}},                 -- until when (replicas: the database's clock)
+    hints TEXT NOT NULL DEFAULT ''         -- the hint ladder's level the page showed per mistake id, as JSON ('' when none)
 """
 # Columns added since the first release of the table: added to an older database at start.
-ADDED_COLUMNS = {"replica": "TEXT NOT NULL DEFAULT ''", "leased_until": "{real}"}
+ADDED_COLUMNS = {"replica": "TEXT NOT NULL DEFAULT ''", "leased_until": "{real}", "hints": "TEXT NOT NULL DEFAULT ''"}
 INDEXES = [
     "CREATE INDEX IF NOT EXISTS by_state ON {table} (state, id)",
     "CREATE INDEX IF NOT EXISTS by_student ON {table} (student, assignment, state)",
@@ -229,17 +230,26 @@ class Queue(ABC):
         )
 
     def deliver(
-        self, id: int, results: dict[str, Any], feedback: str, shown: str, score: float | None, max_score: float, finished: float | None = None
+        self,
+        id: int,
+        results: dict[str, Any],
+        feedback: str,
+        shown: str,
+        score: float | None,
+        max_score: float,
+        finished: float | None = None,
+        hints: Mapping[str, int] | None = None,
     ) -> bool:
         """Grading (by this replica) -> delivered, with what was delivered; False if the row was
         not (then nothing changes: a row is delivered once). The attempt's number counts the
-        student's deliveries before it (none can be delivered meanwhile: one in flight per student)."""
+        student's deliveries before it (none can be delivered meanwhile: one in flight per student).
+        ``hints``: the hint ladder's level the page showed for each mistake (``hints_seen`` reads them)."""
         with self.transaction() as db:
             return bool(
                 self.run(
                     db,
                     "UPDATE submissions SET state = 'delivered', finished = :finished, shown = :shown, score = :score, max_score = :max_score,"
-                    " feedback = :feedback, results = :results, leased_until = NULL,"
+                    " feedback = :feedback, results = :results, hints = :hints, leased_until = NULL,"
                     " attempt = 1 + (SELECT COUNT(*) FROM submissions d WHERE d.student = submissions.student"
                     " AND d.assignment = submissions.assignment AND d.state = 'delivered')"
                     " WHERE id = :id AND state = 'grading' AND replica = :me",
@@ -249,6 +259,7 @@ class Queue(ABC):
                     max_score=max_score,
                     feedback=feedback,
                     results=json.dumps(results),
+                    hints=json.dumps(dict(hints), sort_keys=True) if hints else "",
                     id=id,
                     me=self.replica,
                 )
@@ -305,6 +316,22 @@ class Queue(ABC):
                 since=since,
             )
         ]
+
+    def hints_seen(self, student: str, assignment: str) -> dict[str, int]:
+        """The hint ladder so far (issue 53): for each mistake, the highest level of its hints a page
+        of ``student``'s on ``assignment`` has shown them. Only pages they saw count: delivered with
+        the diagnosis on it (``full``, or ``released`` after the due date); a page withheld (the
+        attempt limit, ``scores``, until the due date) does not climb the ladder."""
+        seen: dict[str, int] = {}
+        for row in self.rows(
+            "SELECT hints FROM submissions WHERE student = :student AND assignment = :assignment AND state = 'delivered'"
+            " AND shown IN ('full', 'released') AND hints != ''",
+            student=student,
+            assignment=assignment,
+        ):
+            for mistake, level in json.loads(row["hints"]).items():
+                seen[mistake] = max(seen.get(mistake, 0), int(level))
+        return seen
 
     def positions(self) -> dict[int, int]:
         """Each queued submission's place (1: next), as ``claim`` would take them with one worker

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from attnkit.assignment.mistakes import Catalogue, Mistake
 
+from .hints import HINTS  # noqa: F401  # the hint ladder of each entry (Assignment.mistakes reads it here)
 from .messages import N_
 
 MISTAKES: tuple[Mistake, ...] = (

@@ -11,7 +11,8 @@ when the parent reaps it, and a zygote reaps every sandbox it forked before it e
 as the zygote's, by taking its children's figure once before its first sandbox
 (``children_before``). A zygote opens the file before it covers its /tmp (``hold``) and takes the
 variable out of its environment; its sandboxes close every inherited descriptor at lock-down
-(``sequence.lock_down``) before any student code runs, and only the zygote writes, after they are gone.
+(``sequence._close_descriptors``, in every layer) before any student code runs, and only the
+zygote writes, after they are gone.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ Every attnkit run uses one copy of the hidden suite taken at the start (``--auto
 edit to ``autograder/`` during the bench cannot make runs disagree; an edit to attnkit's own source
 shows as a changed result fingerprint and those samples are reported as not comparable.
 
-It prints per-submission means and medians, the speed ratio, peak memory, the fixed and marginal
+It prints per-submission means and medians, the speed ratio, attnkit's CPU per submission by process
+kind (``measure``), peak memory, the fixed and marginal
 cost, and PASS/MISS for each speed goal (GOAL_* below). It never fails on a missed goal: the numbers are the
 point (the exit status is non-zero only when something could not run at all).
 
@@ -37,6 +38,7 @@ import copy
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,6 +53,7 @@ from types import ModuleType
 from typing import Any
 from collections.abc import Sequence
 
+from attnkit import cpu_account
 from attnkit.assignment.folder import discover
 from attnkit.commands import nbgrader_command, tool_environment
 
@@ -333,6 +336,10 @@ class Measured:
     load_after: float = 0.0
     returncode: int = 0
     log: str = ""
+    # CPU seconds (user + system) by process kind (``attnkit.cpu_account``), and the whole tree's
+    # (this process's children's rusage across the command): "other" is what no kind reported.
+    cpu: dict[str, float] = field(default_factory=dict)
+    cpu_total: float = 0.0
 
     @property
     def mean(self) -> float:
@@ -343,12 +350,31 @@ class Measured:
         return statistics.median(self.per_submission) if self.per_submission else float("nan")
 
 
+# The process kinds whose CPU ``make bench`` prints, in this order (``attnkit.cpu_account``).
+CPU_KINDS = ("parent", "worker", "seed", "zygote", "sandbox")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(label: str, count: int, command: list[str], cwd: Path | None = None) -> Measured:
-    """Run ``command`` to completion; its wall time, output and the peak memory of its tree."""
+    """Run ``command`` to completion; its wall time, output, the peak memory of its tree and the
+    CPU time of its processes by kind.
+
+    CPU: every attnkit process appends its own ``getrusage`` as it ends to the file that
+    ``ATTNKIT_CPU_ACCOUNT`` names, a zygote its reaped sandboxes' too (``attnkit.cpu_account``);
+    the whole tree's is this process's children's rusage across the wait (every process of the
+    tree is reaped by its parent, and the parent by us). Both are exact; a kind missing from the
+    file (a process killed) shows in "other"."""
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-        process = subprocess.Popen(command, cwd=cwd, env=tool_environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log, tempfile.TemporaryDirectory(prefix="attnkit-cpu-") as accounts:
+        account = os.path.join(accounts, "cpu.jsonl")
+        environment = {**tool_environment(), cpu_account.ENVIRONMENT: account}
+        cpu_before = _children_cpu()
+        process = subprocess.Popen(command, cwd=cwd, env=environment, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         sampler = TreeSampler(process.pid)
         sampler.start()
         try:
@@ -356,6 +382,8 @@ def measure(label: str, count: int, command: list[str], cwd: Path | None = None)
         finally:
             sampler.stop()
         seconds = time.perf_counter() - started
+        cpu_total = _children_cpu() - cpu_before
+        cpu = {kind: total["user"] + total["system"] for kind, total in cpu_account.read(account).items()}
         log.seek(0)
         text = log.read()
     return Measured(
@@ -368,6 +396,8 @@ def measure(label: str, count: int, command: list[str], cwd: Path | None = None)
         load_after=os.getloadavg()[0],
         returncode=returncode,
         log=text,
+        cpu=cpu,
+        cpu_total=cpu_total,
     )
 
 
@@ -552,6 +582,22 @@ def linear_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mean_t - marginal * mean_n, marginal
 
 
+def cpu_per_submission(m: Measured) -> dict[str, float]:
+    """Milliseconds of CPU (user + system) per submission by process kind, start-up included;
+    "other": the tree's total less what the kinds reported (0 when every process reported)."""
+    per = 1000 / m.count if m.count else float("nan")
+    kinds = {kind: m.cpu.get(kind, 0.0) * per for kind in CPU_KINDS}
+    kinds.update({kind: seconds * per for kind, seconds in m.cpu.items() if kind not in CPU_KINDS})
+    kinds["other"] = (m.cpu_total - sum(m.cpu.values())) * per
+    kinds["total"] = m.cpu_total * per
+    return kinds
+
+
+def cpu_line(m: Measured) -> str:
+    kinds = cpu_per_submission(m)
+    return ", ".join(f"{kind} {value:.1f}" for kind, value in kinds.items() if kind != "total") + f"; total {kinds['total']:.1f} ms"
+
+
 def summarise(
     attnkit_runs: list[Measured], nbgrader: Measured | None, generate_seconds: float, same_scores: tuple[int, int, list[str], int] | None, jobs: int
 ) -> dict[str, Any]:
@@ -570,6 +616,7 @@ def summarise(
                 "peak_pss_bytes": m.peak_pss,
                 "load_before": m.load_before,
                 "load_after": m.load_after,
+                "cpu_ms_per_submission": cpu_per_submission(m),
             }
             for m in attnkit_runs
         },
@@ -665,6 +712,19 @@ def print_report(summary: dict[str, Any], attnkit_runs: list[Measured], nbgrader
             f"{m.load_before:.1f}→{m.load_after:.1f}",
         )
     console.print(table)
+    cpu_table = Table(title="CPU per submission by process kind (ms, user + system, start-up included)")
+    cpu_columns = list(cpu_per_submission(attnkit_runs[0]))
+    for column in ("grader", "n", *cpu_columns):
+        cpu_table.add_column(column, justify="left" if column == "grader" else "right")
+    for m in attnkit_runs:
+        kinds = cpu_per_submission(m)
+        cpu_table.add_row(m.label, str(m.count), *(f"{kinds.get(column, 0.0):.1f}" for column in cpu_columns))
+    console.print(cpu_table)
+    console.print(
+        "CPU: each process's own getrusage as it ends (attnkit.cpu_account), the sandboxes' as their zygote's reaped "
+        "children (exact, kernel accounting at wait); total: the whole command's tree (this bench's children's rusage); "
+        "other: the total less every kind (processes that did not report: 0 normally)."
+    )
     console.print(
         "mean s/sub = the whole command's wall time / n (start-up included). median s/sub = each submission's own time: "
         "nbgrader from its log (start of a student to its notebook written), attnkit from results.json `seconds` "
@@ -679,6 +739,7 @@ def print_report(summary: dict[str, Any], attnkit_runs: list[Measured], nbgrader
             f"ratio of medians: {summary['ratio_median']:.1f}×   "
             f"(nbgrader {seconds(nbgrader.mean)} s/submission vs attnkit {seconds(largest.mean)} s/submission)"
         )
+    console.print(f"attnkit's CPU per submission (n={largest.count}) by process kind: {cpu_line(largest)}")
     if summary["marginal_seconds_per_submission"] == summary["marginal_seconds_per_submission"]:
         console.print(
             f"linear fit over sizes {', '.join(str(m.count) for m in attnkit_runs)}: "

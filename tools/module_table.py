@@ -25,7 +25,7 @@ BEGIN, END = "<!-- module table: tools/module_table.py --write -->", "<!-- end o
 ORDER = [
     "boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "service", "service/queue",
 ]
-BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook"}
+BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "cpu_account"}
 ENTRY = {"__main__", "launch", "cli", "console"}
 
 

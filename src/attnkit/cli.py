@@ -29,7 +29,7 @@ if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script 
 # nbformat or rich. The commands' modules come in ``import_commands``, once the arguments parsed.
 from attnkit import __version__
 from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
-from attnkit import i18n
+from attnkit import cpu_account, i18n
 from attnkit.i18n import _
 from attnkit.course.settings import AttnkitCourse, AttnkitLimits, AttnkitServe, KitSettings, add_flags, command_line_values
 
@@ -852,6 +852,7 @@ def run() -> None:
     """Console entry point: ``main`` then a prompt exit. Everything is written and flushed by
     then; an orderly interpreter exit with torch loaded costs about a second per command."""
     code = main()
+    cpu_account.own("parent")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

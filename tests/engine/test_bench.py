@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from bench import ASSIGNMENT, NOTEBOOK, make_class, nbgrader_durations, sample_by_kind, spread
+from same_results import compare as compare_results
 from commands import ROOT, run_command
 
 
@@ -38,6 +39,8 @@ def test_prints_the_ratio_and_per_submission_figures(quick: tuple[subprocess.Com
     for goal in ("submissions in <", "faster per submission", "grows linearly", "one-by-one"):
         assert goal in out
     assert out.count("PASS") + out.count("MISS") == 4
+    assert "CPU per submission by process kind" in out
+    assert "attnkit's CPU per submission (n=20) by process kind: parent" in out
 
 
 @pytest.mark.e2e
@@ -54,6 +57,19 @@ def test_figures(quick: tuple[subprocess.CompletedProcess, dict]) -> None:
     assert figures["ratio_mean"] > 0
     # Scores do not depend on grading the class at once or one submission per process.
     assert figures["goals"]["same_scores"]["pass"], figures["goals"]["same_scores"]
+
+
+@pytest.mark.e2e
+def test_cpu_by_process_kind(quick: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Issue 55: every kind of process reports its CPU (the sandboxes through their zygote), and
+    together they are the whole tree's: what no kind reported ("other": the preflight's own
+    process) stays a small part of it."""
+    for run in quick[1]["attnkit"].values():
+        cpu = run["cpu_ms_per_submission"]
+        for kind in ("parent", "worker", "seed", "zygote", "sandbox"):
+            assert cpu[kind] > 0, (kind, cpu)
+        assert math.isclose(sum(value for kind, value in cpu.items() if kind != "total"), cpu["total"], rel_tol=1e-6)
+        assert -0.01 * cpu["total"] < cpu["other"] < 0.1 * cpu["total"], cpu
 
 
 def test_synthetic_class_is_a_deterministic_mix(tmp_path: Path) -> None:
@@ -107,3 +123,44 @@ def test_the_profiler_reports_every_phase(tmp_path: Path) -> None:
     for phase in ("open: read, parse", "of which the batches", "tests (", "record (", "of which diagnosis", "close:"):
         assert phase in out, out
     assert "single requests besides the batches" in out
+
+
+def _results(out: Path, student: str, record: dict) -> None:
+    path = out / "students" / student / ASSIGNMENT / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def test_same_results_leaves_out_timings_and_nothing_else(tmp_path: Path) -> None:
+    """``tools/same_results.py``: two runs that differ only in timings (and the grader's
+    fingerprint) are the same; a test's message, a diagnosis or a missing student is not."""
+    record = {
+        "student_id": "a",
+        "score": 7.0,
+        "seconds": 0.5,
+        "fingerprint": "x",
+        "sandbox": {"cpu_seconds": 0.1, "max_rss_kb": 10, "restarts": 0},
+        "tests": [{"name": "t", "status": "failed", "message": "m", "diagnoses": ["no_scale"], "seconds": 0.01}],
+        "cells": [{"index": 1, "ok": True, "seconds": 0.2}],
+        "evidence": {"panels": [{"student": [[0.5, float("nan")]]}]},
+    }
+    timed_otherwise = json.loads(json.dumps(record))
+    timed_otherwise.update(seconds=0.9, fingerprint="y")
+    timed_otherwise["sandbox"].update(cpu_seconds=0.3, max_rss_kb=20)
+    timed_otherwise["tests"][0]["seconds"] = 0.02
+    timed_otherwise["cells"][0]["seconds"] = 0.4
+    _results(tmp_path / "first", "a", record)
+    _results(tmp_path / "second", "a", timed_otherwise)
+    assert compare_results(tmp_path / "first", tmp_path / "second") == (1, [])
+    for change in (("message", "n"), ("diagnoses", []), ("status", "passed")):
+        other = json.loads(json.dumps(timed_otherwise))
+        other["tests"][0][change[0]] = change[1]
+        _results(tmp_path / "third", "a", other)
+        compared, found = compare_results(tmp_path / "first", tmp_path / "third")
+        assert compared == 1 and len(found) == 1 and f".tests[0].{change[0]}" in found[0], found
+    restarted = json.loads(json.dumps(timed_otherwise))
+    restarted["sandbox"]["restarts"] = 1
+    _results(tmp_path / "fourth", "a", restarted)
+    _results(tmp_path / "fourth", "b", record)
+    compared, found = compare_results(tmp_path / "first", tmp_path / "fourth")
+    assert compared == 1 and any("restarts" in line for line in found) and any("only in" in line and "/b/" in line for line in found), found

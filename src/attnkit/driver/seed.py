@@ -20,6 +20,8 @@ import socket
 import subprocess
 import sys
 
+from attnkit import cpu_account
+
 # Variables a zygote keeps from the grader's environment; everything else (tokens, the grader's
 # settings) stays out of student code's reach.
 KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "TZ", "ATTNKIT_HUGE_PAGES", "ATTNKIT_LANDLOCK_ABI_MAX")
@@ -33,6 +35,8 @@ def zygote_environment() -> dict[str, str]:
     # The zygote may run in a user namespace where it is uid 0: its home (matplotlib's font
     # cache, IPython's folder) is still the grader's. A sandbox sets its own.
     env["HOME"] = os.path.expanduser("~")
+    if cpu_account.enabled():  # the zygote takes it out of its environment before its first sandbox
+        env[cpu_account.ENVIRONMENT] = os.environ[cpu_account.ENVIRONMENT]
     return env
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 
 from attnkit.assignment.folder import Assignment, discover
 from attnkit.constants import GraderError
+from attnkit import cpu_account
 from attnkit.i18n import _
 from attnkit.notebook import display_name
 from attnkit.engine import messages as worker_messages
@@ -320,3 +321,4 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
                     feed.done()
     finally:
         zygote.close()
+        cpu_account.own("worker")

@@ -73,6 +73,7 @@ def _entry(namespace: dict) -> tuple[dict, int, dict | None]:
             _REPLAYS.clear()
             _CAN_DIFFER.clear()
             _WIDENED.clear()
+            _VERDICTS.clear()
         contents = _contents(namespace)
         try:
             if contents is not None:
@@ -231,6 +232,40 @@ def _diagnosable(calls: Iterable[Call]) -> list[Call]:
     return relevant
 
 
+# Verdicts shared by the submissions whose replies are byte-identical: most of a class makes the
+# same few mistakes, and the same inputs give the same outputs, so ``diagnose`` and ``agreeing``
+# would compare the same outcomes with the same replays again and again. A verdict is a function
+# of what the comparisons read (the implementations by their identities, ``_entry``; each call's
+# name and inputs by their fingerprint; each outcome by what ``outcomes_match`` and ``_exact``
+# read of it: the kind of exception it raised, or its value's fingerprint, equal exactly when the
+# wire bytes are), so a key seen before gives the same answer without a single comparison. Per
+# process, bounded, cleared with ``_SEEN`` (whose identities its keys hold).
+_VERDICTS: dict[tuple, Any] = {}
+_VERDICTS_MAX = 20_000
+
+
+def _outcome_print(outcome: Outcome) -> tuple:
+    """All that diagnosis reads of a student's outcome, as a hashable (``wire.Unsupported`` or
+    TypeError where its value has no fingerprint)."""
+    return ("raised", outcome.kind) if outcome.raised else ("value", wire.fingerprint(outcome.value))
+
+
+def _verdict_key(*parts: Any) -> tuple | None:
+    """``parts`` as a key of ``_VERDICTS``, None (no sharing) where one cannot be hashed."""
+    try:
+        hash(parts)
+    except TypeError:
+        return None
+    return parts
+
+
+def _remember(key: tuple | None, verdict: Any) -> None:
+    if key is not None:
+        if len(_VERDICTS) >= _VERDICTS_MAX:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+
+
 Probe = Callable[[str, tuple, dict], Outcome]
 
 
@@ -268,6 +303,13 @@ def diagnose(
 
     inputs = [wire.fingerprint((call.args, call.kwargs)) for call in relevant]
     names = frozenset(call.name for call in relevant)
+    try:
+        replies = tuple((call.name, data, _outcome_print(call.outcome)) for call, data in zip(relevant, inputs, strict=True))
+        key = _verdict_key("diagnose", _identity(reference), tuple((mistake_id, _identity(namespace)) for mistake_id, namespace in mistakes.items()), replies)
+    except (wire.Unsupported, TypeError):
+        key = None
+    if key is not None and key in _VERDICTS:
+        return list(_VERDICTS[key])
     expected: list[Outcome] | None = None
     found, exact = [], []
     for mistake_id, namespace in mistakes.items():
@@ -288,7 +330,9 @@ def diagnose(
             if all(_exact(call.outcome, got) for call, got in zip(relevant, outcomes, strict=False)):
                 exact.append(mistake_id)
     # A variant of a mistake (``id/n``) is named by its mistake's id, once.
-    return list(dict.fromkeys(mistake_id_of(key) for key in exact or found))
+    verdict = list(dict.fromkeys(mistake_id_of(mistake_id) for mistake_id in exact or found))
+    _remember(key, tuple(verdict))
+    return verdict
 
 
 def agreeing(ids: Iterable[str], calls: Iterable[Call], mistakes: Mapping[str, dict], function_of: Mapping[str, str]) -> list[str]:
@@ -308,10 +352,20 @@ def agreeing(ids: Iterable[str], calls: Iterable[Call], mistakes: Mapping[str, d
         function = function_of.get(mistake_id)
         recorded = by_function.get(function or "", {})
         variants = [namespace for key, namespace in mistakes.items() if mistake_id_of(key) == mistake_id]
-        if (
-            function is None
-            or not variants
-            or any(all(outcomes_match(call.outcome, _replay(namespace, call, data)) for data, call in recorded.items()) for namespace in variants)
-        ):
+        try:
+            replies = tuple((data, _outcome_print(call.outcome)) for data, call in recorded.items())
+            key = _verdict_key("agreeing", mistake_id, function, tuple(_identity(namespace) for namespace in variants), replies)
+        except (wire.Unsupported, TypeError):
+            key = None
+        if key is not None and key in _VERDICTS:
+            agrees = _VERDICTS[key]
+        else:
+            agrees = (
+                function is None
+                or not variants
+                or any(all(outcomes_match(call.outcome, _replay(namespace, call, data)) for data, call in recorded.items()) for namespace in variants)
+            )
+            _remember(key, agrees)
+        if agrees:
             kept.append(mistake_id)
     return kept

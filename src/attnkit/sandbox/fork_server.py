@@ -23,7 +23,7 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from attnkit import i18n
+from attnkit import cpu_account, i18n
 from attnkit.sandbox.lockdown import seccomp as seccomp_filter
 from attnkit.sandbox.lockdown import without_namespaces
 from attnkit.boundary import operations
@@ -285,6 +285,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     """The zygote loop: one request per sandbox, one reply with its pid. ``shell``: the seed's
     (``warm_shell``), else made here."""
     die_with_parent()
+    cpu_account.hold()
     try:  # it and every sandbox keep to its worker's CPUs
         os.sched_setaffinity(0, [int(cpu) for cpu in config.get("cpus") or []] or os.sched_getaffinity(0))
     except (OSError, ValueError, TypeError):
@@ -332,6 +333,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
     if mode.can_make_cgroups:
         sweep_stale()
     address_space = _address_space()
+    start_up_children = cpu_account.children_before()  # its lock-down's probes: the zygote's, not a sandbox's
     wire.send(
         control,
         {
@@ -353,6 +355,7 @@ def serve_forever(control: socket.socket, config: dict[str, Any], mode: Mode, sh
             # The grader is done. Nothing here needs flushing, and an orderly interpreter exit
             # (torch, IPython, matplotlib) costs about half a second per worker.
             sandboxes.end_all()
+            cpu_account.own("zygote", "sandbox", start_up_children)
             os._exit(0)
         sandboxes.reap()
         settings = json.loads(message)

@@ -13,6 +13,7 @@ import time
 from IPython.core.interactiveshell import InteractiveShell
 
 from attnkit.boundary import wire
+from attnkit import cpu_account
 from attnkit.sandbox.warm_shell import warm_shell
 from attnkit.sandbox.fork_server import collapse_into_huge_pages, serve_forever
 from attnkit.sandbox.lockdown.zygote_namespace import Mode, own_mount_namespace
@@ -63,6 +64,7 @@ def serve_seed(requests: socket.socket, mode: Mode) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    cpu_account.own("seed")
     os._exit(0)
 
 

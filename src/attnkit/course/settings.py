@@ -119,6 +119,7 @@ ENVIRONMENT_ONLY: dict[str, str] = {
     "ATTNKIT_HUGE_PAGES": "0: the seed does not collapse its memory into huge pages (sandbox/seed_server.py)",
     "ATTNKIT_SERVICE_URL": "`attnkit submit`'s service URL in a student's server (cli.py)",
     "ATTNKIT_HUB_QUEUE": "the hub side's queue, set by `attnkit serve --hub` for its child (service/queue)",
+    "ATTNKIT_CPU_ACCOUNT": "a file each process appends its CPU use to as it ends, for make bench's table by process kind (cpu_account.py)",
     "ATTNKIT_VENV": "the Gradescope bundle's existing environment (course/gradescope.py)",
     "ATTNKIT_VISIBILITY": "the Gradescope bundle's default result visibility (course/gradescope.py)",
     SETTINGS_VARIABLE: "a parent process's resolved settings, for the processes it starts (this module)",

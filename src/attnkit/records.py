@@ -77,10 +77,10 @@ class CellRecord(TypedDict):
     seconds: float
     line: int
     text: str
-    section: str
     # The function in another cell the error came from: its name, line in its own cell, that
     # line's text and that cell's section (issue 53: every line number counts in the cell it names).
     inner: NotRequired[dict[str, Any]]
+    section: str
 
 
 class NotebookRecord(TypedDict):
@@ -114,14 +114,14 @@ class SubmissionRecord(RecordBase):
     evidence: NotRequired[dict[str, Any]]  # the assignment's ``evidence`` hook's panels
     seconds: NotRequired[float]
     not_graded: NotRequired[str]  # why (only in a "not graded" record)
-    pid: NotRequired[int]  # the worker that sent it (``worker_messages.from_worker``)
 
 
 # The keys only a graded record has, and the one only a "not graded" record has.
 GRADED_ONLY = frozenset({"notebooks", "cells", "sandbox", "evidence", "seconds"})
 NOT_GRADED_ONLY = frozenset({"not_graded"})
-# The key a record gains on its way through the worker's result pipe.
-SENT_BY_WORKER = frozenset({"pid"})
+# The keys a record gains on its way through the worker's result pipe: none (issue 50: the worker's
+# pid and the job's id travel on the message around it, ``worker_messages.record`` / ``from_worker``).
+SENT_BY_WORKER: frozenset[str] = frozenset()
 
 
 class PartScore(TypedDict):
@@ -175,5 +175,5 @@ class ResultsJson(TypedDict):
     hints: NotRequired[dict[str, int]]  # the service's hint ladder (issue 53): the level each diagnosis's page shows
 
 
-# The keys that come from beside the submission (a gradebook, lms.json), not from grading it.
-ADDED_LATER = frozenset({"late", "lms_late"})
+# The keys that come from beside the submission (a gradebook, lms.json, the service's hint ladder), not from grading it.
+ADDED_LATER = frozenset({"late", "lms_late", "hints"})

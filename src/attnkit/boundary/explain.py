@@ -21,14 +21,16 @@ _STUDENT_FILES = re.compile(r"^(<ipython-input-\d+-[0-9a-f]+>|<submission>|.*\.i
 MAX_WARNINGS = 3
 
 
-def student_frame(traceback: TracebackType | None, outermost: bool = False) -> dict[str, Any] | None:
+def student_frame(traceback: TracebackType | None, outermost: bool = False, same_cell: bool = False) -> dict[str, Any] | None:
     """The innermost frame of the student's own code in ``traceback`` (``outermost``: the first,
-    the cell that ran, whose line called into the rest): its function, line number within its
-    cell, the line's text and the whole cell's text (to find the cell by)."""
+    the cell that ran, whose line called into the rest; ``same_cell``: the innermost of the frames
+    in that first cell, a helper the cell itself defines included, so that its line counts in the
+    cell the page names): its function, line number within its cell, the line's text and the whole
+    cell's text (to find the cell by)."""
     found = None
     while traceback is not None:
         code = traceback.tb_frame.f_code
-        if _STUDENT_FILES.match(code.co_filename):
+        if _STUDENT_FILES.match(code.co_filename) and (not same_cell or found is None or code.co_filename == found[0]):
             found = (code.co_filename, traceback.tb_lineno, code.co_name)
             if outermost:
                 break

@@ -305,12 +305,12 @@ class Sandbox:
             reply["error_type"] = type(error).__name__
             reply["message"] = str(error)[:MAX_MESSAGE]
             # The student's own failing line in this cell: a syntax error knows it; otherwise the
-            # outermost frame of their code, this cell's own line (issue 53: a line number on the
-            # page counts in the cell it names). When the error came from a function defined in
+            # innermost frame of their code in the cell that ran (a helper it defines included),
+            # this cell's own line (issue 53: a line number on the page counts in the cell it names). When the error came from a function defined in
             # another cell, that function and its line (in its own cell) go too.
             if isinstance(error, SyntaxError) and error.lineno:
                 reply["line"], reply["text"] = int(error.lineno), str(error.text or "").strip()[:300]
-            elif (where := student_frame(error.__traceback__, outermost=True)) is not None:
+            elif (where := student_frame(error.__traceback__, same_cell=True)) is not None:
                 reply["line"], reply["text"] = int(where["line"]), str(where["text"])[:300]
                 inner = student_frame(error.__traceback__)
                 if inner is not None and inner["cell_text"] != where["cell_text"]:

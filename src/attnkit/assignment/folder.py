@@ -186,6 +186,15 @@ def release_path(solutions: Path, name: str, notebook: str) -> Path:
     return solutions.parent / "assignments" / name / notebook
 
 
+def compile_suites(autograder: Path) -> None:
+    """``compile_suite`` for every assignment under ``autograder``: the service's start (and
+    ``--status``) name a broken hidden file before anything is graded; ``attnkit grade`` sets a
+    broken assignment aside and grades the others instead (``engine.preflight``)."""
+    for folder in sorted(autograder.iterdir()) if autograder.is_dir() else []:
+        if (folder / MANIFEST).is_file():
+            compile_suite(folder)
+
+
 def compile_suite(folder: Path) -> None:
     """Every Python file of the hidden suite ``folder`` compiled (not run), so that a syntax error
     stops grading at its start naming the file, the line and the error (GraderError): pytest would
@@ -206,7 +215,6 @@ def load(folder: Path, solutions: Path = SOLUTIONS_ROOT) -> Assignment:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise GraderError(f"cannot read the manifest of {folder}: {error}") from None
     name = str(manifest.get("name") or folder.name)
-    compile_suite(folder)
     if not folder.name.isidentifier() or not (folder / "__init__.py").is_file():
         raise GraderError(
             f"{folder}: a hidden suite is a Python package (a folder named like an identifier, e.g. {name.replace('-', '_')!r}, with an __init__.py)"

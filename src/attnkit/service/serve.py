@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from inotify_simple import flags
 
-from attnkit.assignment.folder import Assignment, discover
+from attnkit.assignment.folder import Assignment, compile_suites, discover
 from attnkit.boundary.policy import Limits
 from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
@@ -317,6 +317,7 @@ class Service:
         self.warming: dict[int, Job] = {}  # the warm-up jobs not yet graded (``warm_up``; ids below 0, never a row's): not ready until none
         self.warm_since = 0.0
         self.autograder = autograder
+        compile_suites(autograder)  # a broken hidden file: exit 2 naming it, its line and the error (issue 50)
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
         self.late_plugin: Any = None  # the course's LateSubmissionPlugin, made at the first late submission

@@ -733,7 +733,13 @@ class Service:
         """The public policies file (``exchange.place_policies``): the attempts per window of each assignment."""
         policies = {name: self.policies.get(name, DEFAULT) for name in self.suites}
         public = {name: {"attempts": p.attempts, "window_seconds": p.window_seconds} for name, p in policies.items()}
-        ex.place_policies(self.course, json.dumps({"format": 1, "assignments": public}).encode())
+        try:
+            ex.place_policies(self.course, json.dumps({"format": 1, "assignments": public}).encode())
+        except OSError as error:  # a full disk at the start: placed again when the service resumes (``probe``)
+            self.policies_placed = False
+            self.emit("policies-not-placed", reason=f"{type(error).__name__}: {error}")
+            return
+        self.policies_placed = True
 
     def due(self, assignment: str) -> float | None:
         if self.gradebook is not None and time.monotonic() - self.dues_read > DUE_SECONDS:
@@ -882,6 +888,8 @@ class Service:
                 raise
             return
         self.emit("resumed", reason=self.paused, seconds=round(time.monotonic() - self.paused_since, 3))
+        if not getattr(self, "policies_placed", True):
+            self.place_policies()
         self.paused = None
         (self.state / PAUSED_FILE).unlink(missing_ok=True)
         self.pending.clear()

@@ -321,6 +321,7 @@ class Service:
         self.suites: dict[str, Assignment] = discover(autograder)
         self.config = course_config(course.root)  # nbgrader's: the late rule (LateSubmissionPlugin) too
         self.late_plugin: Any = None  # the course's LateSubmissionPlugin, made at the first late submission
+        self.policies_placed = True  # the public policies file (``place_policies``); False: placed again at the resume
         self.policies: dict[str, Policy] = policies_from(self.config)
         show_times_in(self.config)
         self.gradebook = gradebook
@@ -888,7 +889,7 @@ class Service:
                 raise
             return
         self.emit("resumed", reason=self.paused, seconds=round(time.monotonic() - self.paused_since, 3))
-        if not getattr(self, "policies_placed", True):
+        if not self.policies_placed:
             self.place_policies()
         self.paused = None
         (self.state / PAUSED_FILE).unlink(missing_ok=True)

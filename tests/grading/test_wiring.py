@@ -47,7 +47,7 @@ def test_a_failed_chunk_goes_back_culprit_first() -> None:
     run = fan_out(jobs, records)
     run.work.clear()
     del run.remaining[jobs[3].id]  # recorded before the chunk broke
-    broken = engine._Worker(None, None, None, chunk=jobs, current=jobs[1].id)
+    broken = engine.WorkerProcess(None, None, None, chunk=jobs, current=jobs[1].id)
     run.chunk_failed(broken, "boom")
     assert broken.chunk is None
     assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["a/ch19", "c/ch19"]]
@@ -61,12 +61,12 @@ def test_a_chunk_that_fails_alone_is_recorded_not_graded() -> None:
     jobs = [job("a"), job("b"), job("c")]  # a worker's chunk holds the run's own jobs (FanOut.feed)
     run = fan_out(jobs, records)
     run.work.clear()
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=None), "boom")
+    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[0]], current=None), "boom")
     assert run.not_graded == ["a/ch19"] and jobs[0].id not in run.remaining
     assert [r["student_id"] for r in records] == ["a"] and records[0]["not_graded"] == "boom"
     assert records[0]["fingerprint"] == "" and not run.work
     # Died between submissions: every one is retried on its own.
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[1], jobs[2]], current=None), "x")
+    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[1], jobs[2]], current=None), "x")
     assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["c/ch19"]]
 
 
@@ -81,7 +81,7 @@ def test_a_chunks_end_or_record_never_takes_a_later_job_with_the_same_key() -> N
     later = job("a")
     later.id = 2
     run.remaining[later.id] = later  # the student's next submission, given to another worker
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[first], current=None), "stale")
+    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[first], current=None), "stale")
     assert records == [] and run.remaining == {later.id: later} and run.not_graded == []
     assert run.waiting(later) and not run.waiting(first)
 
@@ -101,7 +101,7 @@ def test_a_record_is_taken_only_for_the_job_it_names_and_a_stale_one_is_discarde
     run = engine.FanOut([first, second], Path("."), 2, Limits(), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
     run.work.clear()
     del run.remaining[first.id]  # recorded (or failed) already
-    worker = engine._Worker(None, None, result_reader, chunk=[second])
+    worker = engine.WorkerProcess(None, None, result_reader, chunk=[second])
     first_record = {"student_id": "a", "assignment": "ch19", "fingerprint": first.fingerprint, "tests": []}
     second_record = {"student_id": "a", "assignment": "ch19", "fingerprint": "fp-second", "tests": []}
     result_writer.send(worker_messages.from_worker(worker_messages.started(first.id, first.key), 7))
@@ -133,13 +133,13 @@ def test_a_submission_whose_worker_was_killed_is_graded_again_before_it_is_not_g
     run = engine.FanOut(jobs, Path("."), 2, Limits(host_retries=2), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
     run.work.clear()
     for attempt in (1, 2):
-        run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
+        run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
         assert [[j.id for j in chunk] for chunk in run.work] == [[jobs[0].id]] and records == []
         assert events[-1] == ("regrading", {"id": jobs[0].id, "student": "a", "assignment": "ch19", "reason": "killed", "retry": attempt})
         run.work.clear()
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
+    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
     assert [r["not_graded"] for r in records] == ["killed"] and not run.work
-    run.chunk_failed(engine._Worker(None, None, None, chunk=[jobs[1]], current=jobs[1].id), "session broke")
+    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[1]], current=jobs[1].id), "session broke")
     assert [r["not_graded"] for r in records] == ["killed", "session broke"] and not run.work
 
 

@@ -315,7 +315,7 @@ def test_the_copies_kept_are_the_newest_and_what_may_still_count(make_queue: Mak
     best graded one (it may still count under ``best``) and anything not settled (queued, not yet
     in the gradebook, a page withheld until the due date)."""
     from attnkit.service import exchange
-    from attnkit.service.serve import copies_to_remove
+    from attnkit.service.retention import copies_to_remove
 
     queue = make_queue("r1")
     attempts = tmp_path / "attempts"

@@ -195,7 +195,7 @@ def test_health_answered_throughout_and_the_service_runs_on(flood: Flood) -> Non
 
 
 def test_unfinished_names_over_the_owners_cap_are_counted_and_logged_per_uid(flood: Flood) -> None:
-    from attnkit.service.serve import CAPPED_LOG_SECONDS, UNFINISHED_PER_OWNER
+    from attnkit.service.inbound import CAPPED_LOG_SECONDS, UNFINISHED_PER_OWNER
 
     course = flood.course
     ignored = metric(course, "attnkit_serve_unfinished_ignored_total")

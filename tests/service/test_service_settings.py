@@ -26,7 +26,7 @@ def test_the_queue_and_the_gradebook_are_where_the_option_the_environment_or_the
 
 
 def test_what_stops_the_service_is_the_services_own_failure_never_a_submissions() -> None:
-    """Issue 48: the boundary around each folder and submission (``Service.consider``,
+    """Issue 48: the boundary around each folder and submission (``Inbound.consider``,
     ``Service.on_behalf_of``) lets only the grader's failures (``GraderError``: a suite, a sandbox,
     the recorder) and the database's stop the service (exit 2); whatever a student's files can make
     the code raise is that submission's ``refused``/``failed``."""
@@ -35,7 +35,7 @@ def test_what_stops_the_service_is_the_services_own_failure_never_a_submissions(
     from sqlalchemy.exc import OperationalError
 
     from attnkit.constants import GraderError
-    from attnkit.service.serve import is_the_services
+    from attnkit.service.faults import is_the_services
 
     for error in (GraderError("suite"), sqlite3.OperationalError("database is locked"), OperationalError("SELECT 1", {}, Exception("down"))):
         assert is_the_services(error), error

@@ -89,7 +89,7 @@ def death_reason(exitcode: int | None) -> str:
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _adopt_orphans(on: bool) -> None:
+def adopt_orphans(on: bool) -> None:
     """While grading, processes a dead worker leaves behind (its zygote, a sandbox still running
     student code) become our children instead of init's, so they can be found and ended."""
     try:
@@ -135,7 +135,9 @@ def end_orphans(workers: set[int]) -> None:
 
 
 @dataclass
-class _Worker:
+class WorkerProcess:
+    """One worker as the parent holds it: its process, the two ends of its pipes, and what it grades."""
+
     process: Any
     inbox: Any  # our end of its task pipe
     outbox: Any  # our end of its result pipe
@@ -224,14 +226,14 @@ class FanOut:
         # A submission is bounded by the sandbox's own limits; this is the last resort for a worker
         # stuck on the trusted side, far above anything an honest notebook needs.
         self.stall_seconds = (limits.notebook_seconds + limits.submission_seconds) * (limits.restarts + limits.host_retries + 1) + 120
-        self.pool: dict[Any, _Worker] = {}  # by the connection its results arrive on
+        self.pool: dict[Any, WorkerProcess] = {}  # by the connection its results arrive on
         self.lanes = worker_cpus(workers)
         self.keep: set[int] = set()  # other children of ours that end_orphans must spare (attnkit serve's recorder)
         self.every_turn = every_turn  # see grade_jobs
 
     def run(self) -> list[str]:
         """Grade every job; the keys of those not graded. GraderError when grading cannot run."""
-        _adopt_orphans(True)
+        adopt_orphans(True)
         for _worker in range(self.workers):
             self.feed(self.start_worker())
         try:
@@ -251,7 +253,7 @@ class FanOut:
             )
         return self.not_graded
 
-    def start_worker(self) -> _Worker:
+    def start_worker(self) -> WorkerProcess:
         # One pipe pair per worker, no shared queue: a worker killed mid-write (OOM) would leave a
         # shared queue's lock held and every other worker blocked forever.
         task_reader, task_writer = self.context.Pipe(duplex=False)
@@ -266,7 +268,7 @@ class FanOut:
         process.start()
         task_reader.close()
         result_writer.close()
-        worker = _Worker(process, task_writer, result_reader, cpu=cpu)
+        worker = WorkerProcess(process, task_writer, result_reader, cpu=cpu)
         self.pool[result_reader] = worker
         self.event("worker-started", pid=process.pid)
         return worker
@@ -290,7 +292,7 @@ class FanOut:
         del self.remaining[job.id]
         self.on_record(record)
 
-    def feed(self, worker: _Worker) -> None:
+    def feed(self, worker: WorkerProcess) -> None:
         """Send ``worker`` the next chunk with a job still to grade (None when there is none)."""
         work = self.work
         while work and not any(self.waiting(job) for job in work[0]):
@@ -302,7 +304,7 @@ class FanOut:
         except OSError:
             pass  # it died: noticed below, and the chunk goes back
 
-    def receive(self, worker: _Worker) -> None:
+    def receive(self, worker: WorkerProcess) -> None:
         """One message from ``worker`` (``engine.messages``): a record, or news of its chunk. Each
         names the submission it is about by id; one about a job this worker does not hold, or no
         longer waiting, is discarded and logged, never taken for another (issue 50)."""
@@ -342,7 +344,7 @@ class FanOut:
         else:
             self.discard(worker, message, "not a message a worker sends")
 
-    def discard(self, worker: _Worker, message: Mapping[str, Any], why: str) -> None:
+    def discard(self, worker: WorkerProcess, message: Mapping[str, Any], why: str) -> None:
         """A worker's message that is about no job it holds and still waits for: dropped, and said
         (``why``: for the operator's log, in English as the log's other fields)."""
         record = message.get(messages.RECORD)
@@ -365,7 +367,7 @@ class FanOut:
             elif not worker.process.is_alive() and not worker.outbox.poll():
                 self.bury(worker, "")
 
-    def chunk_failed(self, worker: _Worker, reason: str, by_host: bool = False) -> None:
+    def chunk_failed(self, worker: WorkerProcess, reason: str, by_host: bool = False) -> None:
         """Its ungraded submissions go back: the one it was on alone (the likely culprit), the
         rest together; a submission that fails alone is recorded as not graded. ``by_host``: the
         worker was killed by a signal (the OOM killer, an operator, the host), which is no
@@ -396,7 +398,7 @@ class FanOut:
                 self.work.appendleft(rest)
             self.work.appendleft(culprit)
 
-    def bury(self, worker: _Worker, reason: str) -> None:
+    def bury(self, worker: WorkerProcess, reason: str) -> None:
         """A dead or stalled worker: ended, its leftovers too, its chunk back, a new one in its place."""
         del self.pool[worker.outbox]
         if not reason:  # its pipe's end can be seen a moment before its exit can be reaped
@@ -418,6 +420,15 @@ class FanOut:
         if self.remaining and self.work and len(self.pool) < self.workers:
             self.feed(self.start_worker())
 
+    def spare(self, pid: int) -> None:
+        """``pid``, another child of this process (the service's recorder, its hub side), is not a
+        worker's leftover: ``end_orphans`` leaves it alone."""
+        self.keep.add(pid)
+
+    def alive(self) -> int:
+        """How many of the workers are running now."""
+        return sum(1 for worker in self.pool.values() if worker.process.is_alive())
+
     def shut_down(self) -> None:
         """Every worker told to stop (killed if it will not), the seed closed, the leftovers ended."""
         for worker in self.pool.values():
@@ -433,4 +444,4 @@ class FanOut:
         if self.seed is not None:
             self.seed.close()
         end_orphans(set(self.keep))
-        _adopt_orphans(False)
+        adopt_orphans(False)

@@ -16,7 +16,11 @@ nothing below imports it.
 - ``policies``: attempts per window, visibility, which attempt counts.
 - ``recorder``: the gradebook records, in batches, in a process of their own (off the path of
   the feedback).
-- ``serve``: the loop, ``--status``, ``/metrics``, ``/health`` and the log line per submission.
+- ``serve``: the loop and the log line per submission, tying one module per job together:
+  ``inbound`` (the way in), ``delivery`` (a record to its page), ``faults`` (stop or pause),
+  ``warm_up``, ``retention``, ``due_dates``, ``course_lock``, ``recorder_process`` and
+  ``hub_process`` (the child processes), ``metrics`` and ``metrics_endpoint`` (``/metrics``,
+  ``/health``); ``status`` is ``--status``.
 - ``hub`` (``--hub``): the HTTP side inside JupyterHub, a process of its own: students' pages, the
   TA's class, submit over HTTP and ``/health``, users known through the hub's OAuth only.
 - ``http_submit``: a notebook posted to ``hub`` kept as the service's copy with a notice the loop

@@ -13,10 +13,13 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 from urllib.parse import urlparse
 
+from attnkit.constants import GraderError
+from attnkit.i18n import _
 from attnkit.service.queue import QUEUE_AT_VARIABLE
 
 PHASE_FILE = "phase"  # in the service's folder: "<pid of the loop> <phase>"
@@ -86,3 +89,50 @@ def read_phase(state: Path, parent: int) -> str:
     except (OSError, ValueError):
         return STARTING
     return phase if pid == str(parent) and started == started_at(parent) and phase in (WARMING, READY) else STARTING
+
+
+class HubSide:
+    """``--hub``'s HTTP process as the loop holds it: started (again, if it died) by ``keep_up``,
+    its phase written, stopped with the loop. ``process``: the one the command line started before
+    the engine's imports (``start``), if any."""
+
+    def __init__(
+        self,
+        course_root: Path,
+        autograder: Path,
+        state: Path,
+        feedback: Path | str,
+        queue_url: str,
+        log: TextIO,
+        emit: Callable[..., None],
+        spare: Callable[[int], None],
+        process: subprocess.Popen | None = None,
+    ) -> None:
+        self.course_root, self.autograder, self.state, self.feedback = course_root, autograder, state, feedback
+        self.queue_url = queue_url
+        self.log = log
+        self.emit = emit
+        self.spare = spare
+        self.process = process
+        if process is not None:
+            spare(process.pid)
+
+    def keep_up(self) -> None:
+        """The HTTP side (``python -m attnkit.service.hub``), again if it died: it dies with us."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        if self.process is not None:
+            if self.process.returncode == 2:  # it cannot serve here (its log line says why): no restart loop
+                raise GraderError(_("JupyterHub 服务的 HTTP 进程无法启动（见日志）"))
+            self.emit("hub-restarted", code=self.process.returncode)
+        # the queue it reads: this loop's
+        self.process = start(self.course_root, self.autograder, self.state, self.feedback, self.queue_url, self.log)
+        self.spare(self.process.pid)
+
+    def phase(self, phase: str) -> None:
+        write_phase(self.state, phase)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)

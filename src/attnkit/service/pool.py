@@ -16,7 +16,7 @@ from pathlib import Path
 
 from attnkit.boundary.policy import Limits
 from attnkit.driver.seed import Seed
-from attnkit.engine.fan_out import FanOut, _adopt_orphans, _Worker
+from attnkit.engine.fan_out import FanOut, adopt_orphans, WorkerProcess
 from attnkit.records import Job, SubmissionRecord
 
 
@@ -37,18 +37,18 @@ class WarmPool(FanOut):
         queue row's); ``on_event``: the pool's news for the service's log."""
         super().__init__([], autograder, workers, limits, hide, lambda record: None, seed, on_event=on_event)
         self.on_result = on_result
-        self.idle: list[_Worker] = []
+        self.idle: list[WorkerProcess] = []
 
     def take(self, job: Job, record: SubmissionRecord) -> None:
         del self.remaining[job.id]
         self.on_result(job, record)
 
     def start(self) -> None:
-        _adopt_orphans(True)
+        adopt_orphans(True)
         for _slot in range(self.workers):
             self.feed(self.start_worker())
 
-    def feed(self, worker: _Worker) -> None:
+    def feed(self, worker: WorkerProcess) -> None:
         """The next waiting job to ``worker``, else it is parked (never sent the ``None`` that ends it)."""
         while self.work and not any(self.waiting(job) for job in self.work[0]):
             self.work.popleft()
@@ -89,7 +89,7 @@ class WarmPool(FanOut):
     def connections(self) -> list[object]:
         return list(self.pool)
 
-    def bury(self, worker: _Worker, reason: str) -> None:
+    def bury(self, worker: WorkerProcess, reason: str) -> None:
         if worker in self.idle:
             self.idle.remove(worker)
         super().bury(worker, reason)

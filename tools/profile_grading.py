@@ -41,7 +41,7 @@ import torch
 
 from attnkit.boundary import operations
 from attnkit.grading import plugin
-from attnkit.driver import submission as sandbox
+from attnkit.driver import submission
 from attnkit.grading import sandbox_provider
 from attnkit.engine import worker
 from attnkit.assignment.folder import discover
@@ -51,7 +51,7 @@ from attnkit.driver.zygote_handle import Zygote
 
 PHASES = (
     (sandbox_provider.SandboxProvider, "open", "open: read, parse, sandbox, both batches"),
-    (sandbox.Submission, "_batch", "  of which the batches (send, receive, decode)"),
+    (submission.Submission, "_batch", "  of which the batches (send, receive, decode)"),
     (plugin.GradingPlugin, "_within_test", "tests (their checks, swapped re-runs, single requests)"),
     (plugin.GradingPlugin, "record", "record (diagnosis included)"),
     (plugin.GradingPlugin, "diagnose", "  of which diagnosis"),
@@ -103,14 +103,14 @@ def main() -> None:
     asked_from: collections.Counter = collections.Counter()
     for owner, name, label in PHASES:
         setattr(owner, name, timed(spent, label, getattr(owner, name)))
-    single = sandbox.Submission._request
+    single = submission.Submission._request
 
-    def counted(self: sandbox.Submission, message: dict, *rest: Any, **kwargs: Any) -> dict:
+    def counted(self: submission.Submission, message: dict, *rest: Any, **kwargs: Any) -> dict:
         requests[f"{message.get(operations.OP)}{' (swapped)' if kwargs.get('swap') or (len(rest) > 2 and rest[2]) else ''}"] += 1
         asked_from[asker()] += 1
         return single(self, message, *rest, **kwargs)
 
-    sandbox.Submission._request = counted  # type: ignore[method-assign]
+    submission.Submission._request = counted  # type: ignore[method-assign]
     zygote = Zygote(
         warm_up="\n".join(s.warm_up_source() for s in suites.values()),
         cells=[cell for s in suites.values() for cell in s.release_cells()],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 from attnkit.boundary.outcome import MAX_BASES, Outcome, StudentRaised, builtin_bases, exception_kind, run_in_namespace, student_exception
 
 SUBCLASSES = """
@@ -98,15 +98,15 @@ def test_a_real_sandbox_sends_the_bases_and_the_driver_keeps_them():
     channel, _pid = zygote.spawn(Limits())
     try:
         channel.settimeout(30)
-        assert protocol.receive(channel)["ready"]
-        protocol.send(channel, operations.cell(SUBCLASSES))
-        assert protocol.receive(channel)["ok"]
-        protocol.send(channel, operations.call("raises", ("empty",), {}))
-        reply = protocol.receive(channel)
+        assert wire.receive(channel)["ready"]
+        wire.send(channel, operations.cell(SUBCLASSES))
+        assert wire.receive(channel)["ok"]
+        wire.send(channel, operations.call("raises", ("empty",), {}))
+        reply = wire.receive(channel)
         assert reply["error_type"] == "EmptyRowError" and reply["bases"][0] == "ValueError", reply
-        protocol.send(channel, operations.call("raises", ("plain",), {}))
-        assert "bases" not in protocol.receive(channel), "a built-in class sends no bases: the wire is as before"
-        protocol.send(channel, operations.bye())
+        wire.send(channel, operations.call("raises", ("plain",), {}))
+        assert "bases" not in wire.receive(channel), "a built-in class sends no bases: the wire is as before"
+        wire.send(channel, operations.bye())
     finally:
         channel.close()
         zygote.close()

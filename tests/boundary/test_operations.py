@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnkit.boundary import operations
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 from attnkit.engine import messages as worker_messages
 from attnkit.boundary.policy import Limits
 from attnkit.driver.zygote_handle import Zygote
@@ -57,14 +57,14 @@ MESSAGES = {  # a worker's to its parent
 
 @pytest.mark.parametrize("name", FRAMES)
 def test_each_request_is_the_frame_the_wire_has_carried(name: str) -> None:
-    built, wire = FRAMES[name]
-    assert protocol.encode(built) == protocol.encode(wire)
+    built, carried = FRAMES[name]
+    assert wire.encode(built) == wire.encode(carried)
 
 
 @pytest.mark.parametrize("name", [*CONTROL, *MESSAGES])
 def test_each_control_and_worker_message_is_as_before(name: str) -> None:
-    built, wire = {**CONTROL, **MESSAGES}[name]
-    assert json.dumps(built) == json.dumps(wire)
+    built, carried = {**CONTROL, **MESSAGES}[name]
+    assert json.dumps(built) == json.dumps(carried)
 
 
 def test_a_message_is_read_as_its_kind_with_fatal_first() -> None:
@@ -90,13 +90,13 @@ def test_a_real_sandbox_serves_every_operation_listed() -> None:
     channel, _pid = zygote.spawn(Limits())
     try:
         channel.settimeout(30)
-        assert protocol.receive(channel)["ready"]
+        assert wire.receive(channel)["ready"]
         served = set()
 
         def ask(request: dict) -> dict:
             served.add(request["op"])
-            protocol.send(channel, request)
-            return protocol.receive(channel)
+            wire.send(channel, request)
+            return wire.receive(channel)
 
         cell = ask(operations.cell("answer = 42\ndef double(x):\n    return helper(x) * 2\ndef helper(x):\n    return x\n"))
         assert cell["ok"], cell
@@ -104,36 +104,36 @@ def test_a_real_sandbox_serves_every_operation_listed() -> None:
         assert torch.equal(ask(operations.call("double", (torch.ones(2),), {}))["value"], torch.full((2,), 2.0))
         # call_with: the stand-in for helper asks us (a callback frame) and gets our answer.
         served.add(operations.CALL_WITH)
-        protocol.send(channel, operations.call_with("double", (torch.ones(2),), {}, ["helper"]))
-        callback = protocol.receive(channel)
+        wire.send(channel, operations.call_with("double", (torch.ones(2),), {}, ["helper"]))
+        callback = wire.receive(channel)
         assert callback[operations.CALLBACK] == "helper"
-        protocol.send(channel, {"value": torch.full((2,), 5.0), "error_type": None, "message": ""})
-        assert torch.equal(protocol.receive(channel)["value"], torch.full((2,), 10.0))
+        wire.send(channel, {"value": torch.full((2,), 5.0), "error_type": None, "message": ""})
+        assert torch.equal(wire.receive(channel)["value"], torch.full((2,), 10.0))
         # swap_begin: a session on a channel of its own, whose calls are plain ones.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         served.add(operations.SWAP_BEGIN)
-        protocol.send(channel, operations.swap_begin(["helper"]))
+        wire.send(channel, operations.swap_begin(["helper"]))
         socket.send_fds(channel, [b"\0"], [theirs.fileno()])
         theirs.close()
-        assert protocol.receive(channel) == operations.swap_reply(forked=True)
+        assert wire.receive(channel) == operations.swap_reply(forked=True)
         ours.settimeout(30)
-        protocol.send(ours, operations.plain_call(operations.call_with("double", (torch.ones(2),), {}, ["helper"])))
-        assert protocol.receive(ours)[operations.CALLBACK] == "helper"
-        protocol.send(ours, {"value": torch.full((2,), 3.0), "error_type": None, "message": ""})
-        assert torch.equal(protocol.receive(ours)["value"], torch.full((2,), 6.0))
+        wire.send(ours, operations.plain_call(operations.call_with("double", (torch.ones(2),), {}, ["helper"])))
+        assert wire.receive(ours)[operations.CALLBACK] == "helper"
+        wire.send(ours, {"value": torch.full((2,), 3.0), "error_type": None, "message": ""})
+        assert torch.equal(wire.receive(ours)["value"], torch.full((2,), 6.0))
         ours.close()
         # batch: one reply each, in order.
         served.add(operations.BATCH)
-        protocol.send(channel, operations.batch([operations.get("answer"), operations.call("double", (torch.ones(1),), {})]))
-        assert protocol.receive(channel)["value"] == 42
-        assert torch.equal(protocol.receive(channel)["value"], torch.full((1,), 2.0))
+        wire.send(channel, operations.batch([operations.get("answer"), operations.call("double", (torch.ones(1),), {})]))
+        assert wire.receive(channel)["value"] == 42
+        assert torch.equal(wire.receive(channel)["value"], torch.full((1,), 2.0))
         # What is not an operation is answered as none (so the checks above do tell them apart).
-        protocol.send(channel, {"op": "no_such_operation"})
-        assert protocol.receive(channel)["error_type"] == "__protocol__"
+        wire.send(channel, {"op": "no_such_operation"})
+        assert wire.receive(channel)["error_type"] == "__protocol__"
         served.add(operations.BYE)
-        protocol.send(channel, operations.bye())
-        with pytest.raises(protocol.PeerClosed):
-            protocol.receive(channel)
+        wire.send(channel, operations.bye())
+        with pytest.raises(wire.PeerClosed):
+            wire.receive(channel)
         assert served == set(operations.OPERATIONS)
     finally:
         channel.close()

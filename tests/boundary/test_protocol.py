@@ -10,11 +10,11 @@ from collections import namedtuple
 import pytest
 import torch
 
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 
 
 def roundtrip(value: object) -> object:
-    return protocol.decode(protocol.encode(value))
+    return wire.decode(wire.encode(value))
 
 
 def test_plain_data_survives_a_roundtrip() -> None:
@@ -80,10 +80,10 @@ def test_the_fast_tensor_path_writes_the_same_frame(make) -> None:
     """Does a plain tensor, encoded on the fast path, give byte for byte the frame of the general
     path (the same tensor as a subclass), whatever its strides, grad, lazy bits or dtype?"""
     tensor = make()
-    assert protocol.encode({"x": [tensor, (tensor,)]}) == protocol.encode({"x": [tensor.as_subclass(_Detour), (tensor.as_subclass(_Detour),)]})
+    assert wire.encode({"x": [tensor, (tensor,)]}) == wire.encode({"x": [tensor.as_subclass(_Detour), (tensor.as_subclass(_Detour),)]})
     assert torch.equal(roundtrip(tensor), tensor.detach().resolve_neg().resolve_conj()) or tensor.isnan().any()
     sparse = torch.eye(3).to_sparse()  # not strided: the general path, as before
-    assert protocol.encode(sparse) == protocol.encode(torch.eye(3))
+    assert wire.encode(sparse) == wire.encode(torch.eye(3))
 
 
 def test_the_wire_format_stays_byte_for_byte() -> None:
@@ -109,20 +109,20 @@ def test_the_wire_format_stays_byte_for_byte() -> None:
             "nested": [[{"k": []}], {}],
         },
     }
-    frame = protocol.encode(value)
+    frame = wire.encode(value)
     assert (len(frame), hashlib.sha256(frame).hexdigest()) == (633, "f65b744e98dde5fc1b135878dc84816e42e26e0f8dede8a80ef3c753c2a2af9c")
 
 
 @pytest.mark.parametrize("value", [object(), lambda: 1, {1: 2}, torch.zeros(2, dtype=torch.complex64), b"bytes", {"x"}])
 def test_other_objects_are_refused(value: object) -> None:
     """Are functions, arbitrary objects, non-string dict keys, complex tensors, bytes and sets refused?"""
-    with pytest.raises(protocol.Unsupported):
-        protocol.encode(value)
+    with pytest.raises(wire.Unsupported):
+        wire.encode(value)
 
 
 def test_malformed_frames_raise_protocol_errors_only() -> None:
     """Do truncated, corrupted or random frames raise ProtocolError (never run code, never crash)?"""
-    frame = protocol.encode((torch.randn(4, 4), {"a": [1, 2, 3]}))
+    frame = wire.encode((torch.randn(4, 4), {"a": [1, 2, 3]}))
     generator = random.Random(0)
     for _ in range(500):
         broken = bytearray(frame)
@@ -130,11 +130,11 @@ def test_malformed_frames_raise_protocol_errors_only() -> None:
             broken[generator.randrange(len(broken))] = generator.randrange(256)
         cut = broken[: generator.randint(0, len(broken))] if generator.random() < 0.3 else broken
         try:
-            protocol.decode(bytes(cut))
-        except protocol.ProtocolError:
+            wire.decode(bytes(cut))
+        except wire.ProtocolError:
             pass
-    with pytest.raises(protocol.ProtocolError):
-        protocol.decode(b"\x80\x04\x95pickle")
+    with pytest.raises(wire.ProtocolError):
+        wire.decode(b"\x80\x04\x95pickle")
 
 
 def test_a_tensor_header_cannot_claim_more_bytes_than_sent() -> None:
@@ -143,34 +143,34 @@ def test_a_tensor_header_cannot_claim_more_bytes_than_sent() -> None:
     header = b'{"__tensor__": 0, "dtype": "float32", "shape": [1000000]}'
     body = struct.pack("!I", len(body_sizes)) + body_sizes + header
     frame = struct.pack("!II", len(body), 4) + body + b"\0\0\0\0"
-    with pytest.raises(protocol.ProtocolError):
-        protocol.decode(frame)
+    with pytest.raises(wire.ProtocolError):
+        wire.decode(frame)
 
 
 def test_an_oversized_frame_is_refused_before_reading_it() -> None:
     """Does receive() refuse a frame that announces more than the limit, without allocating it?"""
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        theirs.sendall(struct.pack("!II", protocol.MAX_FRAME_BYTES, 1))
-        with pytest.raises(protocol.ProtocolError):
-            protocol.receive(ours)
+        theirs.sendall(struct.pack("!II", wire.MAX_FRAME_BYTES, 1))
+        with pytest.raises(wire.ProtocolError):
+            wire.receive(ours)
 
 
 def test_a_huge_tensor_is_refused_both_ways() -> None:
     """Is a tensor above MAX_TENSOR_ELEMENTS refused when sent (a clear reason, before any copy of
     an expanded view) and when a forged frame claims one (before its bytes are used)?"""
-    with pytest.raises(protocol.Unsupported, match="过大"):
-        protocol.encode(torch.zeros(1, dtype=torch.bool).expand(protocol.MAX_TENSOR_ELEMENTS + 1))
-    thin = protocol.encode(torch.zeros(protocol.MAX_TENSOR_ELEMENTS, dtype=torch.bool))
-    assert protocol.decode(thin).shape == (protocol.MAX_TENSOR_ELEMENTS,)
+    with pytest.raises(wire.Unsupported, match="过大"):
+        wire.encode(torch.zeros(1, dtype=torch.bool).expand(wire.MAX_TENSOR_ELEMENTS + 1))
+    thin = wire.encode(torch.zeros(wire.MAX_TENSOR_ELEMENTS, dtype=torch.bool))
+    assert wire.decode(thin).shape == (wire.MAX_TENSOR_ELEMENTS,)
     # A forged frame that claims (and carries) one element more: refused.
-    count = protocol.MAX_TENSOR_ELEMENTS + 1
+    count = wire.MAX_TENSOR_ELEMENTS + 1
     sizes = f"[{count}]".encode()
     header = f'{{"__tensor__": 0, "dtype": "bool", "shape": [{count}]}}'.encode()
     body = struct.pack("!I", len(sizes)) + sizes + header
     forged = struct.pack("!II", len(body), count) + body + bytes(count)
-    with pytest.raises(protocol.ProtocolError, match="too large"):
-        protocol.decode(forged)
+    with pytest.raises(wire.ProtocolError, match="too large"):
+        wire.decode(forged)
 
 
 def _fingerprint_corpus() -> list[object]:
@@ -182,7 +182,7 @@ def _fingerprint_corpus() -> list[object]:
 
     point = namedtuple("point", "a b")
     grid = torch.arange(6, dtype=torch.float32).reshape(2, 3)
-    long = "x" * protocol.MAX_STRING
+    long = "x" * wire.MAX_STRING
     values: list[object] = [None, True, False, 0, 1, -1, 1.0, 0.0, -0.0, 2.5, float("nan"), float("inf"), float("-inf")]
     values += [2**63, 2**64, float(2**64), "", "a", "1", long, long + "x", long + "yz"]
     values += [(), [], {}, (1, 2), [1, 2], (1, (2,)), (1, [2]), point(1, 2), torch.Size([1, 2]), {"a": 1}, {"b": 1}]
@@ -201,8 +201,8 @@ def test_fingerprints_are_equal_exactly_when_frames_are() -> None:
     replay caches) tell two values apart exactly when their frames differ, for every pair of a
     corpus built to confuse it, and agree with the image of the general walker on each value?"""
     values = _fingerprint_corpus()
-    frames = [protocol.encode(value) for value in values]
-    prints = [protocol.fingerprint(value) for value in values]
+    frames = [wire.encode(value) for value in values]
+    prints = [wire.fingerprint(value) for value in values]
     for print_ in prints:
         hash(print_)
     wrong = [
@@ -215,7 +215,7 @@ def test_fingerprints_are_equal_exactly_when_frames_are() -> None:
     assert len(set(frames)) < len(frames), "the corpus must hold values that encode alike"
     for value, print_ in zip(values, prints, strict=True):
         blobs: list[bytes] = []
-        assert protocol._image(protocol._walk(value, 0, blobs), blobs) == print_, value
+        assert wire._image(wire._walk(value, 0, blobs), blobs) == print_, value
 
 
 def _nested(depth: int) -> list:
@@ -225,24 +225,24 @@ def _nested(depth: int) -> list:
     return value
 
 
-@pytest.mark.parametrize("value", [object(), {1: 2}, torch.zeros(2, dtype=torch.complex64), _nested(protocol.MAX_DEPTH + 1)])
+@pytest.mark.parametrize("value", [object(), {1: 2}, torch.zeros(2, dtype=torch.complex64), _nested(wire.MAX_DEPTH + 1)])
 def test_a_value_the_wire_refuses_has_no_fingerprint(value: object) -> None:
     """Does ``fingerprint`` refuse what ``encode`` refuses, rather than match it to something?"""
-    with pytest.raises(protocol.Unsupported):
-        protocol.encode(value)
-    with pytest.raises(protocol.Unsupported):
-        protocol.fingerprint(value)
+    with pytest.raises(wire.Unsupported):
+        wire.encode(value)
+    with pytest.raises(wire.Unsupported):
+        wire.fingerprint(value)
 
 
 def test_a_header_with_anything_around_its_json_is_refused() -> None:
     """Is a frame whose header holds more than one JSON value (or none) refused as malformed?"""
-    good = protocol.encode({"a": [1, 2]})
+    good = wire.encode({"a": [1, 2]})
     body_length, payload_length = struct.unpack_from("!II", good)
     body = good[8 : 8 + body_length]
     (sizes_length,) = struct.unpack_from("!I", body)
     header = body[4 + sizes_length :]
     for changed in (header + b" 1", header + b"x", b"", b" " + header):
         new_body = body[: 4 + sizes_length] + changed
-        with pytest.raises(protocol.ProtocolError):
-            protocol.decode(struct.pack("!II", len(new_body), payload_length) + new_body + good[8 + body_length :])
-    assert protocol.decode(good) == {"a": [1, 2]}
+        with pytest.raises(wire.ProtocolError):
+            wire.decode(struct.pack("!II", len(new_body), payload_length) + new_body + good[8 + body_length :])
+    assert wire.decode(good) == {"a": [1, 2]}

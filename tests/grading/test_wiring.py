@@ -1,5 +1,5 @@
 """The parent's and the worker's wiring as named objects (issue 27): intake apart from fan-out,
-``engine.FanOut`` retrying a failed chunk, ``worker.ChunkFeed`` sending one ``chunk_done`` per
+``fan_out.FanOut`` retrying a failed chunk, ``worker.ChunkFeed`` sending one ``chunk_done`` per
 chunk over real pipes, and ``plugin.Provider``'s optional methods as defaults. No sandbox: these
 are the trusted side's bookkeeping, driven through its own objects."""
 
@@ -9,8 +9,8 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
-from attnkit.engine import fan_out as engine
-from attnkit.intake import jobs as intake
+from attnkit.engine import fan_out
+from attnkit.intake import jobs
 from attnkit.engine import messages as worker_messages
 from attnkit.grading.plugin import GradingPlugin, LocalProvider, Provider, test_result
 from attnkit.boundary.policy import Limits
@@ -26,17 +26,17 @@ def job(student: str, assignment: str = "ch19") -> Job:
 
 
 def test_intake_is_its_own_module() -> None:
-    """Is intake (finding jobs, fingerprints, folder problems) in intake.py, and engine.py left with
+    """Is intake (finding jobs, fingerprints, folder problems) in jobs.py, and fan_out.py left with
     the fan-out only?"""
     for name in ("find_jobs", "grader_digest", "id_problem", "is_renamed", "Skipped", "Intake"):
-        assert hasattr(intake, name), name
-        assert not hasattr(engine, name), name
-    assert hasattr(engine, "FanOut") and hasattr(engine, "grade_jobs")
+        assert hasattr(jobs, name), name
+        assert not hasattr(fan_out, name), name
+    assert hasattr(fan_out, "FanOut") and hasattr(fan_out, "grade_jobs")
 
 
-def fan_out(jobs: list[Job], records: list[dict[str, Any]]) -> engine.FanOut:
+def fan_out_of(jobs: list[Job], records: list[dict[str, Any]]) -> fan_out.FanOut:
     """A run's bookkeeping before any worker starts (no process is started by the constructor)."""
-    return engine.FanOut(jobs, Path("."), 2, Limits(), [], records.append, None)
+    return fan_out.FanOut(jobs, Path("."), 2, Limits(), [], records.append, None)
 
 
 def test_a_failed_chunk_goes_back_culprit_first() -> None:
@@ -44,10 +44,10 @@ def test_a_failed_chunk_goes_back_culprit_first() -> None:
     together, and are submissions already recorded left out?"""
     jobs = [job("a"), job("b"), job("c"), job("d")]
     records: list[dict[str, Any]] = []
-    run = fan_out(jobs, records)
+    run = fan_out_of(jobs, records)
     run.work.clear()
     del run.remaining[jobs[3].id]  # recorded before the chunk broke
-    broken = engine.WorkerProcess(None, None, None, chunk=jobs, current=jobs[1].id)
+    broken = fan_out.WorkerProcess(None, None, None, chunk=jobs, current=jobs[1].id)
     run.chunk_failed(broken, "boom")
     assert broken.chunk is None
     assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["a/ch19", "c/ch19"]]
@@ -59,14 +59,14 @@ def test_a_chunk_that_fails_alone_is_recorded_not_graded() -> None:
     the run's not-graded list, and nothing put back to retry?"""
     records: list[dict[str, Any]] = []
     jobs = [job("a"), job("b"), job("c")]  # a worker's chunk holds the run's own jobs (FanOut.feed)
-    run = fan_out(jobs, records)
+    run = fan_out_of(jobs, records)
     run.work.clear()
-    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[0]], current=None), "boom")
+    run.chunk_failed(fan_out.WorkerProcess(None, None, None, chunk=[jobs[0]], current=None), "boom")
     assert run.not_graded == ["a/ch19"] and jobs[0].id not in run.remaining
     assert [r["student_id"] for r in records] == ["a"] and records[0]["not_graded"] == "boom"
     assert records[0]["fingerprint"] == "" and not run.work
     # Died between submissions: every one is retried on its own.
-    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[1], jobs[2]], current=None), "x")
+    run.chunk_failed(fan_out.WorkerProcess(None, None, None, chunk=[jobs[1], jobs[2]], current=None), "x")
     assert [[j.key for j in chunk] for chunk in run.work] == [["b/ch19"], ["c/ch19"]]
 
 
@@ -75,13 +75,13 @@ def test_a_chunks_end_or_record_never_takes_a_later_job_with_the_same_key() -> N
     one is recorded; that worker's end-of-chunk message, or a stale record, must not count for it."""
     records: list[dict[str, Any]] = []
     first = job("a")
-    run = fan_out([first], records)
+    run = fan_out_of([first], records)
     run.work.clear()
     del run.remaining[first.id]  # recorded
     later = job("a")
     later.id = 2
     run.remaining[later.id] = later  # the student's next submission, given to another worker
-    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[first], current=None), "stale")
+    run.chunk_failed(fan_out.WorkerProcess(None, None, None, chunk=[first], current=None), "stale")
     assert records == [] and run.remaining == {later.id: later} and run.not_graded == []
     assert run.waiting(later) and not run.waiting(first)
 
@@ -98,10 +98,10 @@ def test_a_record_is_taken_only_for_the_job_it_names_and_a_stale_one_is_discarde
     records: list[dict[str, Any]] = []
     events: list[tuple[str, dict[str, Any]]] = []
     first, second = job("a"), job("a")
-    run = engine.FanOut([first, second], Path("."), 2, Limits(), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
+    run = fan_out.FanOut([first, second], Path("."), 2, Limits(), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
     run.work.clear()
     del run.remaining[first.id]  # recorded (or failed) already
-    worker = engine.WorkerProcess(None, None, result_reader, chunk=[second])
+    worker = fan_out.WorkerProcess(None, None, result_reader, chunk=[second])
     first_record = {"student_id": "a", "assignment": "ch19", "fingerprint": first.fingerprint, "tests": []}
     second_record = {"student_id": "a", "assignment": "ch19", "fingerprint": "fp-second", "tests": []}
     result_writer.send(worker_messages.from_worker(worker_messages.started(first.id, first.key), 7))
@@ -130,16 +130,16 @@ def test_a_submission_whose_worker_was_killed_is_graded_again_before_it_is_not_g
     records: list[dict[str, Any]] = []
     events: list[tuple[str, dict[str, Any]]] = []
     jobs = [job("a"), job("b")]
-    run = engine.FanOut(jobs, Path("."), 2, Limits(host_retries=2), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
+    run = fan_out.FanOut(jobs, Path("."), 2, Limits(host_retries=2), [], records.append, None, on_event=lambda event, **fields: events.append((event, fields)))
     run.work.clear()
     for attempt in (1, 2):
-        run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
+        run.chunk_failed(fan_out.WorkerProcess(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
         assert [[j.id for j in chunk] for chunk in run.work] == [[jobs[0].id]] and records == []
         assert events[-1] == ("regrading", {"id": jobs[0].id, "student": "a", "assignment": "ch19", "reason": "killed", "retry": attempt})
         run.work.clear()
-    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
+    run.chunk_failed(fan_out.WorkerProcess(None, None, None, chunk=[jobs[0]], current=jobs[0].id), "killed", by_host=True)
     assert [r["not_graded"] for r in records] == ["killed"] and not run.work
-    run.chunk_failed(engine.WorkerProcess(None, None, None, chunk=[jobs[1]], current=jobs[1].id), "session broke")
+    run.chunk_failed(fan_out.WorkerProcess(None, None, None, chunk=[jobs[1]], current=jobs[1].id), "session broke")
     assert [r["not_graded"] for r in records] == ["killed", "session broke"] and not run.work
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from attnkit import records
 from attnkit.engine import fan_out
-from attnkit.report import results_json as scoring
+from attnkit.report import results_json
 from attnkit.intake.jobs import find_jobs
 from attnkit.grading import outcomes
 from attnkit.boundary.policy import Limits
@@ -107,7 +107,7 @@ def test_a_not_graded_record_has_exactly_its_keys() -> None:
     job = Job("s", CH19.name, [], "f")
     record = fan_out.not_graded_record(job, "killed")
     assert check_record(record, graded=False, from_worker=False) == []
-    assert check_results(scoring.results_json(record, CH19)) == []
+    assert check_results(results_json.results_json(record, CH19)) == []
 
 
 def test_a_key_added_in_a_producer_without_the_type_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +121,7 @@ def test_a_key_added_in_a_producer_without_the_type_is_caught(monkeypatch: pytes
     monkeypatch.setattr(fan_out, "not_graded_record", with_extra)
     record = fan_out.not_graded_record(Job("s", CH19.name, [], "f"), "killed")
     assert check_record(record, graded=False, from_worker=False) == ["undeclared key 'retries'"]
-    results = dict(scoring.results_json(made(Job("s", CH19.name, [], "f"), "killed"), CH19))
+    results = dict(results_json.results_json(made(Job("s", CH19.name, [], "f"), "killed"), CH19))
     results["score_after_penalty"] = 0.0
     del results["isolation"]
     assert check_results(results) == ["undeclared key 'score_after_penalty'", "missing required key 'isolation'"]

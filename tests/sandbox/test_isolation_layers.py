@@ -1049,51 +1049,51 @@ def no_markers(tmp_path: Path) -> dict:
 
 
 def test_refusal_in_a_seccomp_confined_container_names_the_profile_never_a_sysctl(tmp_path: Path) -> None:
-    from attnkit.driver import refusal as confinement
+    from attnkit.driver import refusal
 
     (tmp_path / ".dockerenv").touch()
-    found = confinement.detect(
+    found = refusal.detect(
         "unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t2\n", apparmor_sysctl="", root=str(tmp_path), environ={}, cgroup="0::/\n"
     )
     assert found.container == "docker" and found.seccomp_filtered
-    text = confinement.cause(found) + confinement.advice(found)
+    text = refusal.cause(found) + refusal.advice(found)
     assert "seccomp" in text and "attnkit-docker.json" in text and "seccompProfile" in text and "--no-isolation" in text
     assert "sysctl" not in text
 
 
 def test_refusal_under_kubernetes_and_podman_markers(tmp_path: Path) -> None:
-    from attnkit.driver import refusal as confinement
+    from attnkit.driver import refusal
 
-    assert confinement.container_kind(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "0::/\n") == "kubernetes"
+    assert refusal.container_kind(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "0::/\n") == "kubernetes"
     (tmp_path / "run").mkdir()
     (tmp_path / "run/.containerenv").touch()
-    assert confinement.container_kind(str(tmp_path), {}, "0::/\n") == "podman"
-    assert confinement.container_kind(str(tmp_path / "none"), {}, "0::/kubepods/burstable/pod1\n") == "kubernetes"
-    assert confinement.container_kind(str(tmp_path / "none"), {}, "0::/user.slice\n") == ""
+    assert refusal.container_kind(str(tmp_path), {}, "0::/\n") == "podman"
+    assert refusal.container_kind(str(tmp_path / "none"), {}, "0::/kubepods/burstable/pod1\n") == "kubernetes"
+    assert refusal.container_kind(str(tmp_path / "none"), {}, "0::/user.slice\n") == ""
 
 
 def test_refusal_under_ubuntu_apparmor_names_the_profile_and_sudo(tmp_path: Path) -> None:
-    from attnkit.driver import refusal as confinement
+    from attnkit.driver import refusal
 
     for why, sysctl in (("mount inside the user namespace: Operation not permitted", ""), ("unshare(CLONE_NEWUSER): Operation not permitted", "1")):
-        found = confinement.detect(why, status="Seccomp:\t0\n", apparmor_sysctl=sysctl, **no_markers(tmp_path))
+        found = refusal.detect(why, status="Seccomp:\t0\n", apparmor_sysctl=sysctl, **no_markers(tmp_path))
         assert found.userns_restricted and not found.container
-        text = confinement.cause(found) + confinement.advice(found, python="/usr/bin/python3")
+        text = refusal.cause(found) + refusal.advice(found, python="/usr/bin/python3")
         assert "AppArmor" in text and "apparmor_parser" in text and "sudo" in text and os.path.realpath("/usr/bin/python3") in text
 
 
 def test_refusal_on_a_plain_host_keeps_the_sysctl_advice(tmp_path: Path) -> None:
-    from attnkit.driver import refusal as confinement
+    from attnkit.driver import refusal
 
-    found = confinement.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t0\n", apparmor_sysctl="0", **no_markers(tmp_path))
+    found = refusal.detect("unshare(CLONE_NEWUSER): Operation not permitted", status="Seccomp:\t0\n", apparmor_sysctl="0", **no_markers(tmp_path))
     assert not found.container and not found.userns_restricted
-    assert "user.max_user_namespaces" in confinement.advice(found)
+    assert "user.max_user_namespaces" in refusal.advice(found)
 
 
 def test_exposure_refusal_names_each_path_and_its_chmod() -> None:
-    from attnkit.driver import refusal as confinement
+    from attnkit.driver import refusal
 
-    text = confinement.exposure_refusal([{"path": "/srv/course", "access": "read", "fix": "chmod -R o-rwx,g-rwx /srv/course"}] * 25)
+    text = refusal.exposure_refusal([{"path": "/srv/course", "access": "read", "fix": "chmod -R o-rwx,g-rwx /srv/course"}] * 25)
     assert text.count("chmod -R o-rwx,g-rwx /srv/course") == 20 and "5" in text.splitlines()[-1]
 
 

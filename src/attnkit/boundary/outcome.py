@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from attnkit.constants import MAX_MESSAGE, MISSING
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 from attnkit.i18n import _
 from attnkit.boundary.explain import MAX_WARNINGS, student_frame, warning_text
 
@@ -179,8 +179,8 @@ def run_in_namespace(namespace: dict, name: str, args: tuple, kwargs: dict, plai
         warnings.simplefilter("always")
         try:
             result = function(*args, **kwargs)
-            outcome = Outcome(value=protocol.decode(protocol.encode(result)) if plain else result)
-        except protocol.Unsupported as error:
+            outcome = Outcome(value=wire.decode(wire.encode(result)) if plain else result)
+        except wire.Unsupported as error:
             outcome = unreadable(name, error)
         except Exception as error:  # the student's own exception, reported by name and message
             outcome = Outcome(
@@ -198,8 +198,8 @@ def read_variable(namespace: dict, name: str, plain: bool = True) -> Outcome:
     if name not in namespace:
         return Outcome(error_type=MISSING, message=_("没有找到变量 {name}").format(name=name))
     try:
-        return Outcome(value=protocol.decode(protocol.encode(namespace[name])) if plain else namespace[name])
-    except protocol.Unsupported as error:
+        return Outcome(value=wire.decode(wire.encode(namespace[name])) if plain else namespace[name])
+    except wire.Unsupported as error:
         return unreadable(name, error)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit import i18n
-from attnkit.driver import refusal as confinement
+from attnkit.driver import refusal
 from attnkit.i18n import _
 from attnkit.boundary import operations
 from attnkit.boundary import wire
@@ -138,7 +138,7 @@ class Zygote:
             # The cause in our words (a container's seccomp profile, an AppArmor restriction) and
             # what works there: see attnkit.driver.refusal.
             exposed = listed if isinstance(listed := isolation.get("exposed"), list) else []
-            self._failure = IsolationUnavailable(confinement.exposure_refusal(exposed) if exposed else confinement.refusal(str(isolation.get("why") or "")))
+            self._failure = IsolationUnavailable(refusal.exposure_refusal(exposed) if exposed else refusal.refusal(str(isolation.get("why") or "")))
             raise self._failure
 
     def _ready_message(self) -> dict | None:

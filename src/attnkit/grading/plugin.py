@@ -396,17 +396,17 @@ class GradingPlugin(OwnLoop):
     def _wrong_on_its_inputs(self, item: pytest.Function, proxy: Student, name: str, wires: list[bytes]) -> bool:
         """Whether the student's ``name`` goes wrong on an input this test hands it on the source
         notebook (the plan's scope), as the reference answers it."""
-        from attnkit.boundary import wire as protocol
+        from attnkit.boundary import wire
 
         reference = assignment_of(item).catalogue().reference_namespace().get(name)
         probe = self._probe_once(proxy)
-        for wire in dict.fromkeys(wires):
-            call = protocol.decode(wire)
+        for encoded in dict.fromkeys(wires):
+            call = wire.decode(encoded)
             try:
                 expected = reference(*call["args"], **call["kwargs"]) if reference is not None else None
             except Exception:
                 continue  # not an input the reference answers: no evidence either way
-            fresh = protocol.decode(wire)
+            fresh = wire.decode(encoded)
             if charges.differs(probe(name, tuple(fresh["args"]), fresh["kwargs"]), expected):
                 return True
         return False
@@ -436,9 +436,9 @@ class GradingPlugin(OwnLoop):
     @staticmethod
     def _probe_key(proxy: Student, name: str, args: tuple, kwargs: dict) -> tuple:
         """A probe's place in the submission's cache: the substitution mode, the name, the inputs."""
-        from attnkit.boundary import wire as protocol
+        from attnkit.boundary import wire
 
-        return (tuple(sorted(proxy.substitutes)), name, protocol.fingerprint((args, kwargs)))
+        return (tuple(sorted(proxy.substitutes)), name, wire.fingerprint((args, kwargs)))
 
     @staticmethod
     def _probes_once(proxy: Student) -> Callable[[list[tuple[str, tuple, dict]]], list[Outcome]]:

@@ -1,7 +1,7 @@
 """How a worker's pytest session gets its submissions: ``SandboxProvider``, the ``student``
 fixture's source in a worker, which plans each assignment once on its source notebook (``Plan``,
 ``PLANNING``), then for each submission reads its notebooks again as intake did, asks the zygote
-for a sandbox (``sandbox.Submission``), runs its cells and the plan's requests in two batches and
+for a sandbox (``submission.Submission``), runs its cells and the plan's requests in two batches and
 hands the tests a ``Student`` proxy; and the assignment's evidence panels for the page
 (``evidence``). The session, the records and the pipes are worker.py's.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.boundary import operations
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 from attnkit.assignment.folder import Assignment
 from attnkit.constants import CRASHED
 from attnkit.i18n import _
@@ -93,7 +93,7 @@ class Plan:
 
     @classmethod
     def of(cls, asked: dict[str, list[operations.Asked]], inner: dict[str, dict[str, list[bytes]]] | None = None) -> Plan:
-        tests = {key: [(protocol.fingerprint(request), request) for request in requests] for key, requests in asked.items()}
+        tests = {key: [(wire.fingerprint(request), request) for request in requests] for key, requests in asked.items()}
         requests = [request for entries in tests.values() for _wire, request in entries]
         batch = batch_frame(requests)
         digest = frame_digest(batch)
@@ -166,8 +166,8 @@ class SandboxProvider(Provider):
         if submission_id == PLANNING and not proxy.substitutes:
             self.planning[key] = [request_of(call) for call in proxy.calls]
             inner: dict[str, list[bytes]] = {}
-            for name, wire in self._inner_calls:
-                inner.setdefault(name, []).append(wire)
+            for name, encoded in self._inner_calls:
+                inner.setdefault(name, []).append(encoded)
             self.planning_inner[key] = inner
         self._inner_calls.clear()
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 from attnkit.i18n import N_, _
 
 # Values equal up to float rounding: a correct multi-head function that projects with ``x @ w``
@@ -43,8 +43,8 @@ class OutOfScope(RuntimeError):
 def wire_of_call(args: tuple | list, kwargs: dict) -> bytes | None:
     """One call's arguments as kept in the plan (None: not plain data, so never answered)."""
     try:
-        return protocol.encode({"args": list(args), "kwargs": dict(kwargs)})
-    except protocol.Unsupported:
+        return wire.encode({"args": list(args), "kwargs": dict(kwargs)})
+    except wire.Unsupported:
         return None
 
 
@@ -61,9 +61,9 @@ def record_inner_calls(namespace: dict, names: Iterable[str], sink: list[tuple[s
 
 def _recording(name: str, function: Callable[..., Any], sink: list[tuple[str, bytes]]) -> Callable[..., Any]:
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        wire = wire_of_call(args, kwargs)  # before the call: it may edit its inputs in place
-        if wire is not None:
-            sink.append((name, wire))
+        encoded = wire_of_call(args, kwargs)  # before the call: it may edit its inputs in place
+        if encoded is not None:
+            sink.append((name, encoded))
         return function(*args, **kwargs)
 
     recorded.__name__ = recorded.__qualname__ = name
@@ -84,12 +84,12 @@ class ScopedReference:
             self._signature = None
         self._planned: list[dict] = []
         self._exact: set[Any] = set()  # fingerprints (``wire.fingerprint``)
-        for wire in dict.fromkeys(planned):
-            call = protocol.decode(wire)
+        for encoded in dict.fromkeys(planned):
+            call = wire.decode(encoded)
             bound = self._bound(tuple(call["args"]), call["kwargs"])
             if bound is not None:
                 self._planned.append(bound)
-                self._exact.add(protocol.fingerprint(bound))
+                self._exact.add(wire.fingerprint(bound))
 
     def _bound(self, args: tuple, kwargs: dict) -> dict | None:
         """The arguments by parameter name, defaults filled in: ``f(q, k, v, None)`` and
@@ -108,9 +108,9 @@ class ScopedReference:
         if bound is None:
             return False
         try:
-            if protocol.fingerprint(bound) in self._exact:
+            if wire.fingerprint(bound) in self._exact:
                 return True
-        except protocol.Unsupported:
+        except wire.Unsupported:
             return False
         return any(_close(bound, planned) for planned in self._planned)
 

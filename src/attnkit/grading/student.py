@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from attnkit.constants import CRASHED, MISSING, TIMEOUT
 from attnkit.boundary import operations
-from attnkit.boundary import wire as protocol
+from attnkit.boundary import wire
 from attnkit.i18n import _
 from attnkit.boundary.outcome import (
     Call,
@@ -92,12 +92,12 @@ class Student:
             return
         requests = [operations.call(name, snapshot(args), snapshot(kwargs)) for name, args, kwargs in calls]
         outcomes = prefetch(requests)
-        self.asked_ahead.extend((protocol.fingerprint(request), outcome) for request, outcome in zip(requests, outcomes, strict=False))
+        self.asked_ahead.extend((wire.fingerprint(request), outcome) for request, outcome in zip(requests, outcomes, strict=False))
 
     def _asked(self, request: operations.Asked) -> Outcome | None:
-        wire = protocol.fingerprint(request)
+        fingerprint = wire.fingerprint(request)
         for position, (asked, outcome) in enumerate(self.asked_ahead):
-            if asked == wire:
+            if asked == fingerprint:
                 del self.asked_ahead[position]
                 return outcome
         return None
@@ -114,9 +114,9 @@ class Student:
     def _prefetched(self, request: operations.Asked) -> Outcome | None:
         if not self.ahead or self.substitutes:
             return None
-        wire = protocol.fingerprint(request)
+        fingerprint = wire.fingerprint(request)
         for position, (asked, outcome) in enumerate(self.ahead):
-            if asked == wire:
+            if asked == fingerprint:
                 del self.ahead[: position + 1]
                 return outcome
         return None

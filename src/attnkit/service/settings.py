@@ -11,7 +11,7 @@ from attnkit.constants import GraderError
 from attnkit.course.gradebook import course_config
 from attnkit.course.settings import KitSettings
 from attnkit.i18n import _
-from attnkit.service import exchange as ex
+from attnkit.service import exchange
 
 STATE_FOLDER = ".attnkit-serve"  # the service's own folder in the course (0700)
 PAUSED_FILE = "paused.txt"  # in the service's folder while it is paused by a transient fault: when and why
@@ -35,17 +35,17 @@ def state_folder(root: Path) -> Path:
     return state
 
 
-def load_course(root: Path) -> ex.Course:
+def load_course(root: Path) -> exchange.Course:
     """The course at ``root``: its nbgrader_config.py must name the exchange's course id, and
     the exchange's inbound/ must exist (``nbgrader release_assignment`` makes it)."""
     config = course_config(root)
-    exchange = Path(str(config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")))
+    exchange_root = Path(str(config.get("Exchange", {}).get("root", "/srv/nbgrader/exchange")))
     course_id = str(config.get("CourseDirectory", {}).get("course_id", ""))
     if not (root / "nbgrader_config.py").is_file():
         raise GraderError(_("{root} 里没有 nbgrader_config.py：请在课程根目录启动 attnkit serve").format(root=root))
     if not course_id:
         raise GraderError(_("nbgrader_config.py 没有设置 CourseDirectory.course_id：无法找到交换目录里的课程"))
-    course = ex.Course(root, exchange, course_id)
+    course = exchange.Course(root, exchange_root, course_id)
     if not course.inbound.is_dir():
         raise GraderError(_("交换目录里没有 {inbound}（先运行 nbgrader release_assignment）").format(inbound=course.inbound))
     return course

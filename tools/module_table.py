@@ -23,10 +23,11 @@ PACKAGE = ROOT / "src" / "attnkit"
 MAP = ROOT / "ARCHITECTURE.md"
 BEGIN, END = "<!-- module table: tools/module_table.py --write -->", "<!-- end of the module table -->"
 ORDER = [
-    "boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "service", "service/queue",
+    "boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "pipeline", "service",
+    "service/queue",
 ]
 BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "cpu_account"}
-ENTRY = {"__main__", "launch", "cli", "console"}
+ENTRY = {"__main__", "launch", "cli"}
 
 
 def docstring(path: Path) -> str:

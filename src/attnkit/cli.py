@@ -7,13 +7,11 @@ import gc
 import importlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # numpy's OpenBLAS starts a thread per CPU when it is imported; this process does no linear algebra
 # and forks its workers, which must not inherit a half-copied thread pool (an idle pool also spins).
@@ -28,28 +26,24 @@ if __name__ == "__main__":  # ``python -m attnkit.cli``; the ``attnkit`` script 
 # Only what the parser needs: ``attnkit --help`` and ``attnkit collect --help`` import no torch,
 # nbformat or rich. The commands' modules come in ``import_commands``, once the arguments parsed.
 from attnkit import __version__
-from attnkit.constants import AUTOGRADER_ROOT, PROJECT_ROOT, STUDENTS_FOLDER, GraderError
+from attnkit.constants import AUTOGRADER_ROOT, GraderError
 from attnkit import cpu_account, i18n
 from attnkit.i18n import _
 from attnkit.course.settings import AttnkitCourse, AttnkitLimits, AttnkitServe, KitSettings, add_flags, command_line_values
 
 if TYPE_CHECKING:
     from attnkit.assignment.folder import Assignment
-    from attnkit.course.lateness import GradebookLateness
-    from attnkit.intake.jobs import Intake
-    from attnkit.course.lms_upload import Packed
-    from attnkit.records import ResultsJson, SubmissionRecord
-    from attnkit.report.shard_set import Plan
+    from attnkit.records import ResultsJson
 
 
 # The modules each command needs: grade and check grade (torch above all, through the engine's
 # workers); the others only read and write files (no torch).
 COMMAND_MODULES = {
-    "grade": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
-    "check": ("assignment.folder", "console", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
-    "merge": ("assignment.folder", "console", "report.store", "report.shard_set"),
-    "lms-feedback": ("assignment.folder", "console", "course.lms_upload", "report.store"),
-    "collect": ("assignment.folder", "console", "intake.lms_collect"),
+    "grade": ("assignment.folder", "pipeline.grade", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
+    "check": ("assignment.folder", "pipeline.check", "engine.fan_out", "report.pages", "intake.jobs", "driver.seed", "report.store"),
+    "merge": ("assignment.folder", "pipeline.console", "pipeline.class_record", "report.store", "report.shard_set"),
+    "lms-feedback": ("assignment.folder", "pipeline.console", "pipeline.class_record", "course.lms_upload", "report.store"),
+    "collect": ("assignment.folder", "pipeline.console", "intake.lms_collect"),
     "serve": ("service.serve",),
     "serve --hub": ("service.settings",),  # the hub side starts first; then "serve"'s
     "serve --status": ("service.status",),  # the database only: no engine, no torch
@@ -212,300 +206,27 @@ INSECURE_HELP = (
 )
 
 
-def hidden_paths(*extra: Path) -> list[str]:
-    """Folders never to be part of a sandbox's view, even where they lie on ``sys.path`` (the
-    project's ``src/`` for an editable install): the whole project (grader, tests, solutions,
-    gradebook), the submissions and the outputs. The sandbox's root is an allowlist of Python's
-    own folders; a virtualenv kept inside the project still contributes its site-packages."""
-    return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]
-
-
-def add_lms_lateness(out: Path, all_results: list[ResultsJson], submitted: Path, suites: dict[str, Assignment]) -> None:
-    """``attnkit lms-feedback`` after a re-collect: the LMS's late flag of each submission as its
-    lms.json has it now, into results.json and feedback.html where it changed (``attnkit grade``
-    reads it at intake, so a grade run writes each record once with it)."""
-    from attnkit.intake.lms_record import lms_lateness, lms_record
-    from attnkit.report.store import write_results
-
-    for results in all_results:
-        found = lms_lateness(lms_record(submitted, results["student_id"], results["assignment"]))
-        if set_fact(results, "lms_late", found) and results["assignment"] in suites:
-            write_results(out, results, suites)
-
-
-def set_fact(results: ResultsJson, key: str, value: Any) -> bool:
-    """Put a fact from beside the submission (``late``, ``lms_late``) into ``results`` (None: none);
-    True if that changed it."""
-    if results.get(key) == value:
-        return False
-    if value is None:
-        results.pop(key, None)  # type: ignore[misc]  # key is one of ResultsJson's NotRequired keys
-    else:
-        results[key] = value  # type: ignore[literal-required]  # as above
-    return True
-
-
-def report_lms_feedback(out: Path, submitted: Path, all_results: list[ResultsJson], quiet: bool) -> Packed:
-    """Write the LMS bulk-feedback zips (``lms_feedback``) and say where they are and who is not in them."""
-    from attnkit.course.lms_upload import write_lms_feedback
-
-    from attnkit.console import print_lms_feedback
-
-    packed = write_lms_feedback(out, submitted, all_results)
-    print_lms_feedback(out, packed, quiet)
-    return packed
-
-
 def command_grade(args: argparse.Namespace) -> int:
-    started = time.perf_counter()
-    import torch
+    """``attnkit grade`` (attnkit.pipeline.grade)."""
+    from attnkit.pipeline.grade import GradeOptions, grade
 
-    from attnkit.assignment.folder import discover, solutions_beside
-    from attnkit.console import LogProgress, console, grading_progress, print_graded, print_grade_end
-    from attnkit.engine.fan_out import grade_jobs, shard_of
-    from attnkit.files import DurableBatch
-    from attnkit.intake.jobs import find_jobs
-    from attnkit.driver.seed import take as take_seed
-    from attnkit.report.shard_set import begin_shard, finish_shard
-    from attnkit.report.store import is_current, read_results, repair_outputs, write_class_outputs, write_record, write_results
-
-    # Workers are forked from here: never let this process start an OpenMP thread pool.
-    torch.set_num_threads(1)
-    secured: Path | None = getattr(args, "secured", None)  # main's secure_gradebook_course
-    unloadable: list[tuple[Path, str]] = []  # assignment folders whose manifest cannot be read
-    suites = discover(args.autograder, unloadable)
-    intake = find_jobs(args.submitted, suites, args.assignment)
-    if not intake.jobs and not intake.skipped and not unloadable:
-        layout = i18n.join(_("<学号>/{assignment}/{notebook}").format(assignment=suite.name, notebook=suite.notebook) for suite in suites.values())
-        raise GraderError(_("提交文件夹 {folder} 里没有任何学生文件夹（应为 {layout}），没有可评分的提交").format(folder=args.submitted, layout=layout))
-    if args.shard is not None and args.gradebook is not None:
-        # Shards run at once, and SQLite takes one writer: the merge records the whole class once.
-        raise GraderError(
-            _("--shard 与 --gradebook 不能同时使用：分片同时运行，成绩册只能有一个写入者。请在合并时记入：attnkit merge … --gradebook {gradebook}").format(
-                gradebook=args.gradebook
-            )
+    return grade(
+        GradeOptions(
+            submitted=args.submitted,
+            out=args.out,
+            autograder=args.autograder,
+            assignment=args.assignment,
+            jobs=args.jobs,
+            force=args.force,
+            shard=args.shard,
+            gradebook=args.gradebook,
+            quiet=args.quiet,
+            verbose=args.verbose,
+            no_isolation=args.no_isolation,
+            secured=getattr(args, "secured", None),  # main's secure_gradebook_course
+            settings=command_line_values(args),
         )
-    broken = set_aside_broken_assignments(intake, suites, unloadable)
-    jobs = shard_of(intake.jobs, args.shard)
-    skipped = [item.to_dict() for item in intake.skipped]
-    todo = [job for job in jobs if args.force or not is_current(args.out, job)]
-    # The course's settings where there is a course (its gradebook's folder), under the command line's.
-    from attnkit.course.gradebook import course_root
-
-    course = course_root(args.gradebook) if args.gradebook is not None else None
-    limits = KitSettings.load(course, command_line_values(args)).limits.limits(trusted=args.no_isolation)
-    workers = args.jobs or len(os.sched_getaffinity(0))
-    args.out.mkdir(parents=True, exist_ok=True)
-    begin_shard(args.out, args.shard, intake.jobs, jobs, suites, args.submitted, args.assignment, skipped)
-    repair_outputs(args.out, suites)
-    # Every fact from beside a submission is known before its record is written, so each
-    # results.json and feedback.html is written once: the LMS's late flag (read at intake, in the
-    # job) and, with a gradebook, nbgrader's lateness (its due dates read once, now).
-    keys = [(job.student_id, job.assignment) for job in jobs]
-    late_of = gradebook_lateness(args.gradebook, args.submitted, keys) if args.gradebook is not None else None
-    job_of = {job.key: job for job in jobs}
-
-    def add_facts(results: ResultsJson) -> bool:
-        job = job_of.get(f"{results['student_id']}/{results['assignment']}")
-        changed = set_fact(results, "lms_late", job.lms_late if job is not None else None)
-        if late_of is not None:
-            changed = set_fact(results, "late", late_of.of(results)) or changed
-        return changed
-
-    if not args.quiet:
-        console.print(
-            _("{total} 份提交；{unchanged} 份未变化，跳过；{todo} 份需要评分（{workers} 个进程）").format(
-                total=len(jobs), unchanged=len(jobs) - len(todo), todo=len(todo), workers=workers
-            )
-        )
-    # What is here now (besides the imports, frozen already: the suites, the class's jobs) lives
-    # until the end: out of the collector's view, so that the collections a class's records
-    # trigger here do not walk it each time.
-    gc.collect()
-    gc.freeze()
-    written: dict[str, ResultsJson] = {}
-    log_progress = LogProgress(len(todo), args.quiet)  # a batch log's periodic lines (no terminal, no bar)
-    # The records' files are made durable a batch at a time (one sync of OUT's file system per
-    # batch, not an fsync per file), each on disk within about half a second of its grading;
-    # leaving the block commits what is pending, however it ends.
-    with grading_progress(args.quiet) as progress, DurableBatch() as batch:
-        task = progress.add_task("grade", total=len(todo))
-
-        def on_record(record: SubmissionRecord) -> None:
-            results = write_record(args.out, record, suites, add_facts, batch)
-            written[f"{results['student_id']}/{results['assignment']}"] = results
-            if args.verbose:
-                print_graded(progress, results)
-            progress.advance(task)
-            progress.refresh()
-            log_progress.advance()
-
-        # The suites and the source notebooks they take points from (model answers), wherever they lie.
-        hide = hidden_paths(args.submitted, args.out, args.autograder, solutions_beside(args.autograder), *([args.gradebook] if args.gradebook else []))
-        grade_jobs(todo, args.autograder, workers, limits, hide, on_record, seed=take_seed(), every_turn=batch.commit_if_due)
-    if not args.quiet:  # what follows the bar can take a minute under load: say what it is
-        console.print(_("评分完毕；正在写出 grades.csv、report.html 与每名学生的反馈页面（{out}）…").format(out=args.out), markup=False, soft_wrap=True)
-    # The class: what this run wrote (in memory) and, unchanged since an earlier run, what is on
-    # disk; an unchanged record is written again only if a fact beside it changed since (a
-    # re-collect's late flag, a due date moved in the gradebook).
-    all_results: list[ResultsJson] = []
-    for job in jobs:
-        results = written.get(job.key) or read_results(args.out, job)
-        if results is None:
-            continue
-        if job.key not in written and results["assignment"] in suites and add_facts(results):
-            write_results(args.out, results, suites)
-        all_results.append(results)
-    not_graded = [r for r in all_results if r.get("not_graded")]
-    totals = None
-    if args.gradebook is not None:
-        totals = record_class(args.gradebook, args.submitted, args.out, all_results, suites, args.quiet)
-        if secured is not None:  # a gradebook this run made is the grader's, as secure makes it
-            from attnkit.course.secure import GRADEBOOK_SUFFIXES, keep_private
-
-            keep_private(secured, [args.gradebook.with_name(args.gradebook.name + suffix) for suffix in GRADEBOOK_SUFFIXES])
-    write_class_outputs(args.out, all_results, suites, time.perf_counter() - started, skipped, totals)
-    if args.shard is None:  # a shard holds part of the class: `attnkit lms-feedback` after the merge
-        if not args.quiet and next(args.submitted.glob("*/*/lms.json"), None) is not None:  # placed by `attnkit collect`
-            console.print(_("正在写出学习平台的批量反馈压缩包…"), markup=False, soft_wrap=True)
-        report_lms_feedback(args.out, args.submitted, all_results, args.quiet)
-    from attnkit.intake.lms_collect import read_roster  # the names an LMS gave, beside the ids
-
-    print_grade_end(args.out, all_results, skipped, args.quiet, time.perf_counter() - started, read_roster(args.submitted))
-    finish_shard(args.out, args.shard)
-    # A shard that graded all it owns exits 0: what intake skipped is the whole class's news, told
-    # once by the merge (an exit 1 from every shard would fail a Slurm array or an Indexed Job).
-    incomplete = bool(not_graded or (skipped and args.shard is None))
-    if incomplete:
-        console.print(
-            _("{not_graded} 份提交未能评分，{skipped} 项被跳过（见 report.html）").format(not_graded=len(not_graded), skipped=len(skipped)), markup=False
-        )
-    if broken:  # the grader's own code: said again last, where the TA looks
-        for line in broken:
-            print(line, file=sys.stderr)
-        return 2
-    return 1 if incomplete else 0
-
-
-def secure_gradebook_course(args: argparse.Namespace) -> Path | None:
-    """``attnkit grade --gradebook`` into a course's own gradebook (its folder is the course: the
-    one ``course.gradebook.course_root`` finds): refused while another user can read the course's
-    hidden parts (``course.secure``), unless ``--insecure-course``. The course root when checked."""
-    if args.gradebook is None:
-        return None
-    from attnkit.course.secure import is_course, refuse_if_exposed
-
-    root = args.gradebook.resolve().parent
-    if not is_course(root):
-        return None
-    refuse_if_exposed(root, "attnkit grade", args.insecure_course)
-    if args.insecure_course:
-        return None
-    if args.out.is_relative_to(root) and not args.out.exists():
-        from attnkit.course.secure import keep_private
-
-        args.out.mkdir(parents=True, mode=0o700)  # an OUT inside a secured course stays the grader's
-        keep_private(root, [args.out])
-    return root
-
-
-def set_aside_broken_assignments(intake: Intake, suites: dict[str, Assignment], unloadable: list[tuple[Path, str]]) -> list[str]:
-    """Before any submission is graded: each assignment of ``intake`` whose own code does not
-    compile or import (``engine.preflight``), and each folder whose manifest cannot be read, is not
-    graded: its jobs leave ``intake``, it is listed in ``intake.skipped`` with its cause, and the
-    lines returned say so (the run then exits 2). Where nothing is left to grade: GraderError."""
-    from attnkit.engine.preflight import check
-    from attnkit.intake.jobs import Skipped
-
-    problems = check([suites[name] for name in sorted({job.assignment for job in intake.jobs})])
-    lines = [
-        _("作业 {assignment} 的隐藏测试无法收集：{reason}").format(assignment=p.assignment, reason=p.where())
-        if p.in_suite
-        else _("作业 {assignment} 的评分代码有误，未评分：{problem}").format(assignment=p.assignment, problem=p.where())
-        for p in problems
-    ]
-    lines += [_("作业文件夹 {folder} 的清单无法读取，未评分：{problem}").format(folder=folder, problem=problem) for folder, problem in unloadable]
-    if not lines:
-        return []
-    failed = {p.assignment for p in problems}
-    intake.jobs = [job for job in intake.jobs if job.assignment not in failed]
-    if not intake.jobs:  # nothing sound to grade: the run stops here, with every cause
-        raise GraderError("\n".join(lines))
-    for name in sorted(failed):
-        first = next(p for p in problems if p.assignment == name)
-        intake.skipped.append(Skipped(name, _("评分代码有误，本作业未评分：{problem}").format(problem=first.where())))
-    for folder, problem in unloadable:
-        intake.skipped.append(Skipped(folder.name, _("清单无法读取，本作业未评分：{problem}").format(problem=problem)))
-    return lines
-
-
-def gradebook_lateness(database: Path, submitted: Path | None, keys: list[tuple[str, str]]) -> GradebookLateness:
-    """The gradebook's assignments registered (before grading: a refusal stops the run before any
-    work) and nbgrader's lateness of the class's submissions (student, assignment), ready for each
-    record (without the submissions folder, no timestamps: as the gradebook records it then)."""
-    from attnkit.course.gradebook import course_root, register_assignments
-    from attnkit.course.lateness import GradebookLateness
-
-    register_assignments(database, [assignment for _student, assignment in keys])
-    return GradebookLateness.read(database, submitted, keys, course_root(database))
-
-
-def record_class(
-    database: Path, submitted: Path | None, out: Path, all_results: list[ResultsJson], suites: dict[str, Assignment], quiet: bool
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """Record the graded submissions in the gradebook (no "not graded" zeros) and return the
-    totals ``nbgrader export`` will report, for grades.csv. A record whose lateness the gradebook
-    computed otherwise than ``course.lateness`` foresaw (a late-submission plugin that is not a
-    function of the score and the time) is written again with the gradebook's: it is the truth."""
-    from attnkit.console import console
-    from attnkit.course.gradebook import record_grades
-    from attnkit.course.gradebook_totals import class_lateness, totals_of
-    from attnkit.report.store import write_results
-
-    graded = [r for r in all_results if not r.get("not_graded")]
-    if not quiet:
-        console.print(_("正在记入 nbgrader 的成绩库 {gradebook}…").format(gradebook=database), markup=False, soft_wrap=True)
-    # (Registered before grading, or before the merge gathered: ``gradebook_lateness``.)
-    for warning in record_grades(database, graded, submitted, registered=True):
-        console.print(warning, markup=False)
-    keys = [(r["student_id"], r["assignment"]) for r in graded]
-    recorded = class_lateness(database, keys)
-    totals = totals_of(recorded)
-    for results in graded:
-        if set_fact(results, "late", recorded.get((results["student_id"], results["assignment"]))):
-            write_results(out, results, suites)
-    post_to_lms(database, keys, quiet)
-    if not quiet:
-        manual = sum(1 for t in totals.values() if t["manual"] is not None)
-        console.print(
-            _("已记入 {gradebook}（{count} 份提交，其中 {manual} 份已有人工评分）；grades.csv 的 total 列与 nbgrader export 的 score 一致").format(
-                gradebook=database, count=len(totals), manual=manual
-            ),
-            soft_wrap=True,
-            markup=False,
-        )
-    return totals
-
-
-def post_to_lms(database: Path, keys: list[tuple[str, str]], quiet: bool) -> None:
-    """After the gradebook has them: the scores posted to the course's LMS when it has one
-    (``lms.passback``; an LMS that does not answer leaves them queued for ``attnkit lms-sync``)."""
-    from attnkit.console import console
-    from attnkit.course.gradebook import course_root
-    from attnkit.lms.passback import after_gradebook
-
-    outcome = after_gradebook(course_root(database), database, keys)
-    if outcome is None:
-        return
-    lines = [_("已把 {posted} 份成绩发送到学习平台").format(posted=outcome.posted)] if not quiet else []
-    if outcome.unmatched:
-        lines.append(_("{count} 份成绩未发送：学习平台的名单里没有这些学生（attnkit lms-sync --dry-run 列出）").format(count=len(outcome.unmatched)))
-    if outcome.refused:
-        lines.append(_("{count} 份成绩被学习平台拒绝（attnkit lms-sync --dry-run 列出）").format(count=len(outcome.refused)))
-    if outcome.waiting:
-        lines.append(_("{count} 份成绩等待重试（平台无法访问：{cause}）；再次运行 attnkit lms-sync 即可").format(count=outcome.waiting, cause=outcome.cause))
-    for line in lines:
-        console.print(line, markup=False, soft_wrap=True)
+    )
 
 
 def command_lms_sync(args: argparse.Namespace) -> int:
@@ -516,58 +237,17 @@ def command_lms_sync(args: argparse.Namespace) -> int:
     return sync(args.course, gradebook_of(args.course, args.gradebook), args.dry_run)
 
 
-def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: str) -> Assignment:
-    """``--assignment`` if given; else the assignment whose notebook is called ``notebook``, or
-    the only one there is."""
-    if name is not None:
-        if name not in suites:
-            raise GraderError(_("未知作业 {name}（已有：{known}）").format(name=name, known=i18n.join(suites)))
-        return suites[name]
-    matching = [suite for suite in suites.values() if suite.notebook == notebook] or (list(suites.values()) if len(suites) == 1 else [])
-    if len(matching) != 1:
-        raise GraderError(_("无法确定 {notebook} 属于哪项作业：请用 --assignment 指定（{known}）").format(notebook=notebook, known=i18n.join(suites)))
-    return matching[0]
-
-
 def command_check(args: argparse.Namespace) -> int:
-    from attnkit.assignment.folder import discover
-    from attnkit.console import print_check
-    from attnkit.report.store import collect
+    """``attnkit check`` (attnkit.pipeline.check): one notebook through the grade pipeline."""
+    from attnkit.pipeline.check import check
 
-    if not args.notebook.is_file():
-        raise GraderError(_("找不到笔记本：{path}").format(path=args.notebook))
-    assignment = assignment_for(discover(), args.assignment, args.notebook.name)
-    with tempfile.TemporaryDirectory(prefix="attnkit-check-") as scratch:
-        submitted = Path(scratch) / "submitted" / "me" / assignment.name
-        submitted.mkdir(parents=True)
-        shutil.copy(args.notebook, submitted / args.notebook.name)
-        out = args.out or Path(scratch) / "out"
-        # One's own notebook: it may run unisolated where the OS gives no sandbox, and says so.
-        grade_args = build_parser().parse_args(
-            [
-                "grade",
-                "--submitted",
-                str(submitted.parents[1]),
-                "--out",
-                str(out),
-                "--jobs",
-                "1",
-                "--quiet",
-                "--force",
-                "--no-isolation",
-                "--lang",
-                i18n.language(),
-            ]
-        )
-        code = command_grade(grade_args)
-        results = collect(out)[0]
-        print_check(assignment, results, out / STUDENTS_FOLDER / "me" / assignment.name / "feedback.html" if args.out else None)
-    return code
+    return check(args.notebook, args.out, args.assignment)
 
 
 def command_merge(args: argparse.Namespace) -> int:
     from attnkit.assignment.folder import discover
-    from attnkit.console import console, print_merge_plan
+    from attnkit.pipeline.class_record import gather_plan, gradebook_lateness
+    from attnkit.pipeline.console import console, print_merge_plan
     from attnkit.report.shard_set import check_against_class, forget_unmerged, plan_merge
     from attnkit.report.store import check_shard_set, gather_shards, write_class_outputs
 
@@ -608,23 +288,6 @@ def command_merge(args: argparse.Namespace) -> int:
     return 1 if skipped or any(r.get("not_graded") for r in all_results) else 0
 
 
-def gather_plan(
-    plan: Plan, out: Path, late_of: GradebookLateness | None = None, suites: dict[str, Assignment] | None = None
-) -> tuple[list[ResultsJson], list[dict[str, str]]]:
-    """Each shard's own students' results.json and feedback.html, copied into ``out`` (with
-    ``late_of``, a record gains nbgrader's lateness as it is written there)."""
-    from attnkit.report.store import copy_results
-
-    add_facts = None
-    if late_of is not None:
-
-        def add_facts(results: ResultsJson) -> bool:
-            return set_fact(results, "late", late_of.of(results))
-
-    all_results = [copy_results(take.shard.folder, out, key, add_facts, suites) for take in plan.takes for key in take.keys]
-    return all_results, plan.skipped
-
-
 def record_merged(
     args: argparse.Namespace,
     all_results: list[ResultsJson],
@@ -635,6 +298,7 @@ def record_merged(
 ) -> None:
     """The merged class into the gradebook once, then grades.csv and the report in their full
     form (manual points, late penalty, totals), as ``attnkit grade --gradebook`` writes them."""
+    from attnkit.pipeline.class_record import record_class
     from attnkit.report.store import write_class_outputs
 
     folder = submitted if submitted is not None and submitted.is_dir() else None
@@ -645,7 +309,8 @@ def record_merged(
 def command_lms_feedback(args: argparse.Namespace) -> int:
     """The bulk-feedback zips of an output folder (after `merge`, or again after a TA's change)."""
     from attnkit.assignment.folder import discover
-    from attnkit.console import console
+    from attnkit.pipeline.class_record import add_lms_lateness, report_lms_feedback
+    from attnkit.pipeline.console import console
     from attnkit.report.store import collect
 
     if not args.submitted.is_dir():
@@ -663,8 +328,8 @@ def command_lms_feedback(args: argparse.Namespace) -> int:
 
 def command_collect(args: argparse.Namespace) -> int:
     """Place an LMS download; exit 1 if any file could not be placed (each one is listed)."""
-    from attnkit.assignment.folder import discover
-    from attnkit.console import print_collected
+    from attnkit.assignment.folder import assignment_for, discover
+    from attnkit.pipeline.console import print_collected
     from attnkit.intake.lms_collect import collect as collect_download
     from attnkit.intake.lms_collect import timezone
 
@@ -711,20 +376,20 @@ def command_serve(args: argparse.Namespace) -> int:
     from attnkit.service import settings
     from attnkit.service.status import status
 
-    hub_process = None
+    hub_side = None
     if args.hub and not args.status and (args.course / "nbgrader_config.py").is_file():
         # First thing, before the course's config (a second), torch and the suites (seconds):
         # JupyterHub serves nothing, its login page included, until its managed service answers
         # (issue 49). The hub side reads the course itself once it answers; a second service on
         # the course stops at the course's lock below, its hub side at the hub side's own.
-        from attnkit.service import hub_process as hub_side
+        from attnkit.service import hub_process
         from attnkit.service.http_submit import hub_missing
 
         if hub_missing():
             raise GraderError(hub_missing())
-        listening = hub_side.listen()
+        listening = hub_process.listen()
         given_queue = getattr(args, "AttnkitServe.queue_url") or ""  # the hub side reads the course's own once it answers
-        hub_process = hub_side.start(args.course, args.autograder, settings.state_folder(args.course), "", given_queue, sys.stderr, listening)
+        hub_side = hub_process.start(args.course, args.autograder, settings.state_folder(args.course), "", given_queue, sys.stderr, listening)
         import_commands("serve")
     if args.status:
         # What would stop the service at its start said first, then the queue (read without the
@@ -756,6 +421,8 @@ def command_serve(args: argparse.Namespace) -> int:
     course = settings.load_course(args.course)
     gradebook = settings.gradebook_of(args.course, args.gradebook)
     limits = kit_settings.limits.limits()
+    from attnkit.boundary.policy import hidden_paths
+
     hide = hidden_paths(args.course, course.exchange, args.autograder, solutions_beside(args.autograder))
     workers = args.jobs or len(os.sched_getaffinity(0))
     service = serve.Service(
@@ -772,7 +439,7 @@ def command_serve(args: argparse.Namespace) -> int:
         lease_seconds=kit_settings.serve.lease_seconds,
         metrics_host=kit_settings.serve.metrics_host,
         hub=args.hub,
-        hub_process=hub_process,
+        hub_process=hub_side,
     )
     return serve.serve(service)
 
@@ -829,12 +496,14 @@ def main(argv: list[str] | None = None) -> int:
         "lms-sync": command_lms_sync,
         "config": command_config,
     }[args.command]
-    from attnkit.console import console, print_error
+    from attnkit.pipeline.console import console, print_error
     from attnkit.report.store import output_lock
 
     try:
         if args.command == "grade":  # before the output's lock makes OUT: a refused run makes nothing
-            args.secured = secure_gradebook_course(args)
+            from attnkit.pipeline.grade import secure_gradebook_course
+
+            args.secured = secure_gradebook_course(args.gradebook, args.out, args.insecure_course)
         if args.command in ("grade", "merge", "lms-feedback"):
             with output_lock(args.out):
                 return command(args)

@@ -13,7 +13,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console
 
-from attnkit.console import print_problems, summary, summary_table
+from attnkit.pipeline.console import print_problems, summary, summary_table
 
 PROBLEM = "单元格 3 运行出错：NameError: name 'torch_softmax' is not defined（之后定义的函数都无法使用）"
 
@@ -90,7 +90,7 @@ def test_one_assignment_has_no_assignment_column() -> None:
 def test_on_time_with_manual_points_pending_the_table_has_no_penalty_columns_and_says_it_once() -> None:
     """The demo class in its gradebook: nobody late, nobody graded by hand yet. No column of zeros
     and "85/108" per row (read as 23 points lost): one line under the table says what 108 holds."""
-    from attnkit.console import manual_pending
+    from attnkit.pipeline.console import manual_pending
 
     on_time = {**late(85, 108), "duedate": ""}  # no due date in the gradebook: no lateness to show
     graded = [results("chenjing", "ch19-attention", 85, []), results("xiaolin", "ch19-attention", 100, [])]

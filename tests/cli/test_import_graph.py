@@ -22,11 +22,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "attnkit"
 # The shared base: modules at the package root that any layer may use.
 BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "cpu_account"}
 # Entry points at the root: they may import anything and nothing imports them.
-ENTRY = {"__main__", "launch", "cli", "console"}
+ENTRY = {"__main__", "launch", "cli"}
 # Kept only so that old paths go on working (assignment folders, nbgrader_config.py, ``-p``, ``-m``).
 COMPAT = {"proxy", "checks", "mistakes", "plugin", "nbgrader_course", "release", "gradescope", "zygote"}
 # Folders from the bottom up: a module may import from its own folder and from those before it.
-LAYERS = ["base", "boundary", "sandbox", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "service", "entry"]
+LAYERS = ["base", "boundary", "sandbox", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "pipeline", "service", "entry"]
 UNTRUSTED = "sandbox"
 
 
@@ -74,7 +74,8 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def layer(module: str) -> str:
-    if "." not in module and module not in {"assignment", "boundary", "course", "lms", "driver", "engine", "grading", "intake", "report", "sandbox", "service"}:
+    folders = {"assignment", "boundary", "course", "lms", "driver", "engine", "grading", "intake", "pipeline", "report", "sandbox", "service"}
+    if "." not in module and module not in folders:
         if module in BASE:
             return "base"
         if module in ENTRY or module in COMPAT:

@@ -155,9 +155,9 @@ def test_an_outage_leaves_the_scores_queued_and_the_next_sync_posts_them(lms_cou
 
 
 def test_make_grade_s_hook_posts_what_the_gradebook_recorded(lms_course: LmsCourse) -> None:
-    """``cli.record_class``'s last step (``attnkit grade --gradebook`` and ``attnkit merge --gradebook``
+    """``pipeline.class_record.record_class``'s last step (``attnkit grade --gradebook`` and ``attnkit merge --gradebook``
     into the course's gradebook): the recorded students' scores are posted, nothing else."""
-    from attnkit.cli import post_to_lms
+    from attnkit.pipeline.class_record import post_to_lms
 
     (lms_course.root / "solutions").mkdir(exist_ok=True)  # what makes the folder a course (course.gradebook.course_root)
     grade_by_ta(lms_course.gradebook, "alice", 10.0, 5.0)

@@ -304,3 +304,16 @@ def _by_folder(folder: Path) -> Assignment:
     if folder not in _LOADED:
         _LOADED[folder] = load(folder, solutions_beside(folder.parent))
     return _LOADED[folder]
+
+
+def assignment_for(suites: dict[str, Assignment], name: str | None, notebook: str) -> Assignment:
+    """``--assignment`` if given; else the assignment whose notebook is called ``notebook``, or
+    the only one there is."""
+    if name is not None:
+        if name not in suites:
+            raise GraderError(i18n._("未知作业 {name}（已有：{known}）").format(name=name, known=i18n.join(suites)))
+        return suites[name]
+    matching = [suite for suite in suites.values() if suite.notebook == notebook] or (list(suites.values()) if len(suites) == 1 else [])
+    if len(matching) != 1:
+        raise GraderError(i18n._("无法确定 {notebook} 属于哪项作业：请用 --assignment 指定（{known}）").format(notebook=notebook, known=i18n.join(suites)))
+    return matching[0]

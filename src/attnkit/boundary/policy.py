@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from attnkit.constants import PROJECT_ROOT
 
 MIB = 1024 * 1024
 
@@ -97,3 +100,11 @@ def rlimits(settings: dict[str, Any], capped: bool) -> list[tuple[int, int]]:
         (resource.RLIMIT_FSIZE, FILE_SIZE_BYTES),
         (resource.RLIMIT_CORE, CORE_BYTES),
     ]
+
+
+def hidden_paths(*extra: Path) -> list[str]:
+    """Folders never to be part of a sandbox's view, even where they lie on ``sys.path`` (the
+    project's ``src/`` for an editable install): the whole project (grader, tests, solutions,
+    gradebook), the submissions and the outputs. The sandbox's root is an allowlist of Python's
+    own folders; a virtualenv kept inside the project still contributes its site-packages."""
+    return [str(PROJECT_ROOT)] + [str(path.resolve()) for path in extra]

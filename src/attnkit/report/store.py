@@ -8,7 +8,7 @@
 
 Every write is atomic (``files.atomic_write``), so a killed run leaves whole files and a
 re-run finishes what it left (``repair_outputs``). Nothing here prints or parses arguments: the
-console is console.py's, the commands cli.py's. (The LMS bulk-feedback zips are lms_feedback.py's.)
+console is pipeline/console.py's, the commands cli.py's and pipeline/'s. (The LMS bulk-feedback zips are lms_feedback.py's.)
 """
 
 from __future__ import annotations

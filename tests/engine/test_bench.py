@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from bench import ASSIGNMENT, NOTEBOOK, make_class, nbgrader_durations, sample_by_kind, spread
-from same_results import compare as compare_results
-from commands import ROOT, run_command
+from synthetic_class import ASSIGNMENT, NOTEBOOK, make_class, nbgrader_durations, sample_by_kind, spread
+from commands import ROOT, run_command, tool_module
+
+compare_results = tool_module("same_results").compare
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,11 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from bench import ASSIGNMENT, make_named_class
+from synthetic_class import ASSIGNMENT, make_named_class
 from commands import python_m
 
 pytestmark = pytest.mark.e2e

@@ -21,8 +21,7 @@ import pytest
 
 from attnkit.files import DurableBatch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from bench import ASSIGNMENT, make_named_class
+from synthetic_class import ASSIGNMENT, make_named_class
 
 ROOT = Path(__file__).resolve().parents[2]
 

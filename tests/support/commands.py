@@ -8,6 +8,7 @@ PATH, so `attnkit` starts nbgrader and jupyter from the same venv).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -16,10 +17,21 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # this venv's scripts: attnkit, nbgrader, jupyter
 TIMEOUT = 600.0  # seconds; one `attnkit grade` of a small class takes well under a minute
+
+
+def tool_module(name: str) -> ModuleType:
+    """``tools/<name>.py`` loaded as a module, for a test of the tool's own functions (``tools/`` is
+    never put on ``sys.path``: a tool's name must not shadow a test's import)."""
+    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None, name
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tool_env(**extra: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ ORDER = [
     "boundary", "sandbox", "sandbox/lockdown", "driver", "assignment", "grading", "intake", "report", "course", "lms", "engine", "pipeline", "service",
     "service/queue",
 ]
-BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "cpu_account"}
+BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "submitted_files", "source_analysis", "cpu_account"}
 ENTRY = {"__main__", "launch", "cli"}
 
 

@@ -66,7 +66,8 @@ def test_a_skipped_cells_definitions_that_answers_use_are_run_without_its_experi
     """Issue 41's skip-grading helper policy, on parsed cells: the definitions an answer uses
     (and what they use in turn) are run in a cell of their own after the demo; its experiments,
     the definitions nobody uses and any answer function are not."""
-    from attnkit.notebook import CodeCell, with_skipped_definitions
+    from attnkit.source_analysis import with_skipped_definitions
+    from attnkit.notebook import CodeCell
 
     demo = CodeCell(
         1,

@@ -20,7 +20,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "attnkit"
 
 # The shared base: modules at the package root that any layer may use.
-BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "cpu_account"}
+BASE = {"__init__", "constants", "files", "i18n", "records", "commands", "procfs", "notebook", "submitted_files", "source_analysis", "cpu_account"}
 # Entry points at the root: they may import anything and nothing imports them.
 ENTRY = {"__main__", "launch", "cli"}
 # Kept only so that old paths go on working (assignment folders, nbgrader_config.py, ``-p``, ``-m``).

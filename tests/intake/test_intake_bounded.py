@@ -11,7 +11,7 @@ from contract import CH19
 
 from attnkit.intake import jobs
 from attnkit.intake.jobs import find_jobs
-from attnkit.notebook import Unsafe
+from attnkit.submitted_files import Unsafe
 
 NOTEBOOK = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
 
@@ -38,7 +38,7 @@ def test_an_assignment_folder_of_100000_entries_gets_a_reason_not_a_listing(tmp_
 
 
 def test_read_opened_reads_what_it_opened_and_nothing_else(tmp_path: Path) -> None:
-    from attnkit.notebook import read_opened
+    from attnkit.submitted_files import read_opened
 
     (tmp_path / "real.ipynb").write_bytes(NOTEBOOK)
     (tmp_path / "folder.ipynb").mkdir()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.notebook import MAX_SUBMITTED_BYTES
+from attnkit.submitted_files import MAX_SUBMITTED_BYTES
 from attnkit.service.exchange import parse_name
 from attnkit.service.http_submit import SPOOL, Refused, spool, student_id, take_spooled
 from attnkit.service.queue import QUEUED

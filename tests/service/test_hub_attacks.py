@@ -351,7 +351,7 @@ def test_a_student_id_is_checked_as_the_bytes_it_becomes(name: str) -> None:
 
 
 def test_the_client_refuses_a_notebook_over_the_cap_or_not_a_file_before_reading_it(tmp_path: Path) -> None:
-    from attnkit.notebook import MAX_SUBMITTED_BYTES
+    from attnkit.submitted_files import MAX_SUBMITTED_BYTES
     from attnkit.service.http_submit import Refused, read_notebook
 
     large = tmp_path / "large.ipynb"

@@ -47,7 +47,7 @@ from attnkit.commands import tool_environment
 from attnkit.files import atomic_write
 from attnkit.i18n import _
 from attnkit.records import ResultsJson
-from attnkit.notebook import Unsafe, digest_of, read_submitted
+from attnkit.submitted_files import Unsafe, digest_of, read_submitted
 
 # nbgrader autograde's sanitising steps, in its order.
 SANITIZE = ("ClearOutput", "DeduplicateIds", "OverwriteKernelspec", "OverwriteCells", "CheckCellMetadata")

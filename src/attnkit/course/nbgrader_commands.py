@@ -51,7 +51,7 @@ from nbgrader.preprocessors import SaveAutoGrades
 
 from attnkit.commands import attnkit_command
 from attnkit.report.store import results_path
-from attnkit.notebook import Unsafe, read_submitted
+from attnkit.submitted_files import Unsafe, read_submitted
 from attnkit import i18n
 from attnkit.i18n import _
 from attnkit.records import ResultsJson

@@ -12,7 +12,8 @@ from attnkit.constants import MISSING
 from attnkit.boundary.explain import explain
 from attnkit import i18n
 from attnkit.i18n import _
-from attnkit.notebook import CodeCell, defines, place_of
+from attnkit.source_analysis import defines, place_of
+from attnkit.notebook import CodeCell
 from attnkit.boundary.outcome import MAX_BASES, Outcome
 
 

@@ -24,7 +24,7 @@ from attnkit.assignment.folder import Assignment, discover
 from attnkit.constants import GraderError
 from attnkit import cpu_account
 from attnkit.i18n import _
-from attnkit.notebook import display_name
+from attnkit.submitted_files import display_name
 from attnkit.engine import messages as worker_messages
 from attnkit.grading.plugin import TestResult
 from attnkit.boundary.policy import Limits

@@ -21,18 +21,9 @@ from attnkit.boundary import wire
 from attnkit.assignment.folder import Assignment
 from attnkit.constants import CRASHED
 from attnkit.i18n import _
-from attnkit.notebook import (
-    CodeCell,
-    Unsafe,
-    digest_of,
-    display_name,
-    parse_notebook,
-    place_of,
-    read_notebook,
-    read_submitted,
-    redefinitions,
-    with_skipped_definitions,
-)
+from attnkit.submitted_files import Unsafe, digest_of, display_name, read_submitted
+from attnkit.source_analysis import place_of, redefinitions, with_skipped_definitions
+from attnkit.notebook import CodeCell, parse_notebook, read_notebook
 from attnkit.grading.plugin import Provider
 from attnkit.boundary.policy import Limits
 from attnkit.grading.student import LocalBackend, Student, request_of

@@ -23,7 +23,7 @@ from attnkit import i18n
 from attnkit.assignment.folder import Assignment
 from attnkit.constants import GraderError
 from attnkit.i18n import _
-from attnkit.notebook import Unsafe, digest_of, display_name, fingerprint, kind_of, read_opened
+from attnkit.submitted_files import Unsafe, digest_of, display_name, fingerprint, kind_of, read_opened
 from attnkit.intake.lms_record import lms_lateness, lms_record
 from attnkit.records import Job
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.i18n import _
-from attnkit.notebook import Unsafe, read_submitted
+from attnkit.submitted_files import Unsafe, read_submitted
 
 RECORD = "lms.json"
 

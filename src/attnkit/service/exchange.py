@@ -56,7 +56,7 @@ from pathlib import Path
 
 from attnkit.course.secure import write_page
 from attnkit.i18n import _
-from attnkit.notebook import MAX_SUBMITTED_BYTES, Unsafe, display_name, kind_of, read_submitted
+from attnkit.submitted_files import Unsafe, MAX_SUBMITTED_BYTES, display_name, kind_of, read_submitted
 
 FINISHED_MODE = 0o777  # nbgrader submit's last step: chmod of the submission folder
 FEEDBACK_FOLDER_MODE = 0o711  # release_feedback's ensure_directory (S_IRWXU | S_IXGRP | S_IXOTH)

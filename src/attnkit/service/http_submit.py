@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from attnkit.i18n import _
-from attnkit.notebook import MAX_SUBMITTED_BYTES
+from attnkit.submitted_files import MAX_SUBMITTED_BYTES
 
 SPOOL = "http"  # under the service's state folder
 INCOMING = ".incoming"  # under it too: the bodies being received (SubmitHandler), each one file

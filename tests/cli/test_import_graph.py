@@ -206,3 +206,33 @@ def test_the_check_passes_a_right_import(tmp_path: Path) -> None:
     graph = plant(tmp_path, {"sandbox/server.py": server, "boundary/wire.py": "", "constants.py": ""})
     assert graph["sandbox.server"] == {"boundary.wire", "constants"}
     assert wrong_arrows(graph) == []
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """Every name with a leading underscore that a module imports from another folder's module (a
+    folder's private helpers are its own: another layer asks for a public interface)."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        here = module_name(path, package)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("attnkit.")):
+                continue
+            there = node.module.removeprefix("attnkit.")
+            if there.split(".")[0] == here.split(".")[0]:
+                continue
+            found += [f"attnkit.{here} imports {alias.name} from attnkit.{there}" for alias in node.names if alias.name.startswith("_") and alias.name != "_"]
+    return found
+
+
+def test_no_folder_imports_another_folders_private_names() -> None:
+    """Issue 52: the service's pool took the engine's ``_Worker`` and ``_adopt_orphans``; the engine
+    now gives it a public interface (``WorkerProcess``, ``adopt_orphans``, ``FanOut.spare``/``alive``)."""
+    assert private_imports() == []
+
+
+def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
+    for name, text in {"service/pool.py": "from attnkit.engine.fan_out import FanOut, _Worker\n", "engine/fan_out.py": "", "engine/messages.py": ""}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "engine" / "worker.py").write_text("from attnkit.engine.messages import _kinds\n")  # within its own folder: allowed
+    assert private_imports(tmp_path) == ["attnkit.service.pool imports _Worker from attnkit.engine.fan_out"]

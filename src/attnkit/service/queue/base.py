@@ -420,7 +420,7 @@ class Queue(ABC):
         """The delivered pages of ``assignment`` of every student with a page withheld until the due
         date (``shown = 'after-due'``), those and the ones that showed a score (they count in the
         attempt limit's windows); ``id, student, inbound, feedback, finished, shown``, by student,
-        oldest first (``Service.release_after_due``, ``policies.released_at_due``)."""
+        oldest first (``Delivery.release_after_due``, ``policies.released_at_due``)."""
         return self.rows(
             "SELECT id, student, inbound, feedback, finished, shown FROM submissions"
             " WHERE assignment = :assignment AND state = 'delivered' AND shown IN ('after-due', 'full', 'scores', 'released')"
@@ -438,7 +438,7 @@ class Queue(ABC):
     def settled_copies(self) -> list[Mapping[str, Any]]:
         """Submissions whose copy nothing will read again unless it counts: delivered or failed,
         settled in the gradebook, no page held back for the due date; ``id, inbound, student,
-        assignment, noticed, state, score`` (``Service.prune_copies`` keeps what counts)."""
+        assignment, noticed, state, score`` (``retention.copies_to_remove`` keeps what counts)."""
         return self.rows(
             "SELECT id, inbound, student, assignment, noticed, state, score FROM submissions"
             " WHERE state IN ('delivered', 'failed') AND recorded = 1 AND shown != 'after-due' ORDER BY id"

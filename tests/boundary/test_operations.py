@@ -14,7 +14,7 @@ import torch
 
 from attnkit.boundary import operations
 from attnkit.boundary import wire
-from attnkit.engine import messages as worker_messages
+from attnkit.engine import messages
 from attnkit.boundary.policy import Limits
 from attnkit.driver.zygote_handle import Zygote
 
@@ -46,12 +46,12 @@ CONTROL = {  # the zygote's control socket: JSON
     "hold_plan": (operations.hold_plan("ab" * 32), {"plan": "ab" * 32}),
 }
 MESSAGES = {  # a worker's to its parent
-    "fatal": (worker_messages.fatal("why"), {"fatal": "why"}),
-    "started": (worker_messages.started(12, "s/a"), {"started": 12, "key": "s/a"}),
-    "chunk_done": (worker_messages.chunk_done([12, 13]), {"chunk_done": True, "jobs": [12, 13]}),
-    "chunk_failed": (worker_messages.chunk_failed("why", [12]), {"chunk_failed": "why", "jobs": [12]}),
-    "record": (worker_messages.record(12, {"student_id": "s", "tests": []}), {"record": {"student_id": "s", "tests": []}, "job": 12}),
-    "from_worker": (worker_messages.from_worker({"started": 12, "key": "s/a"}, 7), {"started": 12, "key": "s/a", "pid": 7}),
+    "fatal": (messages.fatal("why"), {"fatal": "why"}),
+    "started": (messages.started(12, "s/a"), {"started": 12, "key": "s/a"}),
+    "chunk_done": (messages.chunk_done([12, 13]), {"chunk_done": True, "jobs": [12, 13]}),
+    "chunk_failed": (messages.chunk_failed("why", [12]), {"chunk_failed": "why", "jobs": [12]}),
+    "record": (messages.record(12, {"student_id": "s", "tests": []}), {"record": {"student_id": "s", "tests": []}, "job": 12}),
+    "from_worker": (messages.from_worker({"started": 12, "key": "s/a"}, 7), {"started": 12, "key": "s/a", "pid": 7}),
 }
 
 
@@ -68,7 +68,7 @@ def test_each_control_and_worker_message_is_as_before(name: str) -> None:
 
 
 def test_a_message_is_read_as_its_kind_with_fatal_first() -> None:
-    kinds = {name: worker_messages.kind_of(built) for name, (built, _wire) in MESSAGES.items()}
+    kinds = {name: messages.kind_of(built) for name, (built, _wire) in MESSAGES.items()}
     assert kinds == {
         "fatal": "fatal",
         "started": "started",
@@ -78,8 +78,8 @@ def test_a_message_is_read_as_its_kind_with_fatal_first() -> None:
         "from_worker": "started",
     }
     # A record that names no job (the format before issue 50) is no message at all: the parent discards it.
-    assert worker_messages.kind_of({"student_id": "s", "assignment": "a", "tests": [], "pid": 7}) is None
-    assert worker_messages.kind_of({**worker_messages.chunk_done([1]), **worker_messages.fatal("why")}) == worker_messages.FATAL
+    assert messages.kind_of({"student_id": "s", "assignment": "a", "tests": [], "pid": 7}) is None
+    assert messages.kind_of({**messages.chunk_done([1]), **messages.fatal("why")}) == messages.FATAL
 
 
 @pytest.mark.e2e
@@ -169,7 +169,7 @@ SPELLED_HERE_ONLY = {
     operations.SWAP_FORKED,
     operations.SWAP_REFUSED,
     operations.OP,
-    *worker_messages.KINDS,
+    *messages.KINDS,
 }
 
 

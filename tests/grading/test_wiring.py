@@ -11,7 +11,7 @@ from typing import Any
 
 from attnkit.engine import fan_out
 from attnkit.intake import jobs
-from attnkit.engine import messages as worker_messages
+from attnkit.engine import messages
 from attnkit.grading.plugin import GradingPlugin, LocalProvider, Provider, test_result
 from attnkit.boundary.policy import Limits
 from attnkit.grading.student import LocalBackend, Student
@@ -104,21 +104,21 @@ def test_a_record_is_taken_only_for_the_job_it_names_and_a_stale_one_is_discarde
     worker = fan_out.WorkerProcess(None, None, result_reader, chunk=[second])
     first_record = {"student_id": "a", "assignment": "ch19", "fingerprint": first.fingerprint, "tests": []}
     second_record = {"student_id": "a", "assignment": "ch19", "fingerprint": "fp-second", "tests": []}
-    result_writer.send(worker_messages.from_worker(worker_messages.started(first.id, first.key), 7))
-    result_writer.send(worker_messages.from_worker(worker_messages.record(first.id, first_record), 7))
+    result_writer.send(messages.from_worker(messages.started(first.id, first.key), 7))
+    result_writer.send(messages.from_worker(messages.record(first.id, first_record), 7))
     for _message in range(2):
         run.receive(worker)
     assert records == [] and run.waiting(second) and worker.current is None
     assert [event for event, _fields in events] == ["discarded", "discarded"]
     assert events[1][1]["job"] == first.id and events[1][1]["holding"] == [second.id] and events[1][1]["kind"] == "record"
-    result_writer.send(worker_messages.from_worker(worker_messages.started(second.id, second.key), 7))
-    result_writer.send(worker_messages.from_worker(worker_messages.record(second.id, second_record), 7))
+    result_writer.send(messages.from_worker(messages.started(second.id, second.key), 7))
+    result_writer.send(messages.from_worker(messages.record(second.id, second_record), 7))
     run.receive(worker)
     run.receive(worker)
     assert records == [second_record] and not run.waiting(second) and worker.current == second.id
     # The end of a chunk that is not the one it holds changes nothing either.
     worker.chunk = [second]
-    result_writer.send(worker_messages.from_worker(worker_messages.chunk_done([first.id]), 7))
+    result_writer.send(messages.from_worker(messages.chunk_done([first.id]), 7))
     run.receive(worker)
     assert worker.chunk == [second] and events[-1][0] == "discarded"
 
@@ -163,15 +163,15 @@ def test_chunk_feed_sends_one_chunk_done_per_chunk() -> None:
         task_writer.send(chunk)
     assert feed.next() == first and not feed.reported
     assert feed.more("ch19") == second and not feed.reported
-    assert [worker_messages.kind_of(m) for m in received(result_reader)] == [worker_messages.CHUNK_DONE]
+    assert [messages.kind_of(m) for m in received(result_reader)] == [messages.CHUNK_DONE]
     assert feed.more("ch19") is None and feed.reported
     feed.failed(RuntimeError("after its chunk was done"))  # nothing: the chunk had its chunk_done
-    assert [worker_messages.kind_of(m) for m in received(result_reader)] == [worker_messages.CHUNK_DONE]
+    assert [messages.kind_of(m) for m in received(result_reader)] == [messages.CHUNK_DONE]
     assert feed.next() == other and not feed.reported
     feed.failed(RuntimeError("broke"))
-    messages = received(result_reader)
-    assert [worker_messages.kind_of(m) for m in messages] == [worker_messages.CHUNK_FAILED]
-    assert "RuntimeError: broke" in messages[0][worker_messages.CHUNK_FAILED]
+    sent = received(result_reader)
+    assert [messages.kind_of(m) for m in sent] == [messages.CHUNK_FAILED]
+    assert "RuntimeError: broke" in sent[0][messages.CHUNK_FAILED]
     assert feed.next() is None
 
 

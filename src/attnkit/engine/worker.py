@@ -25,7 +25,7 @@ from attnkit.constants import GraderError
 from attnkit import cpu_account
 from attnkit.i18n import _
 from attnkit.submitted_files import display_name
-from attnkit.engine import messages as worker_messages
+from attnkit.engine import messages
 from attnkit.grading.plugin import TestResult
 from attnkit.boundary.policy import Limits
 from attnkit.records import CellRecord, HiddenTestRecord, Job, SubmissionRecord
@@ -70,7 +70,7 @@ def run_chunk(
     more: Callable[[str], list[Job] | None] | None = None,
 ) -> None:
     """Grade ``jobs``, one pytest session per assignment among them, emitting each submission's
-    record when it is done (and ``worker_messages.started`` when one begins, so the parent knows
+    record when it is done (and ``messages.started`` when one begins, so the parent knows
     whom a crash belongs to). ``more(assignment)``: the next jobs, all of that assignment, that the last
     session may go on with once these are done (None: it ends)."""
     names = list(dict.fromkeys(job.assignment for job in jobs))
@@ -91,7 +91,7 @@ class SubmissionRecords:
 
     def started(self, job: Job) -> None:
         """Tells the parent which submission a dying worker was on."""
-        self.emit(worker_messages.started(job.id, job.key))
+        self.emit(messages.started(job.id, job.key))
 
     def finished(self, opened: Opened) -> None:
         tests: list[HiddenTestRecord] = [result for result in self.results.pop(opened.job.key, [])]
@@ -114,7 +114,7 @@ class SubmissionRecords:
             "evidence": panels,
             "seconds": time.perf_counter() - opened.started,
         }
-        self.emit(worker_messages.record(opened.job.id, record))
+        self.emit(messages.record(opened.job.id, record))
 
 
 def _run_suite(
@@ -224,7 +224,7 @@ class ChunkFeed:
         self.chunk: list[int] = []  # the ids of the chunk being graded: its chunk_done names them
 
     def emit(self, message: Mapping[str, Any]) -> None:
-        self.results.send(worker_messages.from_worker(message, self.pid))
+        self.results.send(messages.from_worker(message, self.pid))
 
     def next(self) -> list[Job] | None:
         """The next chunk to grade; None: the parent has no more."""
@@ -246,13 +246,13 @@ class ChunkFeed:
         return None
 
     def done(self) -> None:
-        self.emit(worker_messages.chunk_done(self.chunk))
+        self.emit(messages.chunk_done(self.chunk))
         self.reported = True
 
     def failed(self, error: BaseException) -> None:
         """The chunk's session broke; unless it broke after its chunk was done and before the next began."""
         if not self.reported:
-            self.emit(worker_messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}", self.chunk))
+            self.emit(messages.chunk_failed(f"{type(error).__name__}: {str(error)[:500]}", self.chunk))
 
 
 def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide: list[str], cpu: int | None = None, seed: socket.socket | None = None) -> None:
@@ -294,7 +294,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
             later=True,
         )
     except Exception as error:
-        emit(worker_messages.fatal(_("无法启动沙箱的 zygote 进程：{error}").format(error=error)))
+        emit(messages.fatal(_("无法启动沙箱的 zygote 进程：{error}").format(error=error)))
         return
     finally:
         if seed is not None:
@@ -312,7 +312,7 @@ def worker_main(inbox: Any, results: Any, autograder: str, limits: Limits, hide:
             try:
                 run_chunk(chunk, suites, limits, zygote, emit, feed.more)
             except GraderError as error:
-                emit(worker_messages.fatal(str(error)))
+                emit(messages.fatal(str(error)))
                 return
             except BaseException as error:  # RecursionError, MemoryError, pytest's own
                 feed.failed(error)

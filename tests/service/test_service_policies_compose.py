@@ -70,9 +70,9 @@ def page_of(course: Course, secret: str) -> Path:
 
 def marks_once_released(course: Course, secret: str) -> dict:
     """The marks beside the page of ``secret``, once they no longer say "after-due" (the service
-    writes them just after the row's release), or as they are when WAIT has passed."""
+    writes them in the same pass, just after the row's release), or as they are a minute later."""
     marks_file = page_of(course, secret).with_suffix(".json")
-    deadline = time.monotonic() + WAIT
+    deadline = time.monotonic() + 60
     while True:
         marks = json.loads(marks_file.read_bytes())
         if marks["shown"] != "after-due" or time.monotonic() > deadline:

@@ -66,6 +66,7 @@ from attnkit.service.http_submit import SPOOL, take_spooled
 from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
 from attnkit.service import hub_process as hub_side
+from attnkit.service.release_marks import place_release_marks
 from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUED, Row, is_url, open_queue
 from attnkit.service.recorder import PERSON_MUST_FIX, recorder_stopped_reason
 from attnkit.service.settings import MIN_FREE_BYTES, PAUSED_FILE, STATE_FOLDER, free_bytes
@@ -773,6 +774,7 @@ class Service:
                         ex.place_feedback(self.course, row["feedback"], withheld_page(assignment, limit_reason(policy, next_at)).encode(), row["student"])
                         if self.queue.release_shown(row["id"], "withheld"):
                             self.emit("withheld", id=row["id"], assignment=assignment, reason="attempts", next=round(next_at, 3))
+                    place_release_marks(self, row, assignment, released=next_at is None)
 
     def prune_copies(self) -> list[str]:
         """The retention of the service's copies (``attempts/``, docs/service.md; ``copies_to_remove``).

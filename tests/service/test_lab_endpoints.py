@@ -120,13 +120,15 @@ def lab() -> Iterator[Lab]:
     policy = {"attempts": ATTEMPTS, "window_hours": 1, "visibility": "full", "counts": "latest"}
     with running_course("ak51h", ("attacker", "victim"), datetime.timedelta(days=1), **policy) as course:
         attacker, victim = course.users["attacker"], course.users["victim"]  # type: ignore[attr-defined]
-        for user in (victim, attacker):
-            course.fetch(user, course.submit(user, MISTAKE))
+        hostile = course.base / "hostile.ipynb"
+        hostile.write_text(json.dumps(hostile_notebook()))
+        course.fetch(victim, course.submit(victim, MISTAKE))
+        course.fetch(attacker, course.submit(attacker, hostile))
         home, port, token = course.home(attacker), free_port(), secrets.token_hex(16)
         log = course.base / "lab.log"
         environment = [f"{k}={v}" for k, v in clean_env(home).items()]
         command = [
-            "runuser", "-u", attacker, "--", "env", "-i", *environment, str(BIN / "jupyter"), "server", "--no-browser",
+            "runuser", "-u", attacker, "--", "env", "-i", *environment, str(BIN / "jupyter"), "lab", "--no-browser", "--LabApp.expose_app_in_browser=True",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={home}",
         ]  # fmt: skip
         server = start_tool(lend_to_others(command, LENT), log=log, cwd=home)
@@ -144,6 +146,43 @@ def lab() -> Iterator[Lab]:
             yield setup
         finally:
             stop_group(server)
+
+
+# What the attacker's scaled_attention raises: the check's output (the marks' "said") carries it to their JupyterLab.
+HOSTILE = '<img src=x onerror="window.attnkitHostile=1"><b id=attnkit-hostile>bold</b>'
+
+
+def hostile_notebook() -> dict:
+    """The model answers with ``scaled_attention`` redefined, in its own cell, to raise ``HOSTILE``."""
+    from commands import ROOT
+
+    notebook = json.loads((ROOT / "solutions" / ASSIGNMENT / "attention.ipynb").read_text())
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "def scaled_attention(" in source:
+            cell["source"] = source + f"\n\n\ndef scaled_attention(*args, **kwargs):\n    raise ValueError({HOSTILE!r})\n"
+            return dict(notebook)
+    raise AssertionError("no scaled_attention cell")
+
+
+@pytest.mark.browser
+def test_marks_with_markup_in_them_are_shown_as_text(lab: Lab, tmp_path: Path) -> None:
+    """The attacker's own graded submission, whose check output carries HTML: in their JupyterLab
+    (headless Chromium) the scaled_attention cell is marked and shows the markup as text; no element
+    of it is made, no handler of it runs."""
+    from devtools import Browser
+    from test_lab_feedback import wait_until
+
+    browser = Browser(tmp_path / "profile", tmp_path / "chromium.log")
+    try:
+        browser.go(f"http://127.0.0.1:{lab.port}/lab/tree/{ASSIGNMENT}/attention.ipynb?token={lab.token}")
+        said = wait_until(browser, "[...document.querySelectorAll('.attnkit-mark-check pre')].map(p => p.textContent).join('\\n')")
+        assert HOSTILE in said, said
+        assert browser.evaluate("document.querySelector('.attnkit-marked').dataset.attnkitFunction") == "scaled_attention"
+        assert browser.evaluate("document.querySelectorAll('.attnkit-mark img, #attnkit-hostile').length") == 0
+        assert browser.evaluate("window.attnkitHostile === undefined") is True
+    finally:
+        browser.close()
 
 
 def refused(status: int) -> bool:

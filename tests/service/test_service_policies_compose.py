@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -67,6 +68,18 @@ def page_of(course: Course, secret: str) -> Path:
     return course.exchange / "ch19" / "feedback" / f"{notebook_hash(secret=secret, notebook_id='attention')}.html"
 
 
+def marks_once_released(course: Course, secret: str) -> dict:
+    """The marks beside the page of ``secret``, once they no longer say "after-due" (the service
+    writes them in the same pass, just after the row's release), or as they are a minute later."""
+    marks_file = page_of(course, secret).with_suffix(".json")
+    deadline = time.monotonic() + 60
+    while True:
+        marks = json.loads(marks_file.read_bytes())
+        if marks["shown"] != "after-due" or time.monotonic() > deadline:
+            return dict(marks)
+        time.sleep(0.2)
+
+
 def rows_until(course: Course, names: list[str], done: str) -> list[dict]:
     """The rows of ``names`` (in that order) once ``done`` (an SQL condition) holds for each of them."""
     deadline = time.monotonic() + WAIT
@@ -98,6 +111,8 @@ def test_after_due_with_an_attempt_limit_releases_one_full_page_per_window(cours
     for _name, secret in made:
         page = page_of(course, secret).read_text(encoding="utf-8")
         assert 'id="withheld"' in page and 'id="score"' not in page, page
+        marks = json.loads(page_of(course, secret).with_suffix(".json").read_bytes())
+        assert marks["shown"] == "after-due" and marks["functions"] == [] and "score" not in marks, "the lab extension marks nothing before the due date"
     passed = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(minutes=1)
     instructor(course.root, str(BIN / "nbgrader"), "db", "assignment", "add", ASSIGNMENT, f"--duedate={nbgrader_utc(passed)}")
     rows = rows_until(course, [name for name, _secret in made], "shown != 'after-due'")
@@ -109,6 +124,13 @@ def test_after_due_with_an_attempt_limit_releases_one_full_page_per_window(cours
     assert [r["shown"] for r in rows] == ["released", "withheld", "released"]
     released = {e["id"] for e in course.events("released")}
     assert released == {rows[0]["id"], rows[2]["id"]}
+    # The marks beside each page (what the student's JupyterLab shows on the cells) are released with it.
+    marks = [marks_once_released(course, secret) for _name, secret in made]
+    assert [m["shown"] for m in marks] == ["released", "withheld", "released"], marks
+    for released_marks in (marks[0], marks[2]):
+        diagnosed = [d["id"] for mark in released_marks["functions"] for d in mark["diagnoses"]]
+        assert "mask_by_multiplying" in diagnosed and released_marks["score"] < released_marks["max_score"], released_marks
+    assert marks[1]["functions"] == [] and "score" not in marks[1], "past the limit: no diagnosis on the cells either"
 
 
 def test_a_symlinked_notebook_is_not_graded_and_the_gradebook_keeps_the_earlier_score(course: Course) -> None:

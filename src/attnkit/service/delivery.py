@@ -36,6 +36,7 @@ from attnkit.service.policies import (
     withheld_page,
 )
 from attnkit.service.queue import Queue, Row, is_url
+from attnkit.service.release_marks import place_release_marks
 
 
 @dataclass
@@ -233,3 +234,4 @@ class Delivery:
                         exchange.place_feedback(self.course, row["feedback"], withheld_page(assignment, limit_reason(policy, next_at)).encode(), row["student"])
                         if self.queue.release_shown(row["id"], "withheld"):
                             self.emit("withheld", id=row["id"], assignment=assignment, reason="attempts", next=round(next_at, 3))
+                    place_release_marks(self, row, assignment, released=next_at is None)

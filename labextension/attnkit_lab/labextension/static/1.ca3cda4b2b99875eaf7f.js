@@ -90,35 +90,38 @@ class Watch {
         this.timer = window.setTimeout(() => void this.look(), 200);
     }
     async look() {
-        let state = null;
         try {
-            state = await ask(`state?assignment=${encodeURIComponent(this.assignment)}`);
+            const state = await ask(`state?assignment=${encodeURIComponent(this.assignment)}`);
+            if (this.panel.isDisposed) {
+                return;
+            }
+            if (state) {
+                this.labels = state.labels;
+                currentLabels = state.labels;
+                this.channel = state.channel;
+                this.showLimit(state.limit);
+                for (const submission of state.submissions) {
+                    const before = this.known.get(submission.key);
+                    if (submission.ready && !before && !this.first) {
+                        this.notify(submission);
+                    }
+                    this.known.set(submission.key, submission.ready);
+                }
+                const ready = state.submissions.filter(s => s.ready);
+                if (ready.length) {
+                    await this.mark(ready[ready.length - 1].key);
+                }
+                this.first = false;
+            }
         }
         catch (error) {
+            // An answer of another shape (the server checks the marks it passes on): this look is
+            // skipped, the next one still comes.
             console.debug('attnkit: state', error);
         }
-        if (this.panel.isDisposed) {
-            return;
+        if (!this.panel.isDisposed) {
+            this.timer = window.setTimeout(() => void this.look(), POLL_MS);
         }
-        if (state) {
-            this.labels = state.labels;
-            currentLabels = state.labels;
-            this.channel = state.channel;
-            this.showLimit(state.limit);
-            for (const submission of state.submissions) {
-                const before = this.known.get(submission.key);
-                if (submission.ready && !before && !this.first) {
-                    this.notify(submission);
-                }
-                this.known.set(submission.key, submission.ready);
-            }
-            const ready = state.submissions.filter(s => s.ready);
-            if (ready.length) {
-                await this.mark(ready[ready.length - 1].key);
-            }
-            this.first = false;
-        }
-        this.timer = window.setTimeout(() => void this.look(), POLL_MS);
     }
     showLimit(limit) {
         const node = this.line.node;

@@ -137,7 +137,7 @@ __webpack_require__.d(exports, {
 /******/ 	
 /******/ 	/* webpack/runtime/get javascript chunk filename */
 /******/ 	// This function allow to reference async chunks
-/******/ 	__webpack_require__.u = (chunkId) => (chunkId + "." + {"1":"21a3cbfcd650857c8613","2":"00f13c196e6a345cce6e"}[chunkId] + ".js?v=" + {"1":"21a3cbfcd650857c8613","2":"00f13c196e6a345cce6e"}[chunkId] + "");
+/******/ 	__webpack_require__.u = (chunkId) => (chunkId + "." + {"1":"ca3cda4b2b99875eaf7f","2":"00f13c196e6a345cce6e"}[chunkId] + ".js?v=" + {"1":"ca3cda4b2b99875eaf7f","2":"00f13c196e6a345cce6e"}[chunkId] + "");
 /******/ 	
 /******/ 	/* webpack/runtime/hasOwnProperty shorthand */
 /******/ 	__webpack_require__.o = (obj, prop) => (Object.prototype.hasOwnProperty.call(obj, prop));

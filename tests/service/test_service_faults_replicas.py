@@ -7,6 +7,13 @@ exchange (``forge_submission``: written by root as them):
 
 - one replica's recorder killed (-9, as the OOM killer does): that replica starts it again, both go
   on serving, every delivery is recorded once (before: that replica exited 2 at once);
+- nbgrader's gradebook (in the same database) locked by another session past
+  ``c.AttnkitServe.gradebook_timeout`` (1 s here; its tables held ``ACCESS EXCLUSIVE`` in an open
+  transaction, as a TA's nbgrader command holds the gradebook, for as long as it takes both
+  recorders to fail on it and wait): feedback goes on from both replicas, both stay ready, the
+  recorders log ``gradebook-retry`` and wait, and once the lock is gone every submission is
+  recorded, once (before: PostgreSQL's statements waited on the lock without end, the recorder
+  silent and its recording lock held the while);
 - the database lost (the server stopped) and back: each replica answers ``/health`` with 503 and
   stops claiming, neither exits, and once the server is back both are ready again and every
   submission made meanwhile is delivered once and recorded (before: each exited with the
@@ -104,6 +111,50 @@ def test_a_replicas_killed_recorder_is_started_again_and_every_delivery_is_recor
     until(lambda: bool(replicas[0].events("recorder-restarted")), replicas, "the recorder started again")
     until(lambda: all_delivered_and_recorded(course["url"], names), replicas, "every submission delivered and recorded")
     assert recorder_of(replicas[0]) != killed
+    delivered = [e["id"] for r in replicas for e in r.events("delivered")]
+    assert len(delivered) == len(set(delivered)), "a submission delivered twice"
+    check_gradebook(course)
+
+
+def delivered_rows(url: str, names: list[str]) -> list[dict]:
+    queue = PostgresQueue(url, "the-test", make_schema=False)
+    try:
+        found = queue.rows("SELECT state, recorded FROM submissions WHERE inbound = ANY(:names) AND state = :state", names=names, state=DELIVERED)
+        return [dict(row) for row in found]
+    finally:
+        queue.close()
+
+
+def retries(replicas: list[Replica]) -> int:
+    return sum(len(r.events("gradebook-retry")) for r in replicas)
+
+
+def test_a_gradebook_locked_past_its_timeout_is_waited_for_by_both_replicas_and_every_record_lands(pair: tuple[dict, list[Replica]]) -> None:
+    import psycopg
+
+    course, replicas = pair
+    first = [submit(course, course["users"][0], 300)]  # nbgrader's tables made and the assignment registered first
+    until(lambda: all_delivered_and_recorded(course["url"], first), replicas, "a first record")
+    before = retries(replicas)
+    with psycopg.connect(course["url"]) as holder:  # (a transaction: the locks last until its rollback)
+        tables = [row[0] for row in holder.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        assert "submitted_assignment" in tables and "grade" in tables, tables
+        holder.execute("LOCK TABLE " + ", ".join(f'public."{name}"' for name in tables) + " IN ACCESS EXCLUSIVE MODE")
+        try:
+            names = [submit(course, course["users"][n % 2], 310 + n) for n in range(4)]
+            until(lambda: len(delivered_rows(course["url"], names)) == len(names), replicas, "feedback while the gradebook is locked")
+            # A recorder that waits on the lock in silence never says so: the test fails here on
+            # a gradebook without lock_timeout (no retry within the minute, the lock still held).
+            deadline = time.monotonic() + 60
+            until(lambda: retries(replicas) >= before + 2 or time.monotonic() > deadline, replicas, "retries of the locked gradebook")
+            logs = "\n".join(r.log.read_text()[-1500:] for r in replicas)
+            assert retries(replicas) >= before + 2, f"no gradebook-retry within 60 s of a locked gradebook:\n{logs}"
+            assert not any(row["recorded"] for row in delivered_rows(course["url"], names)), "recorded through the lock"
+            assert all(r.get("/health")[0] == 200 for r in replicas), [r.get("/health") for r in replicas]
+        finally:
+            holder.rollback()
+    until(lambda: all_delivered_and_recorded(course["url"], names), replicas, "every record after the lock was released")
+    assert any(r.events("gradebook-back") for r in replicas)
     delivered = [e["id"] for r in replicas for e in r.events("delivered")]
     assert len(delivered) == len(set(delivered)), "a submission delivered twice"
     check_gradebook(course)

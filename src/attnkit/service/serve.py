@@ -67,6 +67,7 @@ from attnkit.service.metrics_endpoint import Endpoint
 from attnkit.service.pool import WarmPool
 from attnkit.service import hub_process as hub_side
 from attnkit.service.queue import DELIVERED, GRADING, MAX_WAITING, QUEUED, Row, is_url, open_queue
+from attnkit.service.queue.postgres import GRADEBOOK_ENGINES, gradebook_due_rows  # (a PostgreSQL gradebook's engines: forgotten by a fork)
 from attnkit.service.recorder import PERSON_MUST_FIX, recorder_stopped_reason
 from attnkit.service.settings import MIN_FREE_BYTES, PAUSED_FILE, STATE_FOLDER, free_bytes
 from attnkit.service.unfinished import Unfinished
@@ -125,8 +126,6 @@ def is_the_services(error: BaseException) -> bool:
 BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
-GRADEBOOK_ENGINES: dict[str, Any] = {}  # a PostgreSQL gradebook's engine, by URL (due_dates)
-
 
 def due_dates(gradebook: Path | str) -> dict[str, float]:
     """Each assignment's due date in the gradebook (epoch seconds), as nbgrader's late rule reads
@@ -136,18 +135,7 @@ def due_dates(gradebook: Path | str) -> dict[str, float]:
 
     rows: list[Any]
     if isinstance(gradebook, str) and is_url(gradebook):
-        from sqlalchemy import create_engine, exc, text
-
-        from attnkit.service.queue.postgres import engine_url
-
-        engine = GRADEBOOK_ENGINES.get(gradebook)
-        if engine is None:  # one per URL for the service's life: read every few seconds
-            engine = GRADEBOOK_ENGINES[gradebook] = create_engine(engine_url(gradebook), pool_size=1, pool_pre_ping=True)
-        try:
-            with engine.connect() as connection:
-                rows = [tuple(row) for row in connection.execute(text("SELECT name, duedate FROM assignment"))]
-        except exc.SQLAlchemyError:
-            return {}  # no gradebook there yet (nbgrader makes its tables at the first record)
+        rows = gradebook_due_rows(gradebook)  # (never waits on another session's lock: the rows read before)
     else:
         gradebook = Path(gradebook)
         if not gradebook.is_file():

@@ -178,3 +178,29 @@ def test_replicas_that_lose_the_database_answer_503_and_come_back_with_it(pair: 
     delivered = [e["id"] for r in replicas for e in r.events("delivered")]
     assert len(delivered) == len(set(delivered)), "a submission delivered twice"
     check_gradebook(course)
+
+
+def test_status_with_its_queue_out_of_reach_answers_promptly_and_names_it(tmp_path: Path) -> None:
+    """``attnkit serve --status`` on a replica whose PostgreSQL refuses (nothing on the port) or
+    never answers (a listener that accepts nothing: a hung or black-holed server): exit 2 within
+    the connect timeout, one line naming the queue (its password hidden) and the driver's cause,
+    no traceback (before: a traceback, exit 1)."""
+    import socket
+
+    from commands import attnkit
+    from postgres import free_port
+
+    from attnkit.service.queue.postgres import NETWORK_SECONDS
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        for port, cause in ((free_port(), "Connection refused"), (silent.getsockname()[1], "timeout")):
+            url = f"postgresql://attnkit:secret@127.0.0.1:{port}/course"
+            started = time.monotonic()
+            result = attnkit("serve", "--status", "--lang", "en", "--queue-url", url, cwd=tmp_path, script=True, timeout=120)
+            seconds = time.monotonic() - started
+            said = result.stdout + result.stderr
+            assert result.returncode == 2 and f"cannot read the queue at postgresql://attnkit:***@127.0.0.1:{port}/course" in said, said
+            assert cause in said and "secret" not in said and "Traceback" not in said, said
+            assert seconds < NETWORK_SECONDS + 25, f"{seconds:.1f} s"  # the connect timeout, and the CLI's start on a loaded machine

@@ -14,6 +14,12 @@ exchange (``forge_submission``: written by root as them):
   recorders log ``gradebook-retry`` and wait, and once the lock is gone every submission is
   recorded, once (before: PostgreSQL's statements waited on the lock without end, the recorder
   silent and its recording lock held the while);
+- one replica cut off from the database (every packet between them dropped, as a network
+  partition does: nothing refused, only timeouts notice): it answers ``/health`` with 503
+  within the network timeout (``queue.postgres.NETWORK_SECONDS``) and keeps answering it, the
+  other goes on serving and recording what arrives meanwhile (the server drops the cut-off
+  replica's session, and with it any recording lock it held), and once whole again it is ready
+  again; nothing delivered twice;
 - the database lost (the server stopped) and back: each replica answers ``/health`` with 503 and
   stops claiming, neither exits, and once the server is back both are ready again and every
   submission made meanwhile is delivered once and recorded (before: each exited with the
@@ -30,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from postgres import PostgresServer
+from postgres import PARTITIONED, PostgresServer
 from service_course import Replica, shared_queue_course
 
 from attnkit.service.queue import DELIVERED
@@ -47,7 +53,9 @@ def pair(postgres: PostgresServer) -> Iterator[tuple[dict, list[Replica]]]:
     with shared_queue_course(postgres.create_database("faults"), [f"ak50q{n}{suffix}" for n in range(2)]) as course:
         with open(course["root"] / "nbgrader_config.py", "a") as config:
             config.write("\nc.AttnkitServe.gradebook_timeout = 1\n")  # the recorders' retries capped at 4 s
-        replicas = [Replica(name, course["root"], course["base"] / f"{name}.log") for name in ("replica-a", "replica-b")]
+        # replica-b reaches the queue through the server's second address, which ``partition`` cuts off alone.
+        apart = course["url"].replace("@127.0.0.1:", f"@{PARTITIONED}:")
+        replicas = [Replica(name, course["root"], course["base"] / f"{name}.log", url) for name, url in (("replica-a", ""), ("replica-b", apart))]
         try:
             deadline = time.monotonic() + WAIT
             for replica in replicas:
@@ -155,6 +163,34 @@ def test_a_gradebook_locked_past_its_timeout_is_waited_for_by_both_replicas_and_
             holder.rollback()
     until(lambda: all_delivered_and_recorded(course["url"], names), replicas, "every record after the lock was released")
     assert any(r.events("gradebook-back") for r in replicas)
+    delivered = [e["id"] for r in replicas for e in r.events("delivered")]
+    assert len(delivered) == len(set(delivered)), "a submission delivered twice"
+    check_gradebook(course)
+
+
+def test_a_replica_cut_off_from_the_database_answers_503_while_the_other_serves_and_records(pair: tuple[dict, list[Replica]], postgres: PostgresServer) -> None:
+    from attnkit.service.queue.postgres import NETWORK_SECONDS
+
+    course, replicas = pair
+    serving, cut = replicas
+    with postgres.partition():
+        # Every /health answered (never the client's timeout: the loop waits on the network for
+        # at most NETWORK_SECONDS at a time), and 503 once the replica has noticed.
+        deadline = time.monotonic() + WAIT
+        answers: list[tuple[int, float]] = []
+        while len([code for code, _ in answers if code == 503]) < 3:
+            asked = time.monotonic()
+            code, body = cut.get("/health")
+            answers.append((code, time.monotonic() - asked))
+            assert code in (200, 503) and cut.process.poll() is None, (code, body, cut.log.read_text()[-2000:])
+            assert time.monotonic() < deadline, answers
+            time.sleep(0.2)
+        assert json.loads(body)["status"].startswith("paused"), body
+        assert max(seconds for code, seconds in answers if code == 503) < 2 * NETWORK_SECONDS + 5, answers
+        names = [submit(course, course["users"][n % 2], 400 + n) for n in range(2)]
+        until(lambda: all_delivered_and_recorded(course["url"], names), [serving], "the other replica's deliveries and records while one is cut off")
+        assert serving.get("/health")[0] == 200
+    until(lambda: cut.get("/health")[0] == 200, replicas, "the cut-off replica ready again")
     delivered = [e["id"] for r in replicas for e in r.events("delivered")]
     assert len(delivered) == len(set(delivered)), "a submission delivered twice"
     check_gradebook(course)

@@ -149,10 +149,12 @@ def sleeping(pids: list[int]) -> list[int]:
 class Replica:
     """One ``attnkit serve --replica-id name --jobs 1 --lease-seconds 3`` on ``course``, its log in ``log``."""
 
-    def __init__(self, name: str, course: Path, log: Path) -> None:
+    def __init__(self, name: str, course: Path, log: Path, queue_url: str = "") -> None:
+        """``queue_url``: its own ``--queue-url`` (another address of the course's database), else the course's."""
         self.name, self.course, self.log, self.port = name, course, log, free_port()
         env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
         command = [str(BIN / "attnkit"), "serve", "--jobs", "1", "--replica-id", name, "--lease-seconds", "3", "--metrics-port", str(self.port)]
+        command += ["--queue-url", queue_url] if queue_url else []
         self.process = subprocess.Popen(command, cwd=course, env=env, stdin=subprocess.DEVNULL, stdout=open(log, "a"), stderr=subprocess.STDOUT)
 
     def events(self, kind: str) -> list[dict]:

@@ -3,7 +3,7 @@
 Started with the server's own ``initdb`` and ``pg_ctl`` as an unprivileged user (the package's
 ``postgres`` when the tests run as root, else the tests' own user), in a temporary folder of its
 own: the data directory and the unix socket directory inside it, TCP on a free port of
-127.0.0.1 only, ``trust`` for the local test connections, and no fsync unless ``durable`` (a
+127.0.0.1 and 127.0.0.2 only (``partition`` cuts the second off), ``trust`` for the local test connections, and no fsync unless ``durable`` (a
 test's server needs speed; ``tools/bench_serve.py`` measures with PostgreSQL's own defaults). ``stop`` ends it with ``pg_ctl stop``
 (its own postmaster, by its pid file) and removes the folder.
 """
@@ -17,9 +17,14 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 SUPERUSER = "attnkit"
+# A second address the server listens on: clients connected through it alone can be cut off
+# (``partition``), as a replica on its own network is, while the others reach 127.0.0.1.
+PARTITIONED = "127.0.0.2"
 
 
 def server_binaries() -> Path | None:
@@ -72,7 +77,7 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         self.run(str(self.bin / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions")
         # Only 127.0.0.1 and our own socket folder; no fsync for a test's server (speed, not durability).
-        options = f"-h 127.0.0.1 -p {self.port} -k {self.sockets} -c max_connections=60"
+        options = f"-h 127.0.0.1,{PARTITIONED} -p {self.port} -k {self.sockets} -c max_connections=60"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self.options = options
@@ -87,8 +92,22 @@ class PostgresServer:
     def resume(self) -> None:
         self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", self.options, "-w", "-t", "120", "start")
 
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", address: str = "127.0.0.1") -> str:
+        return f"postgresql://{SUPERUSER}@{address}:{self.port}/{database}"
+
+    @contextmanager
+    def partition(self) -> Iterator[None]:
+        """Every client connected through PARTITIONED cut off from the server as by a network
+        partition: each packet between them dropped both ways (iptables, as root), nothing
+        refused or reset, so that only timeouts notice; whole again when the block ends."""
+        rules = [["-d", PARTITIONED, "-p", "tcp", "--dport", str(self.port)], ["-s", PARTITIONED, "-p", "tcp", "--sport", str(self.port)]]
+        for rule in rules:
+            subprocess.run(["iptables", "-I", "OUTPUT", *rule, "-j", "DROP"], check=True, capture_output=True, timeout=60)
+        try:
+            yield
+        finally:
+            for rule in rules:
+                subprocess.run(["iptables", "-D", "OUTPUT", *rule, "-j", "DROP"], capture_output=True, timeout=60)
 
     def create_database(self, name: str) -> str:
         """A new database; its URL (``postgresql://``: attnkit adds the psycopg driver itself)."""

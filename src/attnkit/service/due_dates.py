@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.service.queue import is_url
+from attnkit.service.queue.postgres import GRADEBOOK_ENGINES, gradebook_due_rows  # (GRADEBOOK_ENGINES: forgotten by a forked worker, serve.py)
 
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
-
-GRADEBOOK_ENGINES: dict[str, Any] = {}  # a PostgreSQL gradebook's engine, by URL (due_dates)
 
 
 def due_dates(gradebook: Path | str) -> dict[str, float]:
@@ -22,18 +21,7 @@ def due_dates(gradebook: Path | str) -> dict[str, float]:
 
     rows: list[Any]
     if isinstance(gradebook, str) and is_url(gradebook):
-        from sqlalchemy import create_engine, exc, text
-
-        from attnkit.service.queue.postgres import engine_url
-
-        engine = GRADEBOOK_ENGINES.get(gradebook)
-        if engine is None:  # one per URL for the service's life: read every few seconds
-            engine = GRADEBOOK_ENGINES[gradebook] = create_engine(engine_url(gradebook), pool_size=1, pool_pre_ping=True)
-        try:
-            with engine.connect() as connection:
-                rows = [tuple(row) for row in connection.execute(text("SELECT name, duedate FROM assignment"))]
-        except exc.SQLAlchemyError:
-            return {}  # no gradebook there yet (nbgrader makes its tables at the first record)
+        rows = gradebook_due_rows(gradebook)  # (never waits on another session's lock: the rows read before)
     else:
         gradebook = Path(gradebook)
         if not gradebook.is_file():

@@ -31,7 +31,7 @@ from pathlib import Path
 from attnkit.lms import passback as lms_passback
 from attnkit.service.queue import Queue, is_url, open_queue
 from attnkit.service.policies import DEFAULT, Policy
-from attnkit.service.queue.postgres import engine_url
+from attnkit.service.queue.postgres import gradebook_url
 from attnkit.service.settings import STATE_FOLDER
 
 
@@ -108,6 +108,7 @@ def record_batch(
     policies: dict[str, Policy],
     registered: set[str],
     done: dict[tuple[str, str], int],
+    lock_timeout: float = GRADEBOOK_TIMEOUT,
 ) -> int:
     """Record one batch: up to BATCH students (with an assignment) who have deliveries not yet
     recorded, each with the one submission that counts; how many deliveries it settled (0:
@@ -116,7 +117,9 @@ def record_batch(
     ``registered``: the assignments this process registered already (nbgrader
     generate_assignment, seconds each: once per assignment per start of the service).
     ``done``: the submission recorded last per student and assignment by this process (a newer
-    delivery of another attempt that does not count is settled without writing again)."""
+    delivery of another attempt that does not count is settled without writing again).
+    ``lock_timeout``: how long a PostgreSQL gradebook's statement waits for another session's
+    lock before it fails and the batch is retried (``gradebook_url``)."""
     from attnkit.course.gradebook import record_grades
 
     with queue.recording() as ours:
@@ -137,7 +140,7 @@ def record_batch(
             results.append(json.loads(attempt["results"]))
             chosen[key] = int(attempt["id"])
         if results:
-            url = engine_url(str(gradebook)) if is_url(str(gradebook)) else None
+            url = gradebook_url(str(gradebook), lock_timeout) if is_url(str(gradebook)) else None
             target = course_root / "gradebook.db" if url else Path(gradebook)
             for notice in record_grades(target, results, course_root / "submitted", registered=registered, db_url=url):
                 print(json.dumps({"event": "gradebook_notice", "notice": notice}, ensure_ascii=False), file=sys.stderr, flush=True)
@@ -180,7 +183,8 @@ def is_transient(error: BaseException) -> bool:
             return True
         if isinstance(error, (GraderError, shutil.Error)):  # (shutil.Error: copytree's list of failed copies)
             text = str(error)
-            if "database is locked" in text or "disk is full" in text or "No space left" in text:
+            # (SQLite's lock, PostgreSQL's lock_timeout, a full disk, in a subprocess's output)
+            if "database is locked" in text or "lock timeout" in text or "disk is full" in text or "No space left" in text:
                 return True
         cause = error.__cause__ or error.__context__
     return False
@@ -245,7 +249,7 @@ def main(argv: list[str]) -> int:
                 queue = open_queue(database, replica or f"recorder-{os.getpid()}")
             fast = fast or (isinstance(gradebook, Path) and commit_without_fsync(gradebook, timeout))
             started = time.perf_counter()
-            settled = record_batch(course_root, queue, gradebook, policies, registered, recorded)
+            settled = record_batch(course_root, queue, gradebook, policies, registered, recorded, timeout)
         except Exception as error:
             reason = f"{type(error).__name__}: {str(error)[-500:]}" if not isinstance(error, GraderError) else str(error)
             if not is_transient(error):

@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+from attnkit.constants import GraderError
 from attnkit.i18n import _
 from attnkit.service.queue import DELIVERED, FAILED, GRADING, QUEUED, REFUSED, open_queue
 from attnkit.service.settings import MIN_FREE_BYTES, PAUSED_FILE, STATE_FOLDER, free_bytes
@@ -89,12 +90,46 @@ def problems(root: Path, autograder: Path | None) -> list[str]:
     return found
 
 
+def shown_url(url: str) -> str:
+    """A database URL as it may be printed: its password hidden."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "…"
+
+
+def unreachable(where: str, error: BaseException) -> GraderError:
+    """The queue's database out of reach (refused, no answer within ``NETWORK_SECONDS``, its
+    server gone, a wrong password) said in one line naming it and the driver's own first line,
+    never a traceback: ``--status`` is what an operator runs when something is wrong."""
+    cause = str(getattr(error, "orig", None) or error).strip().splitlines()
+    return GraderError(
+        _("无法读取评分队列 {where}：{cause}").format(where=where, cause=f"{type(error).__name__}: {cause[0] if cause else ''}")
+    )
+
+
 def status(root: Path, queue_url: str | None = None) -> str:
     """``attnkit serve --status``: the queue, what is in flight (and by which replica, with a
-    shared queue), the last hour."""
+    shared queue), the last hour. The queue's database out of reach: GraderError naming it and
+    why, within the database's connect timeout (``queue.postgres.NETWORK_SECONDS``)."""
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
     database = root / STATE_FOLDER / "service.db"
     if queue_url is None and not database.is_file():
         return _("{root} 还没有运行过 attnkit serve").format(root=root)
+    try:
+        return queue_status(root, queue_url, database)
+    except (SQLAlchemyError, sqlite3.Error) as error:
+        raise unreachable(shown_url(queue_url) if queue_url else str(database), error) from None
+
+
+def queue_status(root: Path, queue_url: str | None, database: Path) -> str:
+    """``status``'s lines, read from the queue at ``queue_url`` (else the SQLite ``database``)."""
     queue = open_queue(queue_url or database, "status")
     try:
         counts = queue.counts()

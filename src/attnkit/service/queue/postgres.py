@@ -64,6 +64,13 @@ def engine_url(url: str) -> str:
 NETWORK_SECONDS = 5  # how long a replica waits on an unanswering network before its connection counts as lost
 
 
+def server_network_options() -> str:
+    """The server's side of NETWORK_SECONDS (libpq's ``options``): its TCP keepalives and user
+    timeout drop the session of a client it no longer hears from, with its locks."""
+    seconds = NETWORK_SECONDS
+    return f"-c tcp_keepalives_idle={seconds} -c tcp_keepalives_interval=1 -c tcp_keepalives_count={seconds} -c tcp_user_timeout={seconds * 1000}"
+
+
 def connect_args() -> dict[str, Any]:
     """libpq's settings for the queue's connections: a replica cut off from the database gets its
     error within NETWORK_SECONDS rather than when the kernel gives up on TCP (minutes: a hung
@@ -71,9 +78,8 @@ def connect_args() -> dict[str, Any]:
     keepalives and user timeout on its side too), so that the recording lock it held
     (``recording``, a transaction's advisory lock) is free again for the other replicas."""
     seconds = NETWORK_SECONDS
-    server = f"-c tcp_keepalives_idle={seconds} -c tcp_keepalives_interval=1 -c tcp_keepalives_count={seconds} -c tcp_user_timeout={seconds * 1000}"
     return {
-        "options": f"-c search_path={SCHEMA_NAME} {server}",
+        "options": f"-c search_path={SCHEMA_NAME} {server_network_options()}",
         "connect_timeout": seconds,
         "keepalives": 1,
         "keepalives_idle": seconds,
@@ -81,6 +87,56 @@ def connect_args() -> dict[str, Any]:
         "keepalives_count": seconds,
         "tcp_user_timeout": seconds * 1000,
     }
+
+
+def gradebook_url(url: str, lock_timeout: float) -> str:
+    """The URL the recorder gives nbgrader for a PostgreSQL gradebook (``CourseDirectory.db_url``):
+    ``engine_url`` with libpq's settings in its query, so that they reach every connection
+    nbgrader opens, its ``generate_assignment`` subprocess's included. ``lock_timeout``
+    (seconds, ``c.AttnkitServe.gradebook_timeout``): a row or table another session holds (a
+    TA's nbgrader command, formgrader) is waited for that long, then the statement fails
+    (``LockNotAvailable``) and the recorder retries with backoff, as it does for SQLite's
+    ``database is locked``; without it PostgreSQL waits without end, the recorder silent and its
+    recording lock held the while. The network settings are the queue's (``connect_args``)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(engine_url(url))
+    query = dict(parsed.query)
+    given = query.get("options", "")
+    own = f"-c lock_timeout={max(1, round(lock_timeout * 1000))} {server_network_options()}"
+    query["options"] = f"{given if isinstance(given, str) else ' '.join(given)} {own}".strip()
+    for name, value in connect_args().items():
+        if name != "options":  # (the queue's search_path is not nbgrader's)
+            query.setdefault(name, str(value))
+    return parsed.set(query=query).render_as_string(hide_password=False)
+
+
+READ_LOCK_SECONDS = 0.2  # how long the service's loop waits for a lock on a PostgreSQL gradebook it reads
+GRADEBOOK_ENGINES: dict[str, Any] = {}  # the loop's engine per gradebook URL (one for the service's life; a forked worker forgets them)
+DUE_ROWS_READ: dict[str, list[tuple[Any, Any]]] = {}  # per gradebook URL, the due dates read last
+
+
+def gradebook_due_rows(url: str) -> list[tuple[Any, Any]]:
+    """nbgrader's assignments and due dates (``name, duedate``) in a PostgreSQL gradebook, read
+    by the service's loop every few seconds. The loop also serves every page and ``/health``, so
+    it never waits on another session's lock (a TA's ``nbgrader db upgrade``, anything holding
+    the table whole): after READ_LOCK_SECONDS, or with the database out of reach, the rows read
+    last are used (a late submission stays late). No tables yet (nbgrader makes them at the
+    first record): none."""
+    from sqlalchemy import create_engine, exc, text
+
+    engine = GRADEBOOK_ENGINES.get(url)
+    if engine is None:
+        engine = GRADEBOOK_ENGINES[url] = create_engine(gradebook_url(url, READ_LOCK_SECONDS), pool_size=1, pool_pre_ping=True)
+    try:
+        with engine.connect() as connection:
+            rows = [(row[0], row[1]) for row in connection.execute(text("SELECT name, duedate FROM assignment"))]
+    except exc.OperationalError:
+        return DUE_ROWS_READ.get(url, [])  # locked, or out of reach: what was read last
+    except exc.SQLAlchemyError:
+        return []  # no gradebook there yet
+    DUE_ROWS_READ[url] = rows
+    return rows
 
 
 class PostgresQueue(Queue):

@@ -154,6 +154,11 @@ postgresql:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "please install postgresql (needed by tests/service/test_service_replicas.py)"; fi; \
 	fi
+	@# iptables: the replicas' network partition (tests/support/postgres.py, PostgresServer.partition)
+	@if ! command -v iptables >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing iptables (Debian package)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
+	fi
 
 # The JupyterHub test (tests/service/test_service_hub.py) runs a real hub behind configurable-http-proxy,
 # JupyterHub's own proxy from npm (Node.js: Debian's nodejs and npm), installed into .hub-proxy/.

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.service.queue import is_url
-from attnkit.service.queue.postgres import GRADEBOOK_ENGINES, gradebook_due_rows  # (GRADEBOOK_ENGINES: forgotten by a forked worker, serve.py)
+from attnkit.service.queue.postgres import gradebook_due_rows
 
 DUE_SECONDS = 5.0  # how often the due dates are read again from the gradebook (a small SQLite read)
 

@@ -48,7 +48,7 @@ from attnkit.service import exchange
 from attnkit.service import metrics
 from attnkit.service.course_lock import one_service
 from attnkit.service.delivery import Delivery, InFlight
-from attnkit.service.due_dates import GRADEBOOK_ENGINES
+from attnkit.service.queue.postgres import GRADEBOOK_ENGINES  # (a PostgreSQL gradebook's engines: forgotten by a forked worker)
 from attnkit.service.faults import Pause, is_the_services, is_transient
 from attnkit.service.hub_process import READY, WARMING, HubSide
 from attnkit.service.inbound import Inbound

@@ -204,12 +204,15 @@ grade: $(STAMP)
 
 # The whole suite, then the fast tests again with a second assignment in the project (tests/conftest.py,
 # --second-assignment): a course that adds one, as ARCHITECTURE.md says, must keep every test green.
+# TEST_PROCESSES: the suite runs in that many processes (pytest-xdist), each test module whole in one
+# of them (tests/conftest.py groups them): most of its time is waiting on the programs it starts.
+TEST_PROCESSES ?= 2
 test: $(DEV_STAMP) browser slurm postgresql hub-proxy labextension acl lint
-	$(BIN)/python -m pytest -q --durations=25 tests
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --durations=25 tests
 	$(MAKE) --no-print-directory test-second-assignment
 
 test-second-assignment: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not e2e and not browser" --second-assignment tests
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) -m "not slow and not e2e and not browser" --second-assignment tests
 
 # The inner loop: every test but those that build venvs, grade whole classes in subprocesses or run
 # real kernels, or need Chromium (CONTRIBUTING.md says how long it takes).

@@ -11,6 +11,7 @@ grade_in_one_session``): every test folder is importable by its modules' names, 
 """
 
 import os
+import re
 import sys
 import pwd
 import secrets
@@ -69,6 +70,10 @@ def second_assignment(pytestconfig: pytest.Config) -> Iterator[str]:
     if pytestconfig.getoption("--second-assignment"):
         yield SECOND["name"]
         return
+    if in_parallel_worker(pytestconfig):
+        # Adding it would change the checkout under the other processes' tests (every `discover()`
+        # would find two assignments): make test's --second-assignment pass runs this test instead.
+        pytest.skip("in make test's parallel run: this test runs in its --second-assignment pass, where the project holds the second assignment")
     _add_second_assignment()
     try:
         yield SECOND["name"]
@@ -85,14 +90,54 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def in_parallel_worker(config: pytest.Config) -> bool:
+    """A process of a parallel run (pytest-xdist's worker), beside others over the same checkout."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if in_parallel_worker(config):
+        return  # the run's first process (xdist's controller) adds and removes it, before and after its workers
     _remove_second_assignment()  # a killed session's leftovers
     if config.getoption("--second-assignment"):
         _add_second_assignment()
 
 
+# -- `make test`'s parallel processes (pytest-xdist, `-n 2`) ----------------------------------------
+# A test module runs whole in one process: its module-scoped fixtures (a course with unix students,
+# a running service, a hub) are built once. Modules that ask for an expensive session-scoped fixture
+# run in the same process, so that it too is built once (the student's venv, the system Python's
+# clone). xdist's own `--dist loadgroup` marks cannot do this under pytest 9 (it rewrites a test's
+# id, which pytest 9 no longer lets a plugin change), so the run's scheduler is ours.
+SESSION_GROUPS = {"student_env": "student-env", "system_python_clone": "system-python", "graded_demo_class": "demo-class"}
+
+
+def module_group(module: str, sources: dict[str, str] = {}) -> str:  # noqa: B006 (a cache, on purpose)
+    """The process group of the test module at ``module`` (its path from the rootdir): the
+    session-scoped fixture it names, else the module itself."""
+    if module not in sources:
+        try:
+            sources[module] = (Path(__file__).resolve().parent.parent / module).read_text(encoding="utf-8")
+        except OSError:
+            sources[module] = ""
+    return next((group for fixture, group in SESSION_GROUPS.items() if re.search(rf"\b{fixture}\b", sources[module])), module)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):
+        """xdist's loadscope with a module's group as its scope."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return module_group(nodeid.split("::")[0])
+
+    return ModuleGroupScheduling(config, log)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if config.getoption("--second-assignment"):
+    if config.getoption("--second-assignment") and not in_parallel_worker(config):
         _remove_second_assignment()
 
 
@@ -109,18 +154,14 @@ os.environ["OMP_NUM_THREADS"] = "1"
 
 
 # -- the TA of the isolation tests (tests/sandbox/test_isolation.py, test_isolation_layers.py, test_settings_harness.py)
-from ta_machine import GRADER_PACKAGES, ROOT, SYSTEM_PYTHON, USER, lock_digest, tempfile_folder, thin_venv
+from ta_machine import GRADER_PACKAGES, ROOT, SYSTEM_PYTHON, USER, lock_digest, machine_lock, ordinary_user, tempfile_folder, thin_venv
 
 
 @pytest.fixture(scope="session")
 def ta_user() -> pwd.struct_passwd:
     """An ordinary user, as a TA on a shared machine is: no root, no sudo (needs root to create;
     the tests that ask for it skip themselves without root)."""
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-        return pwd.getpwnam(USER)
+    return ordinary_user(USER)
 
 
 @pytest.fixture(scope="module")
@@ -130,15 +171,16 @@ def user_python(ta_user: pwd.struct_passwd) -> tuple[str, Path]:
     if not Path(SYSTEM_PYTHON).is_file():
         pytest.skip(f"{SYSTEM_PYTHON} is missing")
     venv = Path(f"/var/tmp/attnkit-test-venv-{lock_digest()}")
-    if not (venv / ".complete").is_file():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-c", str(ROOT / "requirements.lock"), *GRADER_PACKAGES],
-            check=True,
-            capture_output=True,
-        )
-        (venv / ".complete").touch()
+    with machine_lock("grader-venv"):  # built by one test process, while the others wait for it
+        if not (venv / ".complete").is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-c", str(ROOT / "requirements.lock"), *GRADER_PACKAGES],
+                check=True,
+                capture_output=True,
+            )
+            (venv / ".complete").touch()
     course = Path(tempfile_folder("attnkit-course-")) / "course"
     for part in ("src", "autograder", "solutions"):  # solutions/: the grade cells give the points
         shutil.copytree(ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))

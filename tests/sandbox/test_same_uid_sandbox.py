@@ -33,7 +33,6 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ import pytest
 from attacks import ASSIGNMENT, RELEASE, SOLUTION, load, with_cells, write
 from attacks import cells as C
 from settings import userns_without_mount
-from ta_machine import minimal_env, tempfile_folder
+from ta_machine import minimal_env, ordinary_user, tempfile_folder
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.e2e]
 
@@ -66,11 +65,7 @@ ATTACK_SECONDS = 2.0  # the metadata attack walks SUBMITTED and OUT again for so
 @pytest.fixture(scope="module")
 def ta_user() -> pwd.struct_passwd:
     """This module's TA (overrides conftest's for `user_python`): an ordinary user of its own."""
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-        return pwd.getpwnam(USER)
+    return ordinary_user(USER)
 
 
 def kernel_landlock_abi() -> int:

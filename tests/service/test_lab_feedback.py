@@ -215,8 +215,10 @@ def run_student(lab: LabHub, channel: str, answers: str, tmp_path: Path) -> dict
         # The marks beside the code (the latest ready submission's), then the attempts line again.
         wait_until(browser, "document.querySelector('.attnkit-marked') !== null")
         wait_until(browser, f"{ATTEMPTS}.dataset.left === '0'")
+        # Every cell of the notebook, from its panel: JupyterLab's windowing leaves the cells out of
+        # view (below a long diagnosis) out of the document, marked all the same.
         marks = browser.evaluate(
-            "JSON.stringify([...document.querySelectorAll('.jp-Cell')].map(c => ({"
+            f"JSON.stringify({PANEL}.content.widgets.map(w => w.node).map(c => ({{"
             "function: c.dataset.attnkitFunction || '', classes: c.className,"
             " diagnoses: [...c.querySelectorAll('.attnkit-mark-diagnosis')].map(d => d.dataset.diagnosis),"
             " note: (c.querySelector('.attnkit-mark') || {}).textContent || ''})))"

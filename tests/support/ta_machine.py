@@ -9,12 +9,15 @@ it either runs what it needs from world-readable copies (``tempfile_folder``, ``
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import pwd
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +25,29 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 USER = "attnkit-ta"
 # What the grader's virtualenv needs to grade (nbgrader and Jupyter are only for the course tools).
 GRADER_PACKAGES = ["torch==2.13.0", "numpy", "ipython", "matplotlib", "rich", "jinja2", "pytest", "pyseccomp"]
+
+
+@contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Held while one test process makes something the machine's test runs share (the TA's user,
+    the grader's virtualenv under /var/tmp): `make test` runs its modules in parallel processes
+    (pytest-xdist), and two of them may reach for it at once."""
+    with open(f"/var/tmp/attnkit-test-{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ordinary_user(name: str = USER) -> pwd.struct_passwd:
+    """The ordinary user ``name`` (no root, no sudo), made once for the machine (needs root)."""
+    with machine_lock("users"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True)
+            return pwd.getpwnam(name)
 
 
 def lock_digest() -> str:

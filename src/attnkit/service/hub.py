@@ -299,6 +299,17 @@ class Handler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403)
         return row
 
+    def placed_beside(self, id: str, suffix: str) -> bytes:
+        """What the service placed for the user's own delivered submission ``id``: its page
+        (``.html``) or its marks (``.json``); 404 until placed."""
+        row = self.own_row(int(id))
+        if row["state"] != DELIVERED or not row["feedback"]:
+            raise web.HTTPError(404)
+        try:
+            return (self.kit.feedback / f"{Path(row['feedback']).stem}{suffix}").read_bytes()
+        except OSError:
+            raise web.HTTPError(404) from None
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # A refusal of ours says why (``Told``: the assignment, the cap, why a hub name is no
         # student here); nothing else an error carries (HubOAuth's 403 causes, a traceback) is shown.
@@ -386,13 +397,7 @@ class FeedbackHandler(Handler):
 
     @web.authenticated
     def get(self, id: str) -> None:
-        row = self.own_row(int(id))
-        if row["state"] != DELIVERED or not row["feedback"]:
-            raise web.HTTPError(404)
-        try:
-            page = (self.kit.feedback / Path(row["feedback"]).name).read_bytes()
-        except OSError:
-            raise web.HTTPError(404) from None
+        page = self.placed_beside(id, ".html")
         self.set_header("Content-Security-Policy", FEEDBACK_CSP)
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(page)
@@ -571,13 +576,7 @@ class ApiMarksHandler(Handler):
 
     @web.authenticated
     def get(self, id: str) -> None:
-        row = self.own_row(int(id))
-        if row["state"] != DELIVERED or not row["feedback"]:
-            raise web.HTTPError(404)
-        try:
-            marks = (self.kit.feedback / f"{Path(row['feedback']).stem}.json").read_bytes()
-        except OSError:
-            raise web.HTTPError(404) from None
+        marks = self.placed_beside(id, ".json")
         self.set_header("Content-Type", "application/json")
         self.finish(marks)
 

@@ -36,9 +36,14 @@ STUDENTS = {
 
 # The OS threads (/proc/self/task) of this process at each of its forks while ``_counting``: Python
 # 3.12 warns "multi-threaded, use of fork() may lead to deadlocks" when there are more than one.
+# The test runner's own threads, alive before any of this module's code runs (pytest-xdist's channel
+# to its controller, an OS thread of execnet's, when `make test` runs the suite in parallel
+# processes), are not counted: they are not the engine's, and `attnkit grade`'s process has none.
+# In a plain pytest process there are none; every thread started after this import is counted.
+_RUNNER_THREADS = set(os.listdir("/proc/self/task")) - {str(os.getpid())}
 _forks: list[int] = []
 _counting = [False]
-os.register_at_fork(before=lambda: _forks.append(len(os.listdir("/proc/self/task"))) if _counting[0] else None)
+os.register_at_fork(before=lambda: _forks.append(len(set(os.listdir("/proc/self/task")) - _RUNNER_THREADS)) if _counting[0] else None)
 
 
 def write_class(folder: Path) -> None:

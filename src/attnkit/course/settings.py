@@ -68,7 +68,7 @@ class AttnkitServe(Configurable):
         config=True, flag="--metrics-host"
     )
     gradebook_timeout = Float(
-        5.0, help="seconds the recorder waits for another process's lock on the gradebook (SQLite's timeout, PostgreSQL's lock_timeout), then pauses and tries again"
+        5.0, help="seconds the recorder waits for another process's lock on the gradebook (SQLite's timeout, PostgreSQL's lock_timeout), then retries"
     ).tag(config=True)
     hub_students = Dict(help="JupyterHub user name -> student id, where they differ").tag(config=True)
     hub_ta_groups = List(Unicode(), help="JupyterHub groups whose members see the class's page").tag(config=True)

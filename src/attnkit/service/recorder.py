@@ -35,7 +35,7 @@ from attnkit.service.queue.postgres import gradebook_url
 from attnkit.service.settings import STATE_FOLDER
 
 
-GRADEBOOK_TIMEOUT = 5.0  # seconds the recorder waits for a lock on the gradebook (SQLite, or PostgreSQL by its lock_timeout) (``c.AttnkitServe.gradebook_timeout``)
+GRADEBOOK_TIMEOUT = 5.0  # seconds the recorder waits for a lock on the gradebook (SQLite; PostgreSQL: lock_timeout) (``c.AttnkitServe.gradebook_timeout``)
 STOPPED_FILE = "recorder-stopped.txt"  # in the service's folder: why the recorder stopped for a person to fix (exit 2)
 PERSON_MUST_FIX = 2  # the recorder's exit code when retrying cannot help (the service then stops, exit 2)
 

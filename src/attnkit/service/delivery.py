@@ -36,7 +36,6 @@ from attnkit.service.policies import (
     withheld_page,
 )
 from attnkit.service.queue import Queue, Row, is_url
-from attnkit.service.release_marks import place_release_marks
 
 
 @dataclass
@@ -109,9 +108,7 @@ class Delivery:
         score = results["score"] if graded else None
         if not self.queue.deliver(row.id, dict(results), names[0], shown, score, results["max_score"], now, hints=results.get("hints")):
             return
-        marks = json.dumps(marks_json(results, suite, shown, self.limit_of(row.student, row.assignment, now)), ensure_ascii=False).encode()
-        for name in names:
-            exchange.place_marks(self.course, name, marks, row.student)
+        self.place_marks(names, results, row.assignment, shown, row.student, now)
         latency = time.time() - row.noticed
         self.metrics.graded += 1
         self.metrics.observe(latency)
@@ -189,6 +186,14 @@ class Delivery:
             return "scores", scores_page(results, self.suites.get(row.assignment)).encode()
         return "full", full
 
+    def place_marks(self, names: list[str], results: ResultsJson | None, assignment: str, shown: str, student: str, now: float) -> None:
+        """The marks beside the pages ``names`` (``report.cell_marks``) as a page ``shown`` shows them,
+        given to ``student`` alone; the extension reads them (the ``--hub`` channel through
+        ``hub.ApiMarksHandler``)."""
+        marks = json.dumps(marks_json(results, self.suites[assignment], shown, self.limit_of(student, assignment, now)), ensure_ascii=False).encode()
+        for name in names:
+            exchange.place_marks(self.course, name, marks, student)
+
     def limit_of(self, student: str, assignment: str, now: float) -> dict[str, Any]:
         """The attempts the assignment's window allows and when the student's counted ones were
         delivered (the lab extension says from these how many are left and when the next comes)."""
@@ -234,4 +239,8 @@ class Delivery:
                         exchange.place_feedback(self.course, row["feedback"], withheld_page(assignment, limit_reason(policy, next_at)).encode(), row["student"])
                         if self.queue.release_shown(row["id"], "withheld"):
                             self.emit("withheld", id=row["id"], assignment=assignment, reason="attempts", next=round(next_at, 3))
-                    place_release_marks(self, row, assignment, released=next_at is None)
+                    # Its marks with it: the diagnosis on the cells once released, nothing of it before.
+                    found = self.queue.find(int(row["id"]))
+                    results = json.loads(found["results"]) if found is not None and found["results"] else None
+                    shown = "released" if next_at is None and results is not None else "withheld"
+                    self.place_marks([row["feedback"]], results, assignment, shown, row["student"], time.time())

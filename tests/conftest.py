@@ -10,6 +10,7 @@ grade_in_one_session``): every test folder is importable by its modules' names, 
 ``prepend`` import mode makes each one when it collects it.
 """
 
+import functools
 import os
 import re
 import sys
@@ -112,15 +113,15 @@ def pytest_configure(config: pytest.Config) -> None:
 SESSION_GROUPS = {"student_env": "student-env", "system_python_clone": "system-python", "graded_demo_class": "demo-class"}
 
 
-def module_group(module: str, sources: dict[str, str] = {}) -> str:  # noqa: B006 (a cache, on purpose)
+@functools.cache  # asked once per test by xdist's scheduler
+def module_group(module: str) -> str:
     """The process group of the test module at ``module`` (its path from the rootdir): the
     session-scoped fixture it names, else the module itself."""
-    if module not in sources:
-        try:
-            sources[module] = (Path(__file__).resolve().parent.parent / module).read_text(encoding="utf-8")
-        except OSError:
-            sources[module] = ""
-    return next((group for fixture, group in SESSION_GROUPS.items() if re.search(rf"\b{fixture}\b", sources[module])), module)
+    try:
+        source = (Path(__file__).resolve().parent.parent / module).read_text(encoding="utf-8")
+    except OSError:
+        source = ""
+    return next((group for fixture, group in SESSION_GROUPS.items() if re.search(rf"\b{fixture}\b", source)), module)
 
 
 @pytest.hookimpl(tryfirst=True)
